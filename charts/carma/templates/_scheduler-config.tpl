@@ -1,0 +1,40 @@
+{{/* KubeSchedulerConfiguration of the second scheduler: one profile, carma as its extender. */}}
+{{- define "carma.schedulerConfig" -}}
+{{- $s := .Values.scheduler -}}
+{{- $ex := .Values.extender -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: {{ $s.leaderElection.enabled }}
+  resourceLock: leases
+  resourceName: {{ $s.leaderElection.resourceName }}
+  resourceNamespace: {{ .Release.Namespace }}
+profiles:
+  - schedulerName: {{ $s.schedulerName }}
+    {{- with $s.plugins }}
+    plugins:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with $s.pluginConfig }}
+    pluginConfig:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+extenders:
+  - urlPrefix: {{ include "carma.extenderURL" . }}
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    bindVerb: bind
+    weight: {{ $s.extenderConfig.weight }}
+    httpTimeout: {{ $s.extenderConfig.httpTimeout }}
+    nodeCacheCapable: true
+    ignorable: {{ $s.extenderConfig.ignorable }}
+    enableHTTPS: {{ $ex.tls.enabled }}
+    {{- if $ex.tls.enabled }}
+    tlsConfig:
+      caFile: /etc/kubernetes/carma-extender-ca/ca.crt
+      serverName: {{ printf "%s.%s.svc" (include "carma.componentName" (dict "root" . "component" "scheduler-extender")) .Release.Namespace }}
+    {{- end }}
+    managedResources:
+      - name: carma.io/gpu
+        ignoredByScheduler: {{ $s.extenderConfig.ignoredByScheduler }}
+{{- end }}

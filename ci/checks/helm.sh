@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# CI check: the Helm chart.
+#   1. chart copies (CRDs, dashboards, rules, dcgm counters) match their sources   tools/sync-chart.sh --check
+#   2. dashboards match their generator                                              tools/gen-dashboards.py --check
+#   3. helm lint (default and non-default values, strict)
+#   4. helm template with default values and with ci/checks/values-nondefault.yaml; the values schema
+#      rejects bad values
+#   5. deploy/rendered/carma.yaml is the current default render                      tools/render-chart.sh --check
+#   6. the values table in charts/carma/README.md is current                         tools/values-table.py --check
+# Installs Helm into .tools/ (tools/install-helm.sh) when missing. Exits non-zero on any failure.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT" || exit 1
+HELM="$(tools/install-helm.sh | tail -n1)" || { echo "FAIL: could not install helm"; exit 1; }
+CHART=charts/carma
+NONDEFAULT=ci/checks/values-nondefault.yaml
+failures=()
+step() { echo; echo "== $*"; }
+run() { # run <description> <command...>
+  local desc="$1"; shift
+  if "$@"; then echo "PASS: $desc"; else echo "FAIL: $desc"; failures+=("$desc"); fi
+}
+
+step "helm: $("$HELM" version --short)"
+
+step "chart copies match their sources (crds/, deploy/grafana, deploy/prometheus, deploy/dcgm-exporter)"
+run "tools/sync-chart.sh --check" tools/sync-chart.sh --check
+
+step "dashboards are the generator's output"
+run "tools/gen-dashboards.py --check" python3 tools/gen-dashboards.py --check
+
+step "helm lint"
+run "helm lint --strict (default values)" "$HELM" lint --strict "$CHART"
+run "helm lint --strict ($NONDEFAULT)" "$HELM" lint --strict "$CHART" -f "$NONDEFAULT"
+
+step "helm template"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+count() { grep -c '^kind:' "$1"; }
+if "$HELM" template carma "$CHART" -n carma-system --include-crds --kube-version 1.35.0 > "$tmp/default.yaml"; then
+  echo "PASS: helm template (default values): $(count "$tmp/default.yaml") objects"
+else failures+=("helm template default"); echo "FAIL: helm template (default values)"; fi
+if "$HELM" template carma "$CHART" -n carma-system --include-crds --kube-version 1.30.0 -f "$NONDEFAULT" > "$tmp/nondefault.yaml"; then
+  echo "PASS: helm template ($NONDEFAULT, kube 1.30): $(count "$tmp/nondefault.yaml") objects"
+else failures+=("helm template nondefault"); echo "FAIL: helm template ($NONDEFAULT)"; fi
+
+# Every optional branch must appear in the non-default render.
+for kind in PodDisruptionBudget ServiceMonitor PrometheusRule ValidatingAdmissionPolicy PriorityClass DaemonSet; do
+  if grep -q "^kind: $kind\$" "$tmp/nondefault.yaml"; then echo "PASS: non-default render has a $kind"
+  else echo "FAIL: non-default render lacks a $kind"; failures+=("nondefault $kind"); fi
+done
+for needle in "enableHTTPS: true" "--backend=dcgm" "--mps" "runtimeClassName: nvidia" "kube-scheduler:v1.34.2" "@sha256:"; do
+  if grep -qF -- "$needle" "$tmp/nondefault.yaml"; then echo "PASS: non-default render contains '$needle'"
+  else echo "FAIL: non-default render lacks '$needle'"; failures+=("nondefault $needle"); fi
+done
+
+# No wildcard verbs, resources or API groups in any RBAC rule; every container sets resources.
+PY="$(tools/install-ci-venv.sh | tail -n1)/bin/python"
+run "no RBAC wildcards, resources on every container, non-root where required (default + non-default)" \
+  "$PY" - "$tmp/default.yaml" "$tmp/nondefault.yaml" <<'PY'
+import sys, yaml
+bad = []
+for path in sys.argv[1:]:
+    for doc in yaml.safe_load_all(open(path)):
+        if not doc:
+            continue
+        kind, name = doc.get("kind"), doc["metadata"]["name"]
+        if kind in ("ClusterRole", "Role"):
+            for r in doc.get("rules", []):
+                for key in ("verbs", "resources", "apiGroups"):
+                    if "*" in r.get(key, []):
+                        bad.append(f"{path}: {kind}/{name} has a wildcard in {key}")
+        spec = None
+        if kind in ("Deployment", "DaemonSet"):
+            spec = doc["spec"]["template"]["spec"]
+        if spec:
+            for c in spec.get("containers", []):
+                sc = c.get("securityContext", {})
+                if not c.get("resources", {}).get("limits") or not c.get("resources", {}).get("requests"):
+                    bad.append(f"{path}: {kind}/{name} container {c['name']} lacks requests/limits")
+                if sc.get("readOnlyRootFilesystem") is not True:
+                    bad.append(f"{path}: {kind}/{name} container {c['name']} root filesystem is writable")
+                if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+                    bad.append(f"{path}: {kind}/{name} container {c['name']} does not drop ALL capabilities")
+                if sc.get("allowPrivilegeEscalation") is not False and not sc.get("privileged"):
+                    bad.append(f"{path}: {kind}/{name} container {c['name']} allows privilege escalation")
+            if kind == "Deployment" and spec.get("securityContext", {}).get("runAsNonRoot") is not True:
+                bad.append(f"{path}: {kind}/{name} does not run as non-root")
+            for v in spec.get("volumes", []):
+                if "hostPath" in v and v["hostPath"]["path"] not in (
+                        "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"):
+                    bad.append(f"{path}: {kind}/{name} mounts unexpected hostPath {v['hostPath']['path']}")
+print("\n".join(bad) if bad else "checked RBAC rules, container resources and security contexts")
+sys.exit(1 if bad else 0)
+PY
+
+step "values.schema.json rejects bad values"
+expect_reject() { # expect_reject <description> <helm args...>
+  local desc="$1"; shift
+  if "$HELM" template carma "$CHART" "$@" >/dev/null 2>"$tmp/err"; then
+    echo "FAIL: schema accepted $desc"; failures+=("schema accepts $desc")
+  else echo "PASS: schema rejects $desc ($(grep -m1 -o "at '[^']*'.*" "$tmp/err" || head -c 120 "$tmp/err"))"; fi
+}
+expect_reject "an unknown policy" --set placement.policy=worst-fit
+expect_reject "a cap above 1" --set-json placement.smActivityCap=1.5
+expect_reject "an unknown backend" --set devicePlugin.backend=rocm
+expect_reject "a misspelt key" --set devicePlugin.replicasPerGPU=8
+expect_reject "zero replicas per GPU" --set devicePlugin.replicasPerGpu=0
+
+step "deploy/rendered/carma.yaml is current"
+run "tools/render-chart.sh --check" tools/render-chart.sh --check
+
+step "charts/carma/README.md values table is current"
+run "tools/values-table.py --check" "$PY" tools/values-table.py --check
+
+echo
+if ((${#failures[@]})); then
+  echo "helm.sh: ${#failures[@]} check(s) failed:"; printf '  - %s\n' "${failures[@]}"; exit 1
+fi
+echo "helm.sh: all checks passed"

@@ -1,0 +1,82 @@
+//! Thresholds, with CARMA's published figures as defaults.
+
+use serde::{Deserialize, Serialize};
+
+/// Every threshold the placement rules use. Defaults are CARMA's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PlacementConfig {
+    /// Memory held back from the telemetry free figure (CARMA: 512 MiB).
+    pub telemetry_reserve_mib: u64,
+    /// Extra memory a GPU must have beyond the reservation (CARMA: 2048 MiB).
+    pub memory_margin_mib: u64,
+    /// Free memory demanded when a pod has no estimate (CARMA's OR-* policies: 5120 MiB).
+    pub min_free_without_estimate_mib: u64,
+    /// SM activity risk score at or above which the gate may exclude a GPU (0.80).
+    pub sm_activity_cap: f64,
+    /// SM occupancy risk score that, with high SM activity, excludes a GPU (0.45).
+    pub sm_occupancy_cap: f64,
+    /// DRAM activity risk score that, with high SM activity, excludes a GPU (0.40).
+    pub dram_activity_cap: f64,
+    /// A GPU that just received a pod takes no other for this long unless the
+    /// pod's memory shows in telemetry first (CARMA: 30 s).
+    pub warmup_ms: u64,
+    /// Whether the sum of reservations of pods assigned to a GPU must also fit its
+    /// total memory (bookkeeping on top of telemetry). CARMA relies on telemetry
+    /// alone; carma checks both by default so that a GPU is never over-committed
+    /// on paper either.
+    pub honor_reservations: bool,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        Self {
+            telemetry_reserve_mib: 512,
+            memory_margin_mib: 2048,
+            min_free_without_estimate_mib: 5120,
+            sm_activity_cap: 0.80,
+            sm_occupancy_cap: 0.45,
+            dram_activity_cap: 0.40,
+            warmup_ms: 30_000,
+            honor_reservations: true,
+        }
+    }
+}
+
+/// How the operator (and the simulator) recover from failed attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RecoveryConfig {
+    /// Attempts in all, the first included, before the task fails.
+    pub max_attempts: u32,
+    /// After this many GPU out-of-memory crashes the next attempt runs exclusively.
+    pub exclusive_after_ooms: u32,
+    /// Added to an observed peak when it is known.
+    pub headroom_mib: u64,
+    /// Upper edges of GPUMemNet's 8 GB classes (MiB); the next reservation after an
+    /// OOM is the first edge above the failed one.
+    pub class_edges_mib: Vec<u64>,
+    /// Retries after a failure that is neither an OOM nor an eviction.
+    pub retries_on_failure: u32,
+    /// First backoff before a retry, doubled each attempt.
+    pub backoff_base_ms: u64,
+    /// Ceiling of the backoff.
+    pub backoff_max_ms: u64,
+    /// Evictions and preemptions tolerated (they do not count as attempts).
+    pub max_evictions: u32,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            exclusive_after_ooms: 2,
+            headroom_mib: 1024,
+            class_edges_mib: vec![8000, 16000, 24000, 32000, 40000, 50000],
+            retries_on_failure: 0,
+            backoff_base_ms: 10_000,
+            backoff_max_ms: 300_000,
+            max_evictions: 10,
+        }
+    }
+}

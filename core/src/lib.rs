@@ -1,0 +1,38 @@
+//! `carma-core`: the pure domain logic of carma.
+//!
+//! Nothing in this crate performs I/O, talks to Kubernetes or spawns tasks. The
+//! scheduler extender, the device plugin, the operator and the simulator all call
+//! into it, so a rule such as "a GPU is excluded when its SM activity is above the
+//! cap" exists exactly once.
+//!
+//! * [`model`] — GPUs, nodes, demands and reservations.
+//! * [`telemetry`] — CARMA's risk reduction over a sample window.
+//! * [`ledger`] — placements in flight and the warm-up lock.
+//! * [`placement`] — the exclusive-first rule, memory test, utilization gate, the
+//!   six policies and node scores.
+//! * [`reason`] — actionable rejection reasons.
+//! * [`recovery`] — what to do after an attempt ends.
+//! * [`quantity`] — Kubernetes memory quantities in MiB.
+
+pub mod config;
+pub mod ledger;
+pub mod model;
+pub mod placement;
+pub mod quantity;
+pub mod reason;
+pub mod recovery;
+pub mod telemetry;
+
+pub use config::{PlacementConfig, RecoveryConfig};
+pub use ledger::{Ledger, LedgerError, PlacementRecord};
+pub use model::{Demand, Gpu, Node, Policy, PolicyParseError, Reservation};
+pub use placement::{NodePlacement, place_on_node, score_node};
+pub use reason::{GpuRejection, NodeRejection};
+pub use recovery::{AttemptOutcome, AttemptRecord, RecoveryDecision, decide_next};
+pub use telemetry::{RiskScores, SampleWindow, risk_score};
+
+/// Time in milliseconds on a monotonic or wall clock chosen by the caller.
+///
+/// The core never reads a clock: callers pass `now` explicitly, which keeps every
+/// rule deterministic and lets the simulator run in virtual time.
+pub type Millis = u64;

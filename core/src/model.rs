@@ -1,0 +1,202 @@
+//! GPUs, nodes, demands and reservations.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// One physical GPU as the scheduler sees it: inventory plus the latest telemetry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gpu {
+    /// NVIDIA UUID, e.g. `GPU-5d2c…`.
+    pub uuid: String,
+    /// Index on its node (NVML order).
+    pub index: u32,
+    /// Product name, e.g. `NVIDIA A100-SXM4-40GB`.
+    pub model: String,
+    /// Total framebuffer memory in MiB.
+    pub memory_total_mib: u64,
+    /// Free memory in MiB from the latest telemetry sample.
+    pub memory_free_mib: u64,
+    /// SM activity risk score (0..1); `None` until the sample window has filled.
+    pub sm_activity: Option<f64>,
+    /// SM occupancy risk score (0..1); `None` until the window has filled.
+    pub sm_occupancy: Option<f64>,
+    /// DRAM activity risk score (0..1); `None` until the window has filled.
+    pub dram_activity: Option<f64>,
+    /// Whether the GPU is healthy (no fatal XID, reachable).
+    pub healthy: bool,
+    /// Compute processes running on the GPU according to telemetry (MPS daemon excluded).
+    pub processes: u32,
+}
+
+impl Gpu {
+    /// A healthy, idle GPU with the given memory and no telemetry history yet.
+    pub fn idle(uuid: impl Into<String>, index: u32, memory_total_mib: u64) -> Self {
+        Self {
+            uuid: uuid.into(),
+            index,
+            model: String::new(),
+            memory_total_mib,
+            memory_free_mib: memory_total_mib,
+            sm_activity: Some(0.0),
+            sm_occupancy: Some(0.0),
+            dram_activity: Some(0.0),
+            healthy: true,
+            processes: 0,
+        }
+    }
+}
+
+/// A node and its GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Node {
+    /// Kubernetes node name.
+    pub name: String,
+    /// GPUs of the node, in index order.
+    pub gpus: Vec<Gpu>,
+}
+
+/// How much memory a pod reserves on each of its GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind", content = "mib")]
+pub enum Reservation {
+    /// A known per-GPU reservation in MiB (override or estimate).
+    Mib(u64),
+    /// Nothing is known: the pod takes whole GPUs and never shares.
+    WholeGpu,
+    /// No estimate, but sharing is allowed when a fixed amount is free (CARMA's
+    /// OR-MAGM / OR-LUG variants).
+    Unknown,
+}
+
+impl Reservation {
+    /// MiB booked on a GPU of `gpu_total_mib` for this reservation.
+    pub fn booked_mib(self, gpu_total_mib: u64, cfg_min_free_without_estimate: u64) -> u64 {
+        match self {
+            Reservation::Mib(m) => m,
+            Reservation::WholeGpu => gpu_total_mib,
+            Reservation::Unknown => cfg_min_free_without_estimate.min(gpu_total_mib),
+        }
+    }
+}
+
+impl fmt::Display for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reservation::Mib(m) => write!(f, "{m} MiB"),
+            Reservation::WholeGpu => f.write_str("whole GPU"),
+            Reservation::Unknown => f.write_str("unknown (no estimate)"),
+        }
+    }
+}
+
+/// Placement policy: how candidate GPUs are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Never collocate.
+    Exclusive,
+    /// First fit: GPU index order.
+    Ff,
+    /// Best fit: least free memory first.
+    Bf,
+    /// Most available GPU memory first.
+    Magm,
+    /// Least utilized GPU (lowest SM activity) first.
+    Lug,
+    /// Round robin over GPUs, no memory test and no gate (relies on recovery).
+    Rr,
+}
+
+impl Policy {
+    /// Every policy, in documentation order.
+    pub const ALL: [Policy; 6] = [
+        Policy::Exclusive,
+        Policy::Ff,
+        Policy::Bf,
+        Policy::Magm,
+        Policy::Lug,
+        Policy::Rr,
+    ];
+
+    /// The policy's short name as used in annotations and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Exclusive => "exclusive",
+            Policy::Ff => "ff",
+            Policy::Bf => "bf",
+            Policy::Magm => "magm",
+            Policy::Lug => "lug",
+            Policy::Rr => "rr",
+        }
+    }
+
+    /// Whether the policy applies the memory test and the utilization gate.
+    pub fn checks_memory_and_gate(self) -> bool {
+        !matches!(self, Policy::Rr)
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A policy name that is not one of the six.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown policy {0:?}: expected one of exclusive, ff, bf, magm, lug, rr")]
+pub struct PolicyParseError(pub String);
+
+impl FromStr for Policy {
+    type Err = PolicyParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "exclusive" => Ok(Policy::Exclusive),
+            "ff" | "first-fit" => Ok(Policy::Ff),
+            "bf" | "best-fit" => Ok(Policy::Bf),
+            "magm" => Ok(Policy::Magm),
+            "lug" => Ok(Policy::Lug),
+            "rr" | "round-robin" => Ok(Policy::Rr),
+            _ => Err(PolicyParseError(s.to_string())),
+        }
+    }
+}
+
+/// What a pod asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Demand {
+    /// Number of GPUs, all on one node.
+    pub gpus: u32,
+    /// Memory per GPU.
+    pub reservation: Reservation,
+    /// Policy used to order candidates.
+    pub policy: Policy,
+    /// The pod must not share its GPUs (recovery escalation or user request).
+    pub exclusive: bool,
+}
+
+impl Demand {
+    /// A single-GPU demand with a known reservation.
+    pub fn new(gpus: u32, reservation: Reservation, policy: Policy) -> Self {
+        Self {
+            gpus,
+            reservation,
+            policy,
+            exclusive: false,
+        }
+    }
+
+    /// Whether this demand may only take idle GPUs.
+    pub fn wants_exclusive(&self) -> bool {
+        self.exclusive
+            || self.policy == Policy::Exclusive
+            || self.reservation == Reservation::WholeGpu
+    }
+}

@@ -1,0 +1,214 @@
+//! Rejection reasons a person can act on: which GPU, which rule, which numbers.
+
+use std::fmt;
+
+use serde::Serialize;
+use thiserror::Error;
+
+/// Why one GPU cannot take a demand.
+#[derive(Debug, Clone, PartialEq, Serialize, Error)]
+#[serde(rename_all = "camelCase", tag = "rule")]
+pub enum GpuRejection {
+    /// Telemetry marks the GPU unhealthy.
+    #[error("GPU {index} ({uuid}) is unhealthy")]
+    Unhealthy {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+    },
+    /// Another pod holds the GPU exclusively.
+    #[error("GPU {index} ({uuid}) is held exclusively by {holder}")]
+    ExclusivelyHeld {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// Holder pod.
+        holder: String,
+    },
+    /// A pod was placed on the GPU moments ago and its memory does not show yet.
+    #[error("GPU {index} ({uuid}) is in its warm-up lock: pod {holder} was placed there and its memory is not yet in telemetry ({remaining_s:.0} s left)")]
+    WarmUpLock {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// Pod holding the lock.
+        holder: String,
+        /// Seconds until the lock lifts.
+        remaining_s: f64,
+    },
+    /// The demand wants whole GPUs and this one is in use.
+    #[error("GPU {index} ({uuid}) is not idle ({pods} pod(s), {processes} process(es)) and the pod needs an exclusive GPU")]
+    NotIdle {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// Pods placed on it.
+        pods: usize,
+        /// Compute processes seen by telemetry.
+        processes: u32,
+    },
+    /// Free memory is below the reservation plus the margin.
+    #[error("GPU {index} ({uuid}) has {usable_mib} MiB usable ({free_mib} free − {reserve_mib} telemetry reserve − {in_flight_mib} in flight), needs {need_mib} + {margin_mib} margin")]
+    InsufficientMemory {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// Telemetry free memory.
+        free_mib: u64,
+        /// Held back from telemetry.
+        reserve_mib: u64,
+        /// Reservations of pods placed but not yet visible.
+        in_flight_mib: u64,
+        /// Usable memory after the deductions.
+        usable_mib: u64,
+        /// Reservation of the pod.
+        need_mib: u64,
+        /// Safety margin.
+        margin_mib: u64,
+    },
+    /// The reservations already booked on the GPU leave no room.
+    #[error("GPU {index} ({uuid}) has {booked_mib} MiB of {total_mib} MiB reserved by {pods} pod(s); {need_mib} MiB more does not fit")]
+    OverReserved {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// Reservations already booked.
+        booked_mib: u64,
+        /// GPU memory.
+        total_mib: u64,
+        /// Pods holding reservations.
+        pods: usize,
+        /// Reservation of the pod.
+        need_mib: u64,
+    },
+    /// The utilization gate: the GPU is already busy.
+    #[error("GPU {index} ({uuid}) fails the utilization gate: SM activity {sm_activity:.2} ≥ {sm_activity_cap:.2} and (SM occupancy {sm_occupancy:.2} ≥ {sm_occupancy_cap:.2} or DRAM activity {dram_activity:.2} ≥ {dram_activity_cap:.2})")]
+    UtilizationGate {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// SM activity risk score.
+        sm_activity: f64,
+        /// SM occupancy risk score.
+        sm_occupancy: f64,
+        /// DRAM activity risk score.
+        dram_activity: f64,
+        /// Cap on SM activity.
+        sm_activity_cap: f64,
+        /// Cap on SM occupancy.
+        sm_occupancy_cap: f64,
+        /// Cap on DRAM activity.
+        dram_activity_cap: f64,
+    },
+    /// The telemetry window has not filled yet, so sharing cannot be judged.
+    #[error("GPU {index} ({uuid}) has no activity risk score yet (telemetry window still filling); it can only be used exclusively")]
+    TelemetryWarmingUp {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+    },
+}
+
+impl GpuRejection {
+    /// A short, stable label for metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            GpuRejection::Unhealthy { .. } => "unhealthy",
+            GpuRejection::ExclusivelyHeld { .. } => "exclusively-held",
+            GpuRejection::WarmUpLock { .. } => "warm-up-lock",
+            GpuRejection::NotIdle { .. } => "not-idle",
+            GpuRejection::InsufficientMemory { .. } => "insufficient-memory",
+            GpuRejection::OverReserved { .. } => "over-reserved",
+            GpuRejection::UtilizationGate { .. } => "utilization-gate",
+            GpuRejection::TelemetryWarmingUp { .. } => "telemetry-warming-up",
+        }
+    }
+}
+
+/// Why a node cannot take a demand.
+#[derive(Debug, Clone, PartialEq, Serialize, Error)]
+#[serde(rename_all = "camelCase", tag = "rule")]
+pub enum NodeRejection {
+    /// The node reports no GPU (no GpuNode, or an empty one).
+    #[error("node {node} reports no carma GPUs")]
+    NoGpus {
+        /// Node name.
+        node: String,
+    },
+    /// The pod asks for more GPUs than the node has.
+    #[error("node {node} has {have} GPU(s), the pod needs {wanted} on one node")]
+    TooFewGpus {
+        /// Node name.
+        node: String,
+        /// GPUs wanted.
+        wanted: u32,
+        /// GPUs on the node.
+        have: usize,
+    },
+    /// Fewer GPUs than needed pass the rules.
+    #[error("node {node}: the pod needs {wanted} GPU(s) {mode}, {passing} pass: {}", join(.rejections))]
+    NotEnoughGpus {
+        /// Node name.
+        node: String,
+        /// GPUs wanted.
+        wanted: u32,
+        /// GPUs that passed.
+        passing: usize,
+        /// `exclusively` or `to share`.
+        mode: &'static str,
+        /// Why each other GPU failed.
+        rejections: Vec<GpuRejection>,
+    },
+}
+
+fn join(rejections: &[GpuRejection]) -> String {
+    let parts: Vec<String> = rejections.iter().map(ToString::to_string).collect();
+    parts.join("; ")
+}
+
+impl NodeRejection {
+    /// A short, stable label for metrics: the most frequent GPU rule, or the node rule.
+    pub fn code(&self) -> &'static str {
+        match self {
+            NodeRejection::NoGpus { .. } => "no-gpus",
+            NodeRejection::TooFewGpus { .. } => "too-few-gpus",
+            NodeRejection::NotEnoughGpus { rejections, .. } => {
+                let mut counts: Vec<(&'static str, usize)> = Vec::new();
+                for r in rejections {
+                    match counts.iter_mut().find(|(c, _)| *c == r.code()) {
+                        Some((_, n)) => *n += 1,
+                        None => counts.push((r.code(), 1)),
+                    }
+                }
+                counts
+                    .into_iter()
+                    .max_by_key(|(_, n)| *n)
+                    .map_or("not-enough-gpus", |(c, _)| c)
+            }
+        }
+    }
+}
+
+/// Display helper for a list of node rejections.
+#[derive(Debug)]
+pub struct Rejections<'a>(pub &'a [NodeRejection]);
+
+impl fmt::Display for Rejections<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{r}")?;
+        }
+        Ok(())
+    }
+}

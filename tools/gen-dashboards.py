@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""Generate carma's Grafana dashboards (deploy/grafana/*.json).
+
+The dashboards are plain Grafana JSON (schemaVersion 39, Grafana 10/11). They are generated so every
+panel follows the same conventions (datasource variable, node/gpu filters, units, legends) and so
+ci/checks/prometheus.sh can evaluate every query against a real Prometheus. Edit this file, then run
+
+    python3 tools/gen-dashboards.py          # write deploy/grafana/*.json
+    python3 tools/gen-dashboards.py --check  # exit 1 when the committed JSON differs
+    tools/sync-chart.sh                      # copy them into the chart
+
+Template variables used in queries: $node, $gpu (regex, "All" = .*), $__rate_interval, $__range.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "deploy" / "grafana"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+GPU_SEL = 'node=~"$node", gpu=~"$gpu"'
+NODE_SEL = 'node=~"$node"'
+
+
+class Layout:
+    """Places panels left to right on Grafana's 24-column grid."""
+
+    def __init__(self) -> None:
+        self.x = 0
+        self.y = 0
+        self.row_h = 0
+        self.next_id = 1
+        self.panels: list[dict] = []
+
+    def row(self, title: str) -> None:
+        self.newline()
+        self.panels.append({
+            "type": "row", "title": title, "id": self._id(), "collapsed": False, "panels": [],
+            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
+        })
+        self.y += 1
+
+    def newline(self) -> None:
+        if self.x:
+            self.y += self.row_h
+            self.x = 0
+            self.row_h = 0
+
+    def add(self, panel: dict, w: int, h: int) -> None:
+        if self.x + w > 24:
+            self.newline()
+        panel["id"] = self._id()
+        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.panels.append(panel)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+
+    def _id(self) -> int:
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+
+def target(expr: str, legend: str = "", ref: str = "A", instant: bool = False, fmt: str = "time_series") -> dict:
+    t = {
+        "datasource": DS, "refId": ref, "expr": expr, "legendFormat": legend or "__auto",
+        "range": not instant, "instant": instant, "format": fmt,
+    }
+    return t
+
+
+def refs(targets: list[dict]) -> list[dict]:
+    for i, t in enumerate(targets):
+        t["refId"] = chr(ord("A") + i)
+    return targets
+
+
+def timeseries(title: str, desc: str, targets: list[dict], unit: str = "short", *, min_=None, max_=None,
+               thresholds: list[tuple[float, str]] | None = None, overrides: list[dict] | None = None,
+               stack: bool = False, draw: str = "line") -> dict:
+    custom = {
+        "drawStyle": draw, "lineWidth": 1, "fillOpacity": 10 if not stack else 40, "showPoints": "never",
+        "spanNulls": False, "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+        "axisPlacement": "auto", "axisSoftMin": 0,
+    }
+    defaults: dict = {"unit": unit, "custom": custom}
+    if min_ is not None:
+        defaults["min"] = min_
+    if max_ is not None:
+        defaults["max"] = max_
+    if thresholds:
+        custom["thresholdsStyle"] = {"mode": "dashed"}
+        defaults["thresholds"] = {"mode": "absolute", "steps": [{"color": "transparent", "value": None}] + [
+            {"color": c, "value": v} for v, c in thresholds]}
+    return {
+        "type": "timeseries", "title": title, "description": desc, "datasource": DS,
+        "targets": refs(targets),
+        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
+        "options": {"legend": {"displayMode": "table", "placement": "bottom", "showLegend": True,
+                               "calcs": ["lastNotNull", "max"]},
+                    "tooltip": {"mode": "multi", "sort": "desc"}},
+    }
+
+
+def stat(title: str, desc: str, expr: str, unit: str = "short", *, thresholds: list[tuple[float, str]] | None = None,
+         decimals: int | None = None) -> dict:
+    steps = [{"color": "green", "value": None}] + [{"color": c, "value": v} for v, c in (thresholds or [])]
+    defaults: dict = {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}}
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    return {
+        "type": "stat", "title": title, "description": desc, "datasource": DS,
+        "targets": refs([target(expr, instant=True)]),
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                    "colorMode": "value", "graphMode": "none", "textMode": "auto", "justifyMode": "auto"},
+    }
+
+
+def table(title: str, desc: str, targets: list[dict], *, exclude: list[str], rename: dict[str, str],
+          units: dict[str, str] | None = None, merge: bool = False) -> dict:
+    transformations: list[dict] = []
+    if merge:
+        transformations.append({"id": "merge", "options": {}})
+    transformations.append({"id": "organize", "options": {
+        "excludeByName": {k: True for k in exclude}, "renameByName": rename, "indexByName": {}}})
+    overrides = [{"matcher": {"id": "byName", "options": name},
+                  "properties": [{"id": "unit", "value": unit}]} for name, unit in (units or {}).items()]
+    return {
+        "type": "table", "title": title, "description": desc, "datasource": DS,
+        "targets": refs(targets),
+        "transformations": transformations,
+        "fieldConfig": {"defaults": {"custom": {"align": "auto", "filterable": True}}, "overrides": overrides},
+        "options": {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}},
+    }
+
+
+def by_name(name: str, props: dict) -> dict:
+    return {"matcher": {"id": "byName", "options": name},
+            "properties": [{"id": k, "value": v} for k, v in props.items()]}
+
+
+def by_regex(rx: str, props: dict) -> dict:
+    return {"matcher": {"id": "byRegexp", "options": rx},
+            "properties": [{"id": k, "value": v} for k, v in props.items()]}
+
+
+def variables(with_gpu: bool) -> list[dict]:
+    out = [{
+        "name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+        "current": {}, "hide": 0, "refresh": 1, "regex": "", "includeAll": False, "multi": False,
+    }]
+    if with_gpu:
+        out.append(query_var("node", "Node", "label_values(carma_gpu_memory_total_bytes, node)"))
+        out.append(query_var("gpu", "GPU", 'label_values(carma_gpu_memory_total_bytes{node=~"$node"}, gpu)'))
+    return out
+
+
+def query_var(name: str, label: str, query: str) -> dict:
+    return {
+        "name": name, "label": label, "type": "query", "datasource": DS,
+        "query": {"query": query, "refId": f"{name}-var"}, "definition": query,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "includeAll": True, "allValue": ".*", "multi": True, "refresh": 2, "sort": 3, "hide": 0,
+        "regex": "", "options": [],
+    }
+
+
+def dashboard(uid: str, title: str, desc: str, panels: list[dict], with_gpu: bool, links: list[dict]) -> dict:
+    return {
+        "uid": uid, "title": title, "description": desc, "tags": ["carma", "gpu", "kubernetes"],
+        "editable": True, "graphTooltip": 1, "schemaVersion": 39, "version": 1, "refresh": "30s",
+        "time": {"from": "now-3h", "to": "now"}, "timepicker": {}, "timezone": "browser",
+        "fiscalYearStartMonth": 0, "liveNow": False, "weekStart": "",
+        "annotations": {"list": [{
+            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
+            "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "links": links,
+        "templating": {"list": variables(with_gpu)},
+        "panels": panels,
+    }
+
+
+def link(title: str, uid: str) -> dict:
+    return {"title": title, "type": "link", "url": f"/d/{uid}", "icon": "dashboard", "keepTime": True,
+            "includeVars": False, "asDropdown": False, "tags": [], "targetBlank": False, "tooltip": ""}
+
+
+# --------------------------------------------------------------------------------------------------
+def collocation() -> dict:
+    L = Layout()
+    L.row("Overview")
+    L.add(stat("GPUs", "Physical GPUs advertised by carma device plugins on the selected nodes.",
+               f"count(carma_gpu_memory_total_bytes{{{GPU_SEL}}})"), 4, 4)
+    L.add(stat("Pods on GPUs", "Pods placed by carma on the selected GPUs (a pod on 2 GPUs counts twice).",
+               f"sum(carma_gpu_pods{{{GPU_SEL}}})"), 4, 4)
+    L.add(stat("Shared GPUs", "GPUs running more than one pod right now.",
+               f"sum(carma_gpu_pods{{{GPU_SEL}}} > bool 1)"), 4, 4)
+    L.add(stat("Memory reserved", "Reserved GPU memory (estimates or overrides of placed pods) over total.",
+               f"sum(carma_gpu_memory_reserved_bytes{{{GPU_SEL}}}) / sum(carma_gpu_memory_total_bytes{{{GPU_SEL}}})",
+               "percentunit", thresholds=[(0.8, "orange"), (0.95, "red")]), 4, 4)
+    L.add(stat("Unhealthy GPUs", "GPUs the device plugin reports unhealthy (withdrawn from kubelet).",
+               f"sum(1 - carma_gpu_healthy{{{GPU_SEL}}})", thresholds=[(1, "red")]), 4, 4)
+    L.add(stat("OOM recoveries", "TrainingTask attempts that crashed out of GPU memory and were requeued "
+               "with a larger reservation, in the selected time range (all nodes).",
+               "sum(increase(carma_operator_oom_recoveries_total[$__range]))", decimals=0,
+               thresholds=[(1, "orange"), (5, "red")]), 4, 4)
+
+    L.row("Which pods share each GPU")
+    L.add(timeseries("Pods sharing each GPU", "Number of pods running on each GPU (carma_gpu_pods). "
+                     "Above 1 the GPU is collocated.",
+                     [target(f"carma_gpu_pods{{{GPU_SEL}}}", "{{node}} GPU {{gpu}}")], "short", min_=0,
+                     draw="line"), 10, 9)
+    L.add(table("Pods per GPU", "Every pod carma placed, the GPU it runs on, and its reserved and observed "
+                "GPU memory (device-plugin per-pod metrics). Reserved − used is the estimator's margin.",
+                [target(f"max by (node, gpu, uuid, namespace, pod) (carma_pod_gpu_info{{{GPU_SEL}}})", instant=True, fmt="table"),
+                 target(f"max by (node, uuid, namespace, pod) (carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}})", instant=True, fmt="table"),
+                 target(f"max by (node, uuid, namespace, pod) (carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}})", instant=True, fmt="table")],
+                exclude=["Time", "Value #A"],
+                rename={"node": "Node", "gpu": "GPU", "uuid": "UUID", "namespace": "Namespace", "pod": "Pod",
+                        "Value #B": "Reserved", "Value #C": "Used"},
+                units={"Reserved": "bytes", "Used": "bytes"}, merge=True), 14, 9)
+
+    L.row("Memory")
+    L.add(timeseries("Reserved vs used memory per GPU",
+                     "Total, reserved (sum of placed pods' reservations) and used (telemetry) memory per GPU. "
+                     "Used above reserved means a pod uses more than carma reserved for it.",
+                     [target(f"carma_gpu_memory_total_bytes{{{GPU_SEL}}}", "total {{node}}/{{gpu}}"),
+                      target(f"carma_gpu_memory_reserved_bytes{{{GPU_SEL}}}", "reserved {{node}}/{{gpu}}"),
+                      target(f"carma_gpu_memory_used_bytes{{{GPU_SEL}}}", "used {{node}}/{{gpu}}")],
+                     "bytes", min_=0,
+                     overrides=[by_regex("^total .*", {"custom.lineStyle": {"fill": "dash", "dash": [10, 10]},
+                                                       "custom.fillOpacity": 0})]), 12, 9)
+    L.add(timeseries("Estimator error per pod (reserved − observed)",
+                     "Per pod: reserved GPU memory minus the memory it is observed to use. Negative means the "
+                     "estimate was too low (out-of-memory risk for the pod and its neighbours); large positive "
+                     "values waste shareable memory.",
+                     [target(f"carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}} - on (node, namespace, pod, uuid) "
+                             f"carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}}", "{{namespace}}/{{pod}}")],
+                     "bytes", thresholds=[(0, "red")]), 12, 9)
+    L.add(timeseries("Memory headroom per GPU",
+                     "Free memory carma may still place into: total − used − telemetry reserve (512 MiB). "
+                     "A GPU needs reservation + margin (2 GiB) free for another pod.",
+                     [target(f"carma_gpu_memory_total_bytes{{{GPU_SEL}}} - carma_gpu_memory_used_bytes{{{GPU_SEL}}} - 512 * 1024 * 1024",
+                             "{{node}}/{{gpu}}")], "bytes", thresholds=[(2 * 1024 ** 3, "orange")]), 12, 8)
+    L.add(stat("Underestimated pods", "Pods whose observed GPU memory exceeds their reservation right now.",
+               f"sum((carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}} - on (node, namespace, pod, uuid) "
+               f"carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}}) < bool 0)", thresholds=[(1, "red")]), 6, 8)
+    L.add(stat("Mean estimator margin", "Average reserved − observed memory over the pods on the selected nodes.",
+               f"avg(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}} - on (node, namespace, pod, uuid) "
+               f"carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}})", "bytes"), 6, 8)
+
+    L.row("SM activity against the cap")
+    L.add(timeseries("SM activity risk score vs cap",
+                     "CARMA risk score of SM activity (0.2·mean + 0.3·median + 0.3·p95 + 0.2·EMA over 30 "
+                     "samples) per GPU, and the cap: a GPU at or above the cap takes no new pod when its SM "
+                     "occupancy or DRAM activity is also high.",
+                     [target(f"carma_gpu_sm_activity_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}"),
+                      target(f"max(carma_gpu_sm_activity_cap_ratio{{{NODE_SEL}}})", "cap")],
+                     "percentunit", min_=0, max_=1,
+                     overrides=[by_name("cap", {"color": {"mode": "fixed", "fixedColor": "red"},
+                                                "custom.lineStyle": {"fill": "dash", "dash": [10, 10]},
+                                                "custom.fillOpacity": 0, "custom.lineWidth": 2})]), 12, 9)
+    L.add(timeseries("SM activity (last sample)",
+                     "Last SM-activity sample per GPU, with its source (dcgm, gpm, nvml-util fallback, "
+                     "simulated). nvml-util is kernel time, not SM activity: treat it as an upper bound.",
+                     [target(f"carma_gpu_sm_activity_ratio{{{GPU_SEL}}}", "{{node}}/{{gpu}} ({{source}})")],
+                     "percentunit", min_=0, max_=1), 12, 9)
+    L.add(timeseries("SM occupancy risk score", "Second gate input: SM occupancy risk score (threshold 0.45).",
+                     [target(f"carma_gpu_sm_occupancy_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}")],
+                     "percentunit", min_=0, max_=1, thresholds=[(0.45, "orange")]), 12, 8)
+    L.add(timeseries("DRAM activity risk score", "Third gate input: DRAM activity risk score (threshold 0.40).",
+                     [target(f"carma_gpu_dram_activity_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}")],
+                     "percentunit", min_=0, max_=1, thresholds=[(0.40, "orange")]), 12, 8)
+    L.add(timeseries("SM occupancy and DRAM activity (last sample)", "Last samples of the two gate inputs.",
+                     [target(f"carma_gpu_sm_occupancy_ratio{{{GPU_SEL}}}", "occupancy {{node}}/{{gpu}}"),
+                      target(f"carma_gpu_dram_activity_ratio{{{GPU_SEL}}}", "dram {{node}}/{{gpu}}")],
+                     "percentunit", min_=0, max_=1), 24, 8)
+
+    L.row("Power and energy")
+    L.add(timeseries("Power per GPU", "Power draw per GPU.",
+                     [target(f"carma_gpu_power_watts{{{GPU_SEL}}}", "{{node}}/{{gpu}}")], "watt", min_=0), 12, 8)
+    L.add(timeseries("Energy per GPU", "Energy used per GPU in each interval (from the energy counter).",
+                     [target(f"increase(carma_gpu_energy_joules_total{{{GPU_SEL}}}[$__rate_interval])",
+                             "{{node}}/{{gpu}}")], "joule", min_=0, draw="bars", stack=True), 6, 8)
+    L.add(stat("Energy in range", "GPU energy on the selected GPUs over the selected time range.",
+               f"sum(increase(carma_gpu_energy_joules_total{{{GPU_SEL}}}[$__range])) / 3.6e6", "kwatth"), 6, 8)
+
+    L.row("Telemetry and recovery")
+    L.add(timeseries("Telemetry age per node", "Seconds since each device plugin's last GPU sample. Above "
+                     "60 s placement runs on stale figures (alert CarmaTelemetryStale).",
+                     [target(f"time() - carma_telemetry_last_sample_timestamp_seconds{{{NODE_SEL}}}", "{{node}}")],
+                     "s", min_=0, thresholds=[(60, "red")]), 8, 8)
+    L.add(timeseries("GPU health", "1 = healthy, 0 = unhealthy (replicas withdrawn).",
+                     [target(f"carma_gpu_healthy{{{GPU_SEL}}}", "{{node}}/{{gpu}}")], "short", min_=0, max_=1),
+          8, 8)
+    L.add(timeseries("OOM recoveries", "Out-of-memory crashes requeued by the operator per interval.",
+                     [target("sum(increase(carma_operator_oom_recoveries_total[$__rate_interval]))", "OOM recoveries")],
+                     "short", min_=0, draw="bars"), 8, 8)
+    return dashboard("carma-gpu-collocation", "carma / GPU collocation",
+                     "Per-GPU collocation: which pods share each GPU, reserved vs used memory, SM activity "
+                     "against the cap, power and energy, estimator error and OOM recoveries.",
+                     L.panels, True, [link("carma / scheduling and recovery", "carma-control-plane")])
+
+
+def control_plane() -> dict:
+    L = Layout()
+    L.row("Scheduler extender")
+    L.add(timeseries("Extender requests by verb and outcome", "kube-scheduler calls to the carma extender.",
+                     [target("sum by (verb, outcome) (rate(carma_extender_requests_total[$__rate_interval]))",
+                             "{{verb}} {{outcome}}")], "reqps", min_=0), 12, 8)
+    L.add(timeseries("Extender latency (p50, p99)", "Latency of filter, prioritize and bind as the extender "
+                     "measures it. kube-scheduler's httpTimeout (5 s by default) bounds it; p99 above 1 s alerts.",
+                     [target("histogram_quantile(0.99, sum by (le, verb) (rate(carma_extender_request_duration_seconds_bucket[$__rate_interval])))",
+                             "p99 {{verb}}"),
+                      target("histogram_quantile(0.5, sum by (le, verb) (rate(carma_extender_request_duration_seconds_bucket[$__rate_interval])))",
+                             "p50 {{verb}}")], "s", min_=0, thresholds=[(1, "red")]), 12, 8)
+    L.add(timeseries("Mean extender latency", "Mean latency per verb.",
+                     [target("sum by (verb) (rate(carma_extender_request_duration_seconds_sum[$__rate_interval])) / "
+                             "sum by (verb) (rate(carma_extender_request_duration_seconds_count[$__rate_interval]))",
+                             "{{verb}}")], "s", min_=0), 8, 8)
+    L.add(timeseries("Node rejections by reason", "Why filter rejected nodes (memory, utilization gate, "
+                     "settling GPU, malformed annotation, ...).",
+                     [target("sum by (reason) (increase(carma_extender_rejections_total[$__rate_interval]))",
+                             "{{reason}}")], "short", min_=0, draw="bars", stack=True), 8, 8)
+    L.add(timeseries("Reservations by source", "Where each pod's memory reservation came from (GPUMemNet "
+                     "estimate, analytic fallback, user override, whole GPU).",
+                     [target("sum by (source) (increase(carma_extender_reservations_total[$__rate_interval]))",
+                             "{{source}}")], "short", min_=0, draw="bars", stack=True), 8, 8)
+    L.add(timeseries("Placements in flight", "Pods bound by the extender whose memory does not show in "
+                     "telemetry yet (their GPUs take no other pod meanwhile).",
+                     [target("sum(carma_extender_placements_in_flight)", "in flight")], "short", min_=0), 12, 8)
+    L.add(timeseries("Binds by result", "Bind calls: GPU choice, annotations and Binding creation.",
+                     [target("sum by (result) (increase(carma_extender_binds_total[$__rate_interval]))",
+                             "{{result}}")], "short", min_=0, draw="bars", stack=True), 12, 8)
+
+    L.row("Operator and recovery")
+    L.add(timeseries("TrainingTasks by phase", "TrainingTasks per phase (Pending, Running, Recovering, "
+                     "Succeeded, Failed).",
+                     [target("sum by (phase) (carma_operator_tasks)", "{{phase}}")], "short", min_=0,
+                     stack=True), 12, 8)
+    L.add(timeseries("Attempts by outcome", "Finished attempts per outcome.",
+                     [target("sum by (outcome) (increase(carma_operator_attempts_total[$__rate_interval]))",
+                             "{{outcome}}")], "short", min_=0, draw="bars", stack=True), 12, 8)
+    L.add(timeseries("OOM recoveries", "Attempts that crashed out of GPU memory and were requeued.",
+                     [target("sum(increase(carma_operator_oom_recoveries_total[$__rate_interval]))", "OOM recoveries")],
+                     "short", min_=0, draw="bars"), 8, 8)
+    L.add(timeseries("Recovery duration (p50, p90)", "Time from an OOM crash to the next attempt running.",
+                     [target("histogram_quantile(0.9, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket[$__rate_interval])))", "p90"),
+                      target("histogram_quantile(0.5, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket[$__rate_interval])))", "p50")],
+                     "s", min_=0), 8, 8)
+    L.add(timeseries("Reconcile errors", "Operator reconcile errors per second, by kind.",
+                     [target("sum by (kind) (rate(carma_operator_reconcile_errors_total[$__rate_interval]))",
+                             "{{kind}}")], "ops", min_=0), 8, 8)
+    return dashboard("carma-control-plane", "carma / scheduling and recovery",
+                     "The carma scheduler extender (requests, latency, rejections, reservations, binds) and "
+                     "the TrainingTask operator (phases, attempts, OOM recoveries).",
+                     L.panels, False, [link("carma / GPU collocation", "carma-gpu-collocation")])
+
+
+DASHBOARDS = {"carma-gpu-collocation.json": collocation, "carma-control-plane.json": control_plane}
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    bad = 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, fn in DASHBOARDS.items():
+        text = json.dumps(fn(), indent=2, sort_keys=False) + "\n"
+        path = OUT / name
+        if check:
+            if not path.exists() or path.read_text() != text:
+                print(f"DRIFT: deploy/grafana/{name} is not tools/gen-dashboards.py's output", file=sys.stderr)
+                bad = 1
+            else:
+                print(f"ok: deploy/grafana/{name} matches tools/gen-dashboards.py")
+        else:
+            path.write_text(text)
+            print(f"gen-dashboards: wrote deploy/grafana/{name}")
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main())
