@@ -1,1 +1,20 @@
-//! placeholder
+//! `carma-api`: the Kubernetes face of carma.
+//!
+//! * [`names`] — API group, resource, annotation, label and scheduler names.
+//! * [`annotations`] — reading and writing the pod annotations the parts share.
+//! * [`training_task`] — the `TrainingTask` custom resource.
+//! * [`gpu_node`] — the `GpuNode` custom resource the device plugin publishes.
+//! * [`crds`] — the generated CustomResourceDefinitions.
+
+pub mod annotations;
+pub mod crds;
+pub mod gpu_node;
+pub mod names;
+pub mod training_task;
+
+pub use annotations::{AnnotationError, Assignment, EstimateAnnotation, PodRequest};
+pub use gpu_node::{GpuNode, GpuNodeSpec, GpuNodeStatus, GpuPodStatus, GpuStatus};
+pub use training_task::{
+    AttemptOutcomeKind, AttemptStatus, EstimateStatus, PlacementPolicy, RecoverySpec, TaskCondition,
+    TaskPhase, TrainingTask, TrainingTaskSpec, TrainingTaskStatus,
+};

@@ -55,7 +55,7 @@ P_DP=$(free_port); P_EX=$(free_port); P_OP=$(free_port); P_PROM=$(free_port)
 # No cluster: make sure nothing reaches a real API server from this machine.
 export KUBECONFIG="$tmp/no-kubeconfig"
 unset KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT
-export RUST_LOG="${RUST_LOG:-info}"
+export CARMA_LOG="${CARMA_LOG:-info}"
 
 wait_http() { # wait_http <url> <seconds> <pid>
   local end=$((SECONDS + $2))

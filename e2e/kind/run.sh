@@ -153,7 +153,7 @@ pass "e2e-fits: one attempt (pod $fits_pod)"
 oom=$(k -n "$TEST_NS" get tt e2e-oom -o json)
 n_att=$(jq '.status.attempts | length' <<<"$oom")
 ((n_att >= 2)) || die "e2e-oom: expected a recovery attempt, got $n_att attempt(s)"
-jq -e '.status.attempts[0].outcome | test("oom"; "i")' <<<"$oom" >/dev/null \
+jq -e '.status.attempts[0].outcome == "GpuOutOfMemory"' <<<"$oom" >/dev/null \
   || die "e2e-oom: first attempt not recorded as an OOM: $(jq -c '.status.attempts[0]' <<<"$oom")"
 first_mib=$(jq '.status.attempts[0].reservedMiB' <<<"$oom")
 last_mib=$(jq '.status.attempts[-1].reservedMiB' <<<"$oom")

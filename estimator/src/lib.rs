@@ -1,1 +1,51 @@
-//! placeholder
+//! `carma-estimator`: GPU memory estimates for training jobs with GPUMemNet.
+//!
+//! carma reserves GPU memory for each job it places. This crate turns a
+//! description of the job's model — the `carma.io/model-profile` annotation
+//! ([`parse_profile`]) or a `torchsummary` table ([`parse_torchsummary`]) — into a
+//! reservation:
+//!
+//! * families with a trained model (MLP today) go through a GPUMemNet ensemble
+//!   (ONNX, compiled into the binary, run by tract-onnx) that predicts a memory
+//!   class; the reservation is the class's upper edge, chosen with a safe-side
+//!   rule that prefers the higher class when the model is unsure;
+//! * other families (CNN and Transformer until their datasets exist), and profiles
+//!   beyond a model's training range, get the [analytic upper bound](analytic).
+//!
+//! ```
+//! use carma_estimator::{Estimator, EstimateSource, parse_profile};
+//!
+//! let estimator = Estimator::new()?; // loaded once per process, cheap to clone
+//! let profile = parse_profile(
+//!     r#"{"family":"mlp","batchSize":256,"parameters":2000000,"activations":6000,
+//!         "depth":5,"activation":"ReLU","layers":{"linear":5}}"#,
+//! )?;
+//! let e = estimator.estimate(&profile)?;
+//! assert_eq!(e.source, EstimateSource::GpumemnetMlp);
+//! assert_eq!(e.mib, 2000);
+//! assert_eq!(e.class, "(1000,2000]");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The models, their model card and the training pipeline live in
+//! `estimator/models/` and `estimator/training/`.
+
+pub mod analytic;
+mod estimator;
+mod evaluate;
+pub mod features;
+mod model;
+mod profile;
+mod summary;
+
+pub use analytic::analytic_upper_bound_mib;
+pub use estimator::{
+    EMBEDDED_MODELS, Estimate, EstimateError, EstimateSource, Estimator, EstimatorError,
+    ModelParts,
+};
+pub use evaluate::{
+    ClassRecall, EvaluateError, Evaluation, LabelledRow, evaluate, evaluate_csv, read_mlp_csv,
+};
+pub use model::{ClassSpec, DecisionRule, Model, ModelError, ModelMeta};
+pub use profile::{Family, FamilyParseError, Layers, Profile, ProfileError, parse_profile};
+pub use summary::{SummaryError, parse_torchsummary};

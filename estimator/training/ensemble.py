@@ -69,7 +69,7 @@ class EnsembleConfig:
     """Hyper-parameters (chosen on the 3-fold CV split; see the model card)."""
 
     hidden: list[tuple[int, ...]] = field(
-        default_factory=lambda: [(8,), (8, 4), (8, 4, 4), (8, 4, 4, 4)])
+        default_factory=lambda: [(8,), (8, 4), (8, 4, 4), (8, 4, 4, 4)] * 2)
     alpha: float = 3.0  # L2 penalty; strong regularisation calibrates the probabilities
     max_iter: int = 3000
     tol: float = 1e-7

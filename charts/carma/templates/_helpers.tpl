@@ -70,10 +70,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* Environment shared by every carma component. */}}
 {{- define "carma.commonEnv" -}}
-- name: RUST_LOG
+- name: CARMA_LOG
   value: {{ .Values.logLevel | quote }}
-- name: CARMA_LOG_FORMAT
-  value: {{ .Values.logFormat | quote }}
 - name: POD_NAME
   valueFrom:
     fieldRef:

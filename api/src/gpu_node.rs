@@ -1,0 +1,158 @@
+//! The `GpuNode` custom resource: one per GPU node, written by its device plugin.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Per-GPU inventory and telemetry of one node, published by carma's device plugin.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "carma.io",
+    version = "v1alpha1",
+    kind = "GpuNode",
+    status = "GpuNodeStatus",
+    shortname = "gn",
+    category = "carma",
+    doc = "Per-GPU inventory and telemetry of one node, published by carma's device plugin.",
+    printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpuCount", description = "GPUs on the node"),
+    printcolumn(name = "Pods", type_ = "integer", json_path = ".status.podCount", description = "carma pods on the node's GPUs"),
+    printcolumn(name = "Summary", type_ = "string", json_path = ".status.summary", description = "Per-GPU memory use and SM activity"),
+    printcolumn(name = "Backend", type_ = "string", json_path = ".spec.backend", description = "Telemetry backend"),
+    printcolumn(name = "Updated", type_ = "date", json_path = ".status.updatedAt", description = "Last publication")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuNodeSpec {
+    /// Telemetry backend of the device plugin: nvml, dcgm or simulated.
+    #[serde(default)]
+    pub backend: String,
+    /// Replicas advertised per GPU as carma.io/gpu.
+    #[serde(default)]
+    pub replicas_per_gpu: u32,
+    /// Whether MPS memory and thread limits are applied to containers.
+    #[serde(default)]
+    pub mps: bool,
+}
+
+/// Observed state of a node's GPUs.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuNodeStatus {
+    /// GPUs in index order.
+    #[serde(default)]
+    pub gpus: Vec<GpuStatus>,
+    /// Number of GPUs.
+    #[serde(default)]
+    pub gpu_count: u32,
+    /// Number of carma pods on the node's GPUs.
+    #[serde(default)]
+    pub pod_count: u32,
+    /// One-line summary, e.g. "0:12/40GiB 35% 1:idle".
+    #[serde(default)]
+    pub summary: String,
+    /// When the status was published (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+/// One GPU's inventory and telemetry.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuStatus {
+    /// Index on the node.
+    pub index: u32,
+    /// NVIDIA UUID.
+    pub uuid: String,
+    /// Product name.
+    #[serde(default)]
+    pub model: String,
+    /// Total memory in MiB.
+    #[serde(rename = "memoryTotalMiB")]
+    pub memory_total_mib: u64,
+    /// Free memory in MiB (latest sample).
+    #[serde(rename = "memoryFreeMiB")]
+    pub memory_free_mib: u64,
+    /// SM activity risk score 0..1 over the sample window; absent until the window fills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_activity: Option<f64>,
+    /// SM occupancy risk score 0..1; absent until the window fills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_occupancy: Option<f64>,
+    /// DRAM activity risk score 0..1; absent until the window fills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dram_activity: Option<f64>,
+    /// Where the activity figures come from: dcgm, gpm, nvml-util (fallback) or simulated.
+    #[serde(default)]
+    pub activity_source: String,
+    /// Power draw in watts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_watts: Option<f64>,
+    /// Energy since driver load in joules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_joules: Option<f64>,
+    /// Whether the GPU is healthy.
+    #[serde(default = "yes")]
+    pub healthy: bool,
+    /// Why it is unhealthy, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_reason: Option<String>,
+    /// Compute processes on the GPU (MPS daemon excluded).
+    #[serde(default)]
+    pub processes: u32,
+    /// carma pods on the GPU.
+    #[serde(default)]
+    pub pods: Vec<GpuPodStatus>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A pod on a GPU.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuPodStatus {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    #[serde(default)]
+    pub uid: String,
+    /// Reserved MiB on this GPU.
+    #[serde(default, rename = "reservedMiB")]
+    pub reserved_mib: u64,
+    /// Memory the pod's processes use on this GPU, when attributed (MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "observedMiB")]
+    pub observed_mib: Option<u64>,
+}
+
+impl GpuStatus {
+    /// The scheduler's view of this GPU.
+    pub fn to_core(&self) -> carma_core::Gpu {
+        carma_core::Gpu {
+            uuid: self.uuid.clone(),
+            index: self.index,
+            model: self.model.clone(),
+            memory_total_mib: self.memory_total_mib,
+            memory_free_mib: self.memory_free_mib,
+            sm_activity: self.sm_activity,
+            sm_occupancy: self.sm_occupancy,
+            dram_activity: self.dram_activity,
+            healthy: self.healthy,
+            processes: self.processes,
+        }
+    }
+}
+
+impl GpuNode {
+    /// The scheduler's view of this node.
+    pub fn to_core(&self) -> carma_core::Node {
+        let name = self.metadata.name.clone().unwrap_or_default();
+        let gpus = self
+            .status
+            .as_ref()
+            .map(|s| s.gpus.iter().map(GpuStatus::to_core).collect())
+            .unwrap_or_default();
+        carma_core::Node { name, gpus }
+    }
+}

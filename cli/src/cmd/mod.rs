@@ -1,0 +1,55 @@
+//! One module per subcommand. Each exposes its clap arguments and a `run`
+//! function returning the process exit code.
+
+pub mod crds;
+pub mod device_plugin;
+pub mod estimate;
+pub mod operator;
+pub mod scheduler_extender;
+pub mod simulate;
+
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use tracing_subscriber::EnvFilter;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Install the tracing subscriber (logs go to stderr).
+pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_new(filter)
+        .map_err(|e| anyhow::anyhow!("invalid --log filter {filter:?}: {e}"))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+/// Exit code for bad input (malformed files, flags, annotations).
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// Exit code and message of a part whose issue has not landed yet.
+pub fn not_landed(part: &str, issue: u32) -> anyhow::Result<ExitCode> {
+    eprintln!(
+        "carma {part}: not implemented yet (tracked in issue #{issue}); this subcommand does nothing rather than pretend"
+    );
+    Ok(ExitCode::from(3))
+}
+
+/// A tokio runtime for the long-running parts.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}

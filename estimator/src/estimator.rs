@@ -1,0 +1,296 @@
+//! The estimator: profile in, memory reservation out.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
+
+use crate::analytic::analytic_upper_bound_mib;
+use crate::model::{Model, ModelError};
+use crate::profile::{Family, Profile, ProfileError};
+
+/// An ONNX model and its sidecar, as bytes (see [`Estimator::from_parts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ModelParts<'a> {
+    /// The family the model serves.
+    pub family: Family,
+    /// The ONNX graph.
+    pub onnx: &'a [u8],
+    /// The JSON sidecar (`gpumemnet-<family>.json`).
+    pub sidecar: &'a str,
+}
+
+/// The models compiled into the binary (`estimator/models/`). CNN and Transformer
+/// join this list once their datasets exist and `estimator/training/train.py`
+/// has produced their ONNX files.
+pub const EMBEDDED_MODELS: &[ModelParts<'static>] = &[ModelParts {
+    family: Family::Mlp,
+    onnx: include_bytes!("../models/gpumemnet-mlp.onnx"),
+    sidecar: include_str!("../models/gpumemnet-mlp.json"),
+}];
+
+/// Where an estimate's reservation comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EstimateSource {
+    /// The GPUMemNet MLP-family model (`gpumemnet-mlp`).
+    GpumemnetMlp,
+    /// The GPUMemNet CNN-family model (`gpumemnet-cnn`).
+    GpumemnetCnn,
+    /// The GPUMemNet Transformer-family model (`gpumemnet-transformer`).
+    GpumemnetTransformer,
+    /// The analytic upper bound (`analytic-upper-bound`): no model for the family,
+    /// or the profile lies beyond the model's training range.
+    AnalyticUpperBound,
+}
+
+impl EstimateSource {
+    /// The model source for a family.
+    pub fn model(family: Family) -> Self {
+        match family {
+            Family::Mlp => EstimateSource::GpumemnetMlp,
+            Family::Cnn => EstimateSource::GpumemnetCnn,
+            Family::Transformer => EstimateSource::GpumemnetTransformer,
+        }
+    }
+
+    /// The kebab-case name, as serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EstimateSource::GpumemnetMlp => "gpumemnet-mlp",
+            EstimateSource::GpumemnetCnn => "gpumemnet-cnn",
+            EstimateSource::GpumemnetTransformer => "gpumemnet-transformer",
+            EstimateSource::AnalyticUpperBound => "analytic-upper-bound",
+        }
+    }
+}
+
+impl fmt::Display for EstimateSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A memory estimate for one training job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// The per-GPU reservation in MiB: the chosen class's upper edge, or the
+    /// analytic upper bound (see [`EstimateSource`]).
+    pub mib: u64,
+    /// The chosen class's label (e.g. `(1000,2000]`); for the analytic bound
+    /// `(0,<mib>]`.
+    pub class: String,
+    /// The model's class probabilities, lowest class first; empty when no model ran.
+    pub probabilities: Vec<f32>,
+    /// Where `mib` comes from.
+    pub source: EstimateSource,
+}
+
+/// Why an [`Estimator`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum EstimatorError {
+    /// A model failed to load or does not match its sidecar.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// Two models were given for one family.
+    #[error("two models given for family {0}")]
+    DuplicateFamily(Family),
+}
+
+/// Why one estimate failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EstimateError {
+    /// The profile is unusable (the error names the key).
+    #[error(transparent)]
+    InvalidProfile(#[from] ProfileError),
+    /// tract failed to run the model (should not happen with a checked model).
+    #[error("inference failed for family {family}: {message}")]
+    Inference {
+        /// The family.
+        family: Family,
+        /// tract's error chain.
+        message: String,
+    },
+}
+
+#[derive(Debug)]
+struct Inner {
+    models: [Option<Model>; 3],
+}
+
+/// GPUMemNet estimator: one loaded model per trained family, the analytic upper
+/// bound for the others. Cheap to clone (an `Arc`), `Send + Sync`: build it once
+/// and share it across threads.
+#[derive(Debug, Clone)]
+pub struct Estimator {
+    inner: Arc<Inner>,
+}
+
+fn slot(f: Family) -> usize {
+    match f {
+        Family::Mlp => 0,
+        Family::Cnn => 1,
+        Family::Transformer => 2,
+    }
+}
+
+static DEFAULT: OnceLock<Estimator> = OnceLock::new();
+
+impl Estimator {
+    /// The estimator with the models compiled into the binary ([`EMBEDDED_MODELS`]).
+    /// Loaded once per process (a few milliseconds) and shared afterwards; a
+    /// failed load is returned, not cached.
+    pub fn new() -> Result<Estimator, EstimatorError> {
+        if let Some(e) = DEFAULT.get() {
+            return Ok(e.clone());
+        }
+        let loaded = Estimator::from_parts(EMBEDDED_MODELS)?;
+        Ok(DEFAULT.get_or_init(|| loaded).clone())
+    }
+
+    /// An estimator with the given models (and the analytic bound for every other
+    /// family). Each model's input width must equal its sidecar's feature count.
+    pub fn from_parts(parts: &[ModelParts<'_>]) -> Result<Estimator, EstimatorError> {
+        let mut models: [Option<Model>; 3] = [None, None, None];
+        for p in parts {
+            let s = &mut models[slot(p.family)];
+            if s.is_some() {
+                return Err(EstimatorError::DuplicateFamily(p.family));
+            }
+            *s = Some(Model::load(p.family, p.onnx, p.sidecar)?);
+        }
+        Ok(Estimator { inner: Arc::new(Inner { models }) })
+    }
+
+    /// The loaded model for `family`, if one was trained.
+    pub fn model(&self, family: Family) -> Option<&Model> {
+        self.inner.models[slot(family)].as_ref()
+    }
+
+    /// Estimates the GPU memory reservation for one job.
+    pub fn estimate(&self, p: &Profile) -> Result<Estimate, EstimateError> {
+        p.validate()?;
+        let Some(model) = self.model(p.family) else {
+            return Ok(analytic(p, Vec::new()));
+        };
+        let mut row = Vec::with_capacity(model.meta().features.len());
+        model.features_into(p, &mut row);
+        let probabilities = model.probabilities(&row).map_err(|e| inference(p.family, e))?;
+        Ok(decide(model, p, probabilities))
+    }
+
+    /// Estimates many jobs with one model call per family; the result has one
+    /// entry per profile, in order. Faster than [`Estimator::estimate`] in a loop.
+    pub fn estimate_batch(&self, profiles: &[Profile]) -> Vec<Result<Estimate, EstimateError>> {
+        let mut out: Vec<Option<Result<Estimate, EstimateError>>> =
+            profiles.iter().map(|_| None).collect();
+        for family in Family::ALL {
+            let idx: Vec<usize> = profiles
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.family == family)
+                .map(|(i, _)| i)
+                .collect();
+            if idx.is_empty() {
+                continue;
+            }
+            let mut valid = Vec::with_capacity(idx.len());
+            for &i in &idx {
+                match profiles[i].validate() {
+                    Ok(()) => valid.push(i),
+                    Err(e) => out[i] = Some(Err(e.into())),
+                }
+            }
+            let Some(model) = self.model(family) else {
+                for i in valid {
+                    out[i] = Some(Ok(analytic(&profiles[i], Vec::new())));
+                }
+                continue;
+            };
+            if valid.is_empty() {
+                continue;
+            }
+            let width = model.meta().features.len();
+            let classes = model.meta().classes.len();
+            let mut rows = Vec::with_capacity(valid.len() * width);
+            for &i in &valid {
+                model.features_into(&profiles[i], &mut rows);
+            }
+            match model.probabilities(&rows) {
+                Ok(probs) => {
+                    for (k, &i) in valid.iter().enumerate() {
+                        let pr = probs[k * classes..(k + 1) * classes].to_vec();
+                        out[i] = Some(Ok(decide(model, &profiles[i], pr)));
+                    }
+                }
+                Err(e) => {
+                    let message = format!("{e:#}");
+                    for i in valid {
+                        out[i] = Some(Err(EstimateError::Inference { family, message: message.clone() }));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(EstimateError::Inference {
+                        family: Family::Mlp,
+                        message: "internal: profile left without a result".into(),
+                    })
+                })
+            })
+            .collect()
+    }
+}
+
+fn inference(family: Family, e: tract_onnx::prelude::TractError) -> EstimateError {
+    EstimateError::Inference { family, message: format!("{e:#}") }
+}
+
+fn analytic(p: &Profile, probabilities: Vec<f32>) -> Estimate {
+    let mib = analytic_upper_bound_mib(p);
+    Estimate {
+        mib,
+        class: format!("(0,{mib}]"),
+        probabilities,
+        source: EstimateSource::AnalyticUpperBound,
+    }
+}
+
+/// Applies the decision rule, the open-class rule and the range guard.
+fn decide(model: &Model, p: &Profile, probabilities: Vec<f32>) -> Estimate {
+    let meta = model.meta();
+    if let Some((feature, value, max)) = meta.beyond_training(p) {
+        let class_mib = meta
+            .classes
+            .get(meta.decision.choose(&probabilities))
+            .and_then(|c| c.upper_mib)
+            .unwrap_or(0);
+        let mut e = analytic(p, probabilities);
+        tracing::debug!(
+            family = %p.family,
+            feature,
+            value,
+            training_max = max,
+            "profile beyond the model's training range; using the analytic upper bound"
+        );
+        if class_mib > e.mib {
+            e.mib = class_mib;
+            e.class = format!("(0,{class_mib}]");
+        }
+        return e;
+    }
+    let k = meta.decision.choose(&probabilities);
+    let class = &meta.classes[k.min(meta.classes.len() - 1)];
+    let mib = match class.upper_mib {
+        Some(u) => u,
+        None => analytic_upper_bound_mib(p).max(meta.open_class_min_reservation_mib),
+    };
+    Estimate {
+        mib,
+        class: class.label.clone(),
+        probabilities,
+        source: EstimateSource::model(p.family),
+    }
+}

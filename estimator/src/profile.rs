@@ -1,0 +1,282 @@
+//! The `carma.io/model-profile` annotation: a JSON description of a training job's model.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Model family; each family has its own features and (once trained) its own model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Multi-layer perceptrons (Linear / activation / BatchNorm / Dropout stacks).
+    Mlp,
+    /// Convolutional networks.
+    Cnn,
+    /// Transformer encoders / decoders.
+    Transformer,
+}
+
+impl Family {
+    /// Every family, in a fixed order.
+    pub const ALL: [Family; 3] = [Family::Mlp, Family::Cnn, Family::Transformer];
+
+    /// The lowercase name used in JSON and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Mlp => "mlp",
+            Family::Cnn => "cnn",
+            Family::Transformer => "transformer",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error of [`Family::from_str`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown model family `{0}`; expected one of `mlp`, `cnn`, `transformer`")]
+pub struct FamilyParseError(pub String);
+
+impl FromStr for Family {
+    type Err = FamilyParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "mlp" => Ok(Family::Mlp),
+            "cnn" => Ok(Family::Cnn),
+            "transformer" => Ok(Family::Transformer),
+            _ => Err(FamilyParseError(s.to_string())),
+        }
+    }
+}
+
+/// Layer counts by type (`layers` in the annotation). Absent counts are 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Layers {
+    /// `nn.Linear` layers (not counting attention projections).
+    pub linear: u32,
+    /// `nn.Conv2d` layers.
+    pub conv2d: u32,
+    /// Batch-norm layers (`BatchNorm1d`, `BatchNorm2d`, …).
+    pub batch_norm: u32,
+    /// Dropout layers.
+    pub dropout: u32,
+    /// `nn.LayerNorm` layers.
+    pub layer_norm: u32,
+    /// Attention blocks, counted by their output projection
+    /// (`NonDynamicallyQuantizableLinear` in PyTorch summaries).
+    pub attention: u32,
+    /// `AdaptiveAvgPool*` layers.
+    pub adaptive_avg_pool: u32,
+}
+
+/// The model features of one training job: the `carma.io/model-profile` annotation.
+///
+/// JSON, camelCase, unknown keys rejected. Required: `family`, `batchSize`,
+/// `parameters`, `activations`. Optional: `depth` (derived from `layers` when
+/// absent, see [`Profile::effective_depth`]), `activation` (default `ReLU`),
+/// `layers` (counts default to 0) and `seqLength`.
+///
+/// ```
+/// let p = carma_estimator::parse_profile(
+///     r#"{"family":"mlp","batchSize":128,"parameters":1200000,"activations":4000,
+///         "depth":4,"activation":"GELU","layers":{"linear":4,"dropout":2}}"#,
+/// ).unwrap();
+/// assert_eq!(p.batch_size, 128);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Profile {
+    /// Model family.
+    pub family: Family,
+    /// Training batch size (samples per step).
+    pub batch_size: u32,
+    /// Trainable parameters.
+    pub parameters: u64,
+    /// Activations per sample: the sum of every layer's output size for one sample
+    /// (for transformers: including the sequence dimension).
+    pub activations: u64,
+    /// Depth. MLP: linear layers. CNN: conv2d + batch-norm + dropout +
+    /// adaptive-avg-pool + linear layers. Transformer: linear + attention +
+    /// layer-norm + dropout layers. Derived from `layers` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
+    /// Activation function name (e.g. `ReLU`, `GELU`); default `ReLU`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<String>,
+    /// Layer counts by type.
+    #[serde(default)]
+    pub layers: Layers,
+    /// Sequence length (transformers); used by the analytic bound for attention scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_length: Option<u32>,
+}
+
+impl Profile {
+    /// The depth feature: `depth` when given, else derived from `layers` as documented
+    /// on [`Profile::depth`].
+    pub fn effective_depth(&self) -> u32 {
+        if let Some(d) = self.depth {
+            return d;
+        }
+        let l = &self.layers;
+        match self.family {
+            Family::Mlp => l.linear,
+            Family::Cnn => l
+                .conv2d
+                .saturating_add(l.batch_norm)
+                .saturating_add(l.dropout)
+                .saturating_add(l.adaptive_avg_pool)
+                .saturating_add(l.linear),
+            Family::Transformer => l
+                .linear
+                .saturating_add(l.attention)
+                .saturating_add(l.layer_norm)
+                .saturating_add(l.dropout),
+        }
+    }
+
+    /// The activation function name, `ReLU` when absent.
+    pub fn activation_name(&self) -> &str {
+        self.activation.as_deref().unwrap_or("ReLU")
+    }
+
+    /// Checks the values a valid job must have; errors name the key.
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        let invalid = |key: &str, reason: &str| {
+            Err(ProfileError::Invalid { key: key.to_string(), reason: reason.to_string() })
+        };
+        if self.batch_size == 0 {
+            return invalid("batchSize", "must be at least 1");
+        }
+        if self.parameters == 0 {
+            return invalid("parameters", "must be at least 1");
+        }
+        if self.activations == 0 {
+            return invalid("activations", "must be at least 1");
+        }
+        if self.effective_depth() == 0 {
+            return invalid(
+                "depth",
+                "must be at least 1 (give `depth`, or the layer counts it is derived from)",
+            );
+        }
+        if self.activation.as_deref().is_some_and(|a| a.trim().is_empty()) {
+            return invalid("activation", "must not be empty");
+        }
+        if self.seq_length == Some(0) {
+            return invalid("seqLength", "must be at least 1 when given");
+        }
+        Ok(())
+    }
+}
+
+/// Why a `carma.io/model-profile` annotation was rejected. Every variant names the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileError {
+    /// Not JSON, or not one JSON object.
+    #[error("model profile is not a valid JSON object: {message}")]
+    Syntax {
+        /// serde_json's description, with line and column.
+        message: String,
+    },
+    /// A key the schema does not know.
+    #[error("model profile has unknown key `{key}`{}; expected one of: {expected}", at(path))]
+    UnknownKey {
+        /// The unknown key.
+        key: String,
+        /// Where it occurs (`""` for the top level, `layers` inside `layers`).
+        path: String,
+        /// The keys allowed there.
+        expected: String,
+    },
+    /// A required key is missing.
+    #[error("model profile is missing required key `{key}`{}", at(path))]
+    MissingKey {
+        /// The missing key.
+        key: String,
+        /// The object it is missing from (`""` for the top level).
+        path: String,
+    },
+    /// A key holds a value of the wrong type or an out-of-range number.
+    #[error("model profile key `{key}` has a wrong type or value: {message}")]
+    WrongType {
+        /// Dotted path of the key, e.g. `layers.conv2d`.
+        key: String,
+        /// What was found and what was expected.
+        message: String,
+    },
+    /// Well-formed but unusable (e.g. a zero batch size).
+    #[error("model profile key `{key}` is invalid: {reason}")]
+    Invalid {
+        /// The offending key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn at(path: &str) -> String {
+    if path.is_empty() { String::new() } else { format!(" (in `{path}`)") }
+}
+
+/// Text between the first pair of backticks in a serde message.
+fn quoted(msg: &str) -> Option<&str> {
+    let start = msg.find('`')? + 1;
+    let len = msg[start..].find('`')?;
+    Some(&msg[start..start + len])
+}
+
+/// Parses and validates a `carma.io/model-profile` annotation.
+///
+/// Unknown keys, missing required keys, wrong types and invalid values are
+/// rejected with a [`ProfileError`] that names the key.
+pub fn parse_profile(json: &str) -> Result<Profile, ProfileError> {
+    use serde_json::error::Category;
+
+    let mut de = serde_json::Deserializer::from_str(json);
+    let profile: Profile = match serde_path_to_error::deserialize(&mut de) {
+        Ok(p) => p,
+        Err(e) => {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            let inner = e.into_inner();
+            let message = inner.to_string();
+            return Err(match inner.classify() {
+                Category::Data => {
+                    if message.starts_with("unknown field") {
+                        let key = quoted(&message).unwrap_or("?").to_string();
+                        let expected = message
+                            .split_once("expected ")
+                            .map(|(_, rest)| rest.split(" at line").next().unwrap_or(rest))
+                            .unwrap_or("no other keys")
+                            .to_string();
+                        // path_to_error reports the unknown key itself as the last segment.
+                        let parent = path
+                            .strip_suffix(key.as_str())
+                            .map(|p| p.trim_end_matches('.').to_string())
+                            .unwrap_or(path);
+                        ProfileError::UnknownKey { key, path: parent, expected }
+                    } else if message.starts_with("missing field") {
+                        let key = quoted(&message).unwrap_or("?").to_string();
+                        ProfileError::MissingKey { key, path }
+                    } else if path.is_empty() {
+                        ProfileError::Syntax { message }
+                    } else {
+                        ProfileError::WrongType { key: path, message }
+                    }
+                }
+                _ => ProfileError::Syntax { message },
+            });
+        }
+    };
+    de.end().map_err(|e| ProfileError::Syntax { message: e.to_string() })?;
+    profile.validate()?;
+    Ok(profile)
+}

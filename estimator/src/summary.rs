@@ -1,0 +1,281 @@
+//! Features from a `torchsummary` table.
+//!
+//! ```text
+//! ----------------------------------------------------------------
+//!         Layer (type)               Output Shape         Param #
+//! ================================================================
+//!             Conv2d-1           [-1, 64, 112, 112]           9,408
+//!        BatchNorm2d-2           [-1, 64, 112, 112]             128
+//! ...
+//! ================================================================
+//! Total params: 11,689,512
+//! ```
+//!
+//! Every row's output shape, without its first (batch) dimension, adds to the
+//! per-sample activations (rows with several outputs, `[[-1, 10], [-1, 20]]`, add
+//! each). Layer types are counted by name: `Linear`, `Conv2d*`, `BatchNorm*`,
+//! `Dropout*`, `LayerNorm`, `NonDynamicallyQuantizableLinear` (attention),
+//! `AdaptiveAvgPool*`. The activation function is the most frequent activation
+//! layer of the family's list (`ReLU6` counts as `ReLU`; `ReLU` when there is
+//! none). Parameters come from `Total params`, or the sum of the rows when that
+//! line is missing.
+
+use std::collections::HashMap;
+
+use crate::features::{CNN_ACTIVATIONS, MLP_ACTIVATIONS, activation_index};
+use crate::profile::{Family, Layers, Profile};
+
+/// Why a `torchsummary` table was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SummaryError {
+    /// No `Layer (type)  Output Shape  Param #` header.
+    #[error("not a torchsummary table: no `Layer (type) / Output Shape / Param #` header")]
+    MissingHeader,
+    /// The table has no layer rows.
+    #[error("torchsummary table has no layer rows")]
+    NoLayers,
+    /// A row could not be read.
+    #[error("torchsummary line {line}: {reason}: `{text}`")]
+    BadRow {
+        /// 1-based line number.
+        line: usize,
+        /// The line.
+        text: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The `Total params` line is malformed.
+    #[error("torchsummary line {line}: malformed `Total params`: `{text}`")]
+    BadTotal {
+        /// 1-based line number.
+        line: usize,
+        /// The line.
+        text: String,
+    },
+    /// Batch size 0.
+    #[error("batch size must be at least 1")]
+    BadBatchSize,
+    /// Parameters or activations add up to zero.
+    #[error("torchsummary table yields no {0}")]
+    Empty(&'static str),
+}
+
+/// Parses a `torchsummary` table into a [`Profile`] of `family` at `batch_size`.
+pub fn parse_torchsummary(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+) -> Result<Profile, SummaryError> {
+    if batch_size == 0 {
+        return Err(SummaryError::BadBatchSize);
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.contains("Layer (type)") && l.contains("Output Shape") && l.contains("Param #"))
+        .ok_or(SummaryError::MissingHeader)?;
+
+    let mut layers = Layers::default();
+    let mut activations: u64 = 0;
+    let mut row_params: u64 = 0;
+    let mut total_params: Option<u64> = None;
+    let mut act_counts: HashMap<usize, usize> = HashMap::new();
+    let known: &[&str] = match family {
+        Family::Cnn => &CNN_ACTIVATIONS,
+        _ => &MLP_ACTIVATIONS,
+    };
+    let mut rows = 0usize;
+    let mut in_table = true;
+    for (i, raw) in lines.iter().enumerate().skip(header + 1) {
+        let line_no = i + 1;
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with('=') {
+            // the rule under the header opens the table; the next one closes it
+            if rows > 0 {
+                in_table = false;
+            }
+            continue;
+        }
+        if line.starts_with('-') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("Total params:") {
+            let t = parse_count(rest.trim()).ok_or_else(|| SummaryError::BadTotal {
+                line: line_no,
+                text: line.to_string(),
+            })?;
+            total_params = Some(t);
+            continue;
+        }
+        if !in_table {
+            continue; // "Trainable params", sizes, …
+        }
+        let bad = |reason: &str| SummaryError::BadRow {
+            line: line_no,
+            text: line.to_string(),
+            reason: reason.to_string(),
+        };
+        let (name, shape, params) = split_row(line).ok_or_else(|| {
+            bad("expected `Type-N  [output shape]  params`")
+        })?;
+        let kind = layer_type(name).ok_or_else(|| bad("layer name must look like `Type-N`"))?;
+        let per_sample = per_sample_size(shape).map_err(|r| bad(r))?;
+        let p = parse_count(params).ok_or_else(|| bad("parameter count is not a number"))?;
+        activations = activations.checked_add(per_sample).ok_or_else(|| bad("activations overflow"))?;
+        row_params = row_params.saturating_add(p);
+        count_layer(kind, &mut layers);
+        if let Some(a) = activation_index(kind, known) {
+            *act_counts.entry(a).or_default() += 1;
+        }
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(SummaryError::NoLayers);
+    }
+    let parameters = total_params.unwrap_or(row_params);
+    if parameters == 0 {
+        return Err(SummaryError::Empty("parameters"));
+    }
+    if activations == 0 {
+        return Err(SummaryError::Empty("activations"));
+    }
+    // most frequent activation; ties go to the lower index (deterministic)
+    let activation = act_counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(i, _)| known[*i])
+        .unwrap_or("ReLU");
+    let mut profile = Profile {
+        family,
+        batch_size,
+        parameters,
+        activations,
+        depth: None,
+        activation: Some(activation.to_string()),
+        layers,
+        seq_length: None,
+    };
+    profile.depth = Some(profile.effective_depth());
+    tracing::debug!(rows, parameters, activations, %family, "parsed torchsummary table");
+    Ok(profile)
+}
+
+/// `Conv2d-12  [-1, 64, 8, 8]  36,864` → (`Conv2d-12`, `[-1, 64, 8, 8]`, `36,864`).
+fn split_row(line: &str) -> Option<(&str, &str, &str)> {
+    let open = line.find('[')?;
+    let close = line.rfind(']')?;
+    if close < open {
+        return None;
+    }
+    let name = line[..open].trim();
+    let shape = &line[open..=close];
+    let params = line[close + 1..].trim();
+    if name.is_empty() || name.contains(char::is_whitespace) || params.is_empty() {
+        return None;
+    }
+    Some((name, shape, params))
+}
+
+/// `BatchNorm2d-14` → `BatchNorm2d`.
+fn layer_type(name: &str) -> Option<&str> {
+    let (kind, idx) = name.rsplit_once('-')?;
+    (!kind.is_empty() && !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit())).then_some(kind)
+}
+
+/// `1,234` → 1234.
+fn parse_count(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit() || b == b',') || s.starts_with(',') {
+        return None;
+    }
+    s.replace(',', "").parse().ok()
+}
+
+/// Sum over the output tensors in `shape` of the product of their dimensions
+/// after the first (the batch dimension, `-1` or a number).
+fn per_sample_size(shape: &str) -> Result<u64, &'static str> {
+    let inner = shape
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .ok_or("output shape must be in brackets")?
+        .trim();
+    let tensors: Vec<&str> = if inner.starts_with('[') {
+        // several outputs: [[-1, 10], [-1, 20]]
+        inner
+            .split(']')
+            .map(|t| t.trim().trim_start_matches(',').trim())
+            .filter(|t| !t.is_empty())
+            .map(|t| t.strip_prefix('[').ok_or("malformed list of output shapes"))
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![inner]
+    };
+    let mut total: u64 = 0;
+    for t in tensors {
+        let dims: Vec<&str> = t.split(',').map(str::trim).collect();
+        if dims.is_empty() || dims[0].is_empty() {
+            return Err("empty output shape");
+        }
+        let first = dims[0];
+        if first != "-1" && first.parse::<u64>().is_err() {
+            return Err("batch dimension must be -1 or a number");
+        }
+        let mut size: u64 = 1;
+        for d in &dims[1..] {
+            let v: u64 = d.parse().map_err(|_| "output dimension is not a non-negative integer")?;
+            size = size.checked_mul(v).ok_or("output shape overflows")?;
+        }
+        total = total.checked_add(size).ok_or("output shape overflows")?;
+    }
+    Ok(total)
+}
+
+fn count_layer(kind: &str, l: &mut Layers) {
+    let bump = |c: &mut u32| *c = c.saturating_add(1);
+    if kind == "Linear" || kind == "LazyLinear" {
+        bump(&mut l.linear);
+    } else if kind == "NonDynamicallyQuantizableLinear" {
+        bump(&mut l.attention);
+    } else if kind.starts_with("Conv2d") || kind == "LazyConv2d" {
+        bump(&mut l.conv2d);
+    } else if kind.starts_with("BatchNorm") || kind.starts_with("SyncBatchNorm") {
+        bump(&mut l.batch_norm);
+    } else if kind.starts_with("Dropout") || kind == "AlphaDropout" {
+        bump(&mut l.dropout);
+    } else if kind == "LayerNorm" {
+        bump(&mut l.layer_norm);
+    } else if kind.starts_with("AdaptiveAvgPool") {
+        bump(&mut l.adaptive_avg_pool);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes() {
+        assert_eq!(per_sample_size("[-1, 64, 8, 8]"), Ok(4096));
+        assert_eq!(per_sample_size("[32, 10]"), Ok(10));
+        assert_eq!(per_sample_size("[-1]"), Ok(1));
+        assert_eq!(per_sample_size("[[-1, 10], [-1, 20, 2]]"), Ok(50));
+        assert!(per_sample_size("[-1, x]").is_err());
+        assert!(per_sample_size("[-1, -3]").is_err());
+        assert!(per_sample_size("[]").is_err());
+        assert!(per_sample_size("[-1, 99999999999, 99999999999]").is_err());
+    }
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("1,179,776"), Some(1_179_776));
+        assert_eq!(parse_count("0"), Some(0));
+        assert_eq!(parse_count("--"), None);
+        assert_eq!(parse_count(",1"), None);
+        assert_eq!(layer_type("Conv2d-12"), Some("Conv2d"));
+        assert_eq!(layer_type("Conv2d"), None);
+        assert_eq!(layer_type("Conv2d-x"), None);
+    }
+}

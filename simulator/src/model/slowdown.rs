@@ -1,0 +1,89 @@
+//! Slowdown while sharing a GPU, as a function of summed SM activity.
+//!
+//! Let `D` be the summed SM activity of the tasks whose kernels run on a GPU (each
+//! task's figure when alone, see [`activity`](super::activity)), `s` one task's own
+//! figure, `θ` the threshold and `γ` the exponent. The task progresses at
+//!
+//! ```text
+//! rate(s, D) = ( max(θ, s) / max(θ, D) )^γ        (1 = its exclusive speed)
+//! ```
+//!
+//! * While `D ≤ θ` every task runs at full speed: CARMA found that collocation
+//!   pays off while the summed SM activity stays at or below ~0.8 (θ = 0.8).
+//! * Beyond it the GPU is saturated: with `γ = 1` it delivers `max(θ, ·)` worth of
+//!   work shared in proportion to demand, so two tasks that each fill it run at
+//!   half speed — no gain, each twice as slow. That is what CARMA observed for
+//!   large models (ResNet-152 on ImageNet gained almost nothing and slowed down
+//!   badly). `γ > 1` adds interference losses (cache and DRAM contention, context
+//!   switches); `γ < 1` is optimistic.
+//! * A task alone always has rate 1, whatever its activity, because its run time
+//!   is the one measured alone.
+//!
+//! A multi-GPU task advances at the rate of its slowest GPU (synchronous data
+//! parallelism waits for the slowest replica).
+
+use serde::Serialize;
+
+/// Parameters of the slowdown function.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SlowdownModel {
+    /// Summed SM activity up to which sharing costs nothing (θ, default 0.8).
+    pub threshold: f64,
+    /// Exponent γ of the saturation penalty (default 1.0).
+    pub exponent: f64,
+}
+
+impl Default for SlowdownModel {
+    fn default() -> Self {
+        Self {
+            threshold: 0.8,
+            exponent: 1.0,
+        }
+    }
+}
+
+impl SlowdownModel {
+    /// Progress rate (0..1] of a task with SM activity `own` on a GPU whose summed
+    /// SM activity (this task included) is `total`.
+    pub fn rate(&self, own: f64, total: f64) -> f64 {
+        let theta = self.threshold.max(1e-6);
+        let num = theta.max(own);
+        let den = theta.max(total).max(num);
+        (num / den).powf(self.exponent).clamp(1e-6, 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_slowdown_below_threshold_and_alone() {
+        let m = SlowdownModel::default();
+        assert_eq!(m.rate(0.2, 0.6), 1.0);
+        assert_eq!(m.rate(0.8, 0.8), 1.0);
+        assert_eq!(m.rate(0.95, 0.95), 1.0);
+    }
+
+    #[test]
+    fn two_saturating_tasks_each_run_at_half_speed() {
+        let m = SlowdownModel::default();
+        assert!((m.rate(0.8, 1.6) - 0.5).abs() < 1e-12);
+        let harsh = SlowdownModel {
+            exponent: 2.0,
+            ..m
+        };
+        assert!((harsh.rate(0.8, 1.6) - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rate_falls_as_demand_grows() {
+        let m = SlowdownModel::default();
+        let mut last = 1.0;
+        for d in [0.9, 1.0, 1.3, 2.0, 3.0] {
+            let r = m.rate(0.5, d);
+            assert!(r < last, "{d}: {r}");
+            last = r;
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! `--out DIR`: a self-contained HTML report.

@@ -1,0 +1,225 @@
+//! The comparison table `carma simulate` prints by default.
+
+use std::fmt::Write as _;
+
+use carma_core::Reservation;
+
+use crate::report::change_pct;
+use crate::result::Summary;
+use crate::Comparison;
+
+/// A duration in seconds as `7h05m`, `12m30s` or `45s`.
+pub fn duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    if s >= 3600 {
+        let minutes = (s + 30) / 60;
+        format!("{}h{:02}m", minutes / 60, minutes % 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn signed_pct(p: Option<f64>) -> String {
+    match p {
+        None => String::new(),
+        Some(p) if p.abs() < 0.5 => "±0%".into(),
+        Some(p) if p < 0.0 => format!("−{:.0}%", -p),
+        Some(p) => format!("+{p:.0}%"),
+    }
+}
+
+fn pad_left(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    format!("{}{s}", " ".repeat(w.saturating_sub(n)))
+}
+
+fn pad_right(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    format!("{s}{}", " ".repeat(w.saturating_sub(n)))
+}
+
+struct Column {
+    title: &'static str,
+    value: fn(&Summary) -> f64,
+    show: fn(f64) -> String,
+    compare: bool,
+}
+
+const COLUMNS: [Column; 9] = [
+    Column { title: "makespan", value: |s| s.makespan_s, show: duration, compare: true },
+    Column { title: "mean JCT", value: |s| s.mean_jct_s, show: duration, compare: true },
+    Column { title: "p95 JCT", value: |s| s.p95_jct_s, show: duration, compare: true },
+    Column { title: "mean wait", value: |s| s.mean_wait_s, show: duration, compare: true },
+    Column { title: "OOMs", value: |s| s.ooms as f64, show: |v| format!("{v:.0}"), compare: false },
+    Column { title: "lost GPU-h", value: |s| s.lost_gpu_s / 3600.0, show: |v| format!("{v:.1}"), compare: false },
+    Column { title: "SM activity", value: |s| s.smact_mean, show: |v| format!("{:.0}%", v * 100.0), compare: true },
+    Column { title: "memory used", value: |s| s.mem_used_mean, show: |v| format!("{:.0}%", v * 100.0), compare: true },
+    Column { title: "energy kWh", value: |s| s.energy_kwh, show: |v| format!("{v:.1}"), compare: true },
+];
+
+/// The whole text output: header lines, the table (each figure with its change
+/// against exclusive), and a footer naming the models.
+pub fn render_table(cmp: &Comparison) -> String {
+    let mut out = String::new();
+    let cfg = &cmp.config;
+    let c = &cfg.cluster;
+    let _ = writeln!(out, "carma simulate — SIMULATED results (virtual time, modelled GPUs; not measurements)");
+    let _ = writeln!(
+        out,
+        "  trace    {} · {:.1} GPU-h of exclusive work",
+        cmp.trace,
+        cmp.exclusive_gpu_s / 3600.0
+    );
+    let _ = writeln!(
+        out,
+        "  cluster  {} node{} × {} GPUs × {} GiB · utilization gate {} · reservations: {}",
+        c.nodes,
+        if c.nodes == 1 { "" } else { "s" },
+        c.gpus_per_node,
+        c.gpu_memory_mib / 1024,
+        if cfg.gate { "on" } else { "off" },
+        describe_plan(cmp),
+    );
+    let _ = writeln!(out);
+
+    let base = cmp.baseline().map(|b| &b.summary);
+    let rows: Vec<(String, Vec<(String, String)>, String)> = cmp
+        .runs
+        .iter()
+        .map(|r| {
+            let s = &r.summary;
+            let cells = COLUMNS
+                .iter()
+                .map(|col| {
+                    let v = (col.value)(s);
+                    let change = match base {
+                        Some(b) if col.compare && s.policy != b.policy => {
+                            signed_pct(change_pct(v, (col.value)(b)))
+                        }
+                        _ => String::new(),
+                    };
+                    ((col.show)(v), change)
+                })
+                .collect();
+            (s.policy.as_str().to_string(), cells, format!("{}/{}", s.finished, s.tasks))
+        })
+        .collect();
+
+    let policy_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(6).max(6);
+    let widths: Vec<(usize, usize)> = COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, col)| {
+            let v = rows.iter().map(|r| r.1[i].0.chars().count()).max().unwrap_or(0);
+            let ch = rows.iter().map(|r| r.1[i].1.chars().count()).max().unwrap_or(0);
+            let w = v + if ch > 0 { ch + 1 } else { 0 };
+            (v, w.max(col.title.chars().count()))
+        })
+        .collect();
+    let done_w = rows.iter().map(|r| r.2.len()).max().unwrap_or(4).max(4);
+
+    let mut header = format!("  {}", pad_right("policy", policy_w));
+    for (col, (_, w)) in COLUMNS.iter().zip(&widths) {
+        header.push_str("  ");
+        header.push_str(&pad_left(col.title, *w));
+    }
+    header.push_str("  ");
+    header.push_str(&pad_left("done", done_w));
+    let _ = writeln!(out, "{header}");
+    let _ = writeln!(out, "  {}", "─".repeat(header.chars().count() - 2));
+    for (policy, cells, done) in &rows {
+        let mut line = format!("  {}", pad_right(policy, policy_w));
+        for ((v, ch), (vw, w)) in cells.iter().zip(&widths) {
+            let cell = if ch.is_empty() {
+                pad_left(v, *vw)
+            } else {
+                format!("{} {}", pad_left(v, *vw), ch)
+            };
+            line.push_str("  ");
+            line.push_str(&pad_right(&cell, *w));
+        }
+        line.push_str("  ");
+        line.push_str(&pad_left(done, done_w));
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let _ = writeln!(out);
+    if base.is_some() && cmp.runs.len() > 1 {
+        let _ = writeln!(out, "  Changes are against exclusive. JCT = submission to end; SM activity and memory are averaged over all GPUs and the makespan.");
+        if let Some(best) = cmp
+            .runs
+            .iter()
+            .filter(|r| r.summary.failed == 0)
+            .min_by(|a, b| a.summary.makespan_s.total_cmp(&b.summary.makespan_s))
+        {
+            let b = base.map_or(0.0, |b| b.makespan_s);
+            let _ = writeln!(
+                out,
+                "  Shortest makespan: {} ({} against exclusive, {} OOM crash{}).",
+                best.summary.policy,
+                signed_pct(change_pct(best.summary.makespan_s, b)),
+                best.summary.ooms,
+                if best.summary.ooms == 1 { "" } else { "es" },
+            );
+        }
+    }
+    let failed: usize = cmp.runs.iter().map(|r| r.summary.failed).sum();
+    if failed > 0 {
+        let _ = writeln!(out, "  Some tasks failed (done < all); `--format json` or `--out DIR` lists each with its reason.");
+    }
+    let _ = writeln!(
+        out,
+        "  Models: sharing slows tasks once summed SM activity > {:.2} (exponent {:.1}); power {:.0}–{:.0} W by SM activity; memory shows {} s after start. See the README's simulator section.",
+        cfg.slowdown.threshold,
+        cfg.slowdown.exponent,
+        cfg.power.idle_w,
+        cfg.power.max_w,
+        cfg.telemetry.lag_ms / 1000,
+    );
+    out
+}
+
+fn describe_plan(cmp: &Comparison) -> String {
+    let p = &cmp.plan;
+    let mut s = p.kind.as_str().to_string();
+    let mut notes = Vec::new();
+    if !p.sources.is_empty() {
+        notes.push(
+            p.sources
+                .iter()
+                .map(|(src, n)| format!("{n} {src}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
+    let whole = p
+        .reservations
+        .iter()
+        .filter(|r| **r == Reservation::WholeGpu)
+        .count();
+    if whole > 0 {
+        notes.push(format!("{whole} whole-GPU"));
+    }
+    if p.underestimates > 0 {
+        notes.push(format!("{} below true peak", p.underestimates));
+    }
+    if !notes.is_empty() {
+        s.push_str(&format!(" ({})", notes.join("; ")));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration(45.2), "45s");
+        assert_eq!(duration(750.0), "12m30s");
+        assert_eq!(duration(7.0 * 3600.0 + 5.0 * 60.0), "7h05m");
+        assert_eq!(signed_pct(Some(-25.4)), "−25%");
+        assert_eq!(signed_pct(Some(3.0)), "+3%");
+    }
+}

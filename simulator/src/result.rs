@@ -1,0 +1,190 @@
+//! What a run produces: the summary the table and JSON show, per-task outcomes,
+//! and (on request) per-GPU timelines for the HTML report.
+
+use carma_core::{Millis, Policy};
+use serde::Serialize;
+
+/// The headline figures of one policy on one trace.
+///
+/// Accounting follows CARMA: the makespan runs from the first dispatch to the
+/// last end; a task's completion time (JCT) runs from submission to its end,
+/// failed attempts and recovery back-off included; its waiting time is the sum,
+/// over attempts, of the time from entering a queue to being dispatched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Placement policy.
+    pub policy: Policy,
+    /// Reservation source, e.g. `gpumemnet`.
+    pub estimator: String,
+    /// First dispatch to last end, seconds.
+    pub makespan_s: f64,
+    /// Mean completion time of finished tasks, seconds.
+    pub mean_jct_s: f64,
+    /// 95th percentile completion time (linear interpolation), seconds.
+    pub p95_jct_s: f64,
+    /// Mean waiting time of tasks that started, seconds.
+    pub mean_wait_s: f64,
+    /// Out-of-memory crashes.
+    pub ooms: u32,
+    /// GPU time spent in attempts that crashed, GPU-seconds.
+    pub lost_gpu_s: f64,
+    /// Time- and GPU-averaged reported SM activity (0..1) over the makespan.
+    pub smact_mean: f64,
+    /// Time- and GPU-averaged fraction of GPU memory in use (0..1).
+    pub mem_used_mean: f64,
+    /// GPU energy over the makespan, kWh.
+    pub energy_kwh: f64,
+    /// Tasks that finished.
+    pub finished: usize,
+    /// Tasks that failed (each has a reason in its outcome).
+    pub failed: usize,
+    /// Tasks in the trace.
+    pub tasks: usize,
+}
+
+/// How one task ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskOutcome {
+    /// Task id (position in the trace).
+    pub id: usize,
+    /// Task name.
+    pub name: String,
+    /// Submission, seconds.
+    pub arrival_s: f64,
+    /// First dispatch, seconds.
+    pub first_start_s: Option<f64>,
+    /// End (finish or final failure), seconds.
+    pub end_s: Option<f64>,
+    /// Whether it finished successfully.
+    pub finished: bool,
+    /// Why it failed, when it did.
+    pub failure: Option<String>,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Out-of-memory crashes.
+    pub ooms: u32,
+    /// Waiting time, seconds.
+    pub wait_s: f64,
+    /// Time on GPUs over all attempts, seconds.
+    pub run_s: f64,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AttemptEnd {
+    /// Ran to completion.
+    Finished,
+    /// Crashed out of GPU memory.
+    OutOfMemory,
+}
+
+/// One attempt of a task on one or more GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptLog {
+    /// Task id.
+    pub task: usize,
+    /// Task name.
+    pub name: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Flat GPU indices (node-major).
+    pub gpus: Vec<usize>,
+    /// Dispatch.
+    pub start_ms: Millis,
+    /// End.
+    pub end_ms: Millis,
+    /// How it ended.
+    pub end: AttemptEnd,
+    /// MiB reserved per GPU.
+    pub reserved_mib: u64,
+    /// True peak per GPU.
+    pub peak_mib: u64,
+    /// Whether it held its GPUs exclusively.
+    pub exclusive: bool,
+}
+
+/// The state of one GPU from a moment on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GpuPoint {
+    /// When this state began.
+    pub t_ms: Millis,
+    /// Memory really in use (summed true peaks of visible tasks), MiB.
+    pub mem_used_mib: u64,
+    /// Memory reserved by the ledger, MiB.
+    pub reserved_mib: u64,
+    /// Reported SM activity (0..1).
+    pub sm_activity: f64,
+    /// Tasks placed on the GPU.
+    pub tasks: u32,
+}
+
+/// The history of one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuTimeline {
+    /// Node name.
+    pub node: String,
+    /// Index on its node.
+    pub index: u32,
+    /// Memory, MiB.
+    pub total_mib: u64,
+    /// State changes, oldest first.
+    pub points: Vec<GpuPoint>,
+}
+
+/// Everything one policy produced on one trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunResult {
+    /// Headline figures.
+    pub summary: Summary,
+    /// One outcome per task, in trace order.
+    pub tasks: Vec<TaskOutcome>,
+    /// Attempts (only when timelines were recorded).
+    pub attempts: Vec<AttemptLog>,
+    /// Per-GPU timelines (only when recorded).
+    pub gpus: Vec<GpuTimeline>,
+    /// Time of the first dispatch.
+    pub start_ms: Millis,
+    /// Time of the last end.
+    pub end_ms: Millis,
+    /// Events processed.
+    pub events: u64,
+    /// Scheduler ticks run.
+    pub ticks: u64,
+}
+
+/// Percentile with linear interpolation between closest ranks; 0 for no data.
+pub fn percentile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = q.clamp(0.0, 1.0) * (v.len() - 1) as f64;
+    let lo = rank.floor() as usize;
+    let hi = rank.ceil() as usize;
+    v[lo] + (v[hi] - v[lo]) * (rank - lo as f64)
+}
+
+/// Mean; 0 for no data.
+pub fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_interpolates() {
+        assert_eq!(percentile(&[], 0.95), 0.0);
+        assert_eq!(percentile(&[3.0], 0.95), 3.0);
+        let v: Vec<f64> = (1..=11).map(f64::from).collect();
+        assert!((percentile(&v, 0.95) - 10.5).abs() < 1e-12);
+        assert_eq!(mean(&[1.0, 2.0, 6.0]), 3.0);
+    }
+}
