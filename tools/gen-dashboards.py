@@ -352,9 +352,11 @@ def control_plane() -> dict:
                      [target("histogram_quantile(0.9, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket[$__rate_interval])))", "p90"),
                       target("histogram_quantile(0.5, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket[$__rate_interval])))", "p50")],
                      "s", min_=0), 8, 8)
-    L.add(timeseries("Reconcile errors", "Operator reconcile errors per second, by kind.",
-                     [target("sum by (kind) (rate(carma_operator_reconcile_errors_total[$__rate_interval]))",
-                             "{{kind}}")], "ops", min_=0), 8, 8)
+    L.add(timeseries("Reconcile errors", "Operator reconcile errors per second, by kind (conflict, "
+                     "not_found, forbidden, transport, ...). The series of a kind appears with its first "
+                     "error; 0 means none so far.",
+                     [target("sum by (kind) (rate(carma_operator_reconcile_errors_total[$__rate_interval])) "
+                             "or on () vector(0)", "{{kind}}")], "ops", min_=0), 8, 8)
     return dashboard("carma-control-plane", "carma / scheduling and recovery",
                      "The carma scheduler extender (requests, latency, rejections, reservations, binds) and "
                      "the TrainingTask operator (phases, attempts, OOM recoveries).",

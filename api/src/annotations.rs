@@ -50,7 +50,9 @@ pub struct PodRequest {
 
 impl PodRequest {
     /// Read the input annotations; the first malformed one is an error.
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Result<Self, AnnotationError> {
+    pub fn from_annotations(
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Self, AnnotationError> {
         let gpu_memory_mib = annotations
             .get(ANNOTATION_GPU_MEMORY)
             .map(|v| quantity::parse_mib(v))
@@ -240,8 +242,8 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(err.to_string().contains(ANNOTATION_ASSIGNED_AT));
-        let err = Assignment::from_annotations(&map(&[(ANNOTATION_ASSIGNED_GPUS, " , ")]))
-            .unwrap_err();
+        let err =
+            Assignment::from_annotations(&map(&[(ANNOTATION_ASSIGNED_GPUS, " , ")])).unwrap_err();
         assert!(err.to_string().contains(ANNOTATION_ASSIGNED_GPUS));
     }
 }

@@ -14,11 +14,36 @@ use serde::{Deserialize, Serialize};
     shortname = "gn",
     category = "carma",
     doc = "Per-GPU inventory and telemetry of one node, published by carma's device plugin.",
-    printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpuCount", description = "GPUs on the node"),
-    printcolumn(name = "Pods", type_ = "integer", json_path = ".status.podCount", description = "carma pods on the node's GPUs"),
-    printcolumn(name = "Summary", type_ = "string", json_path = ".status.summary", description = "Per-GPU memory use and SM activity"),
-    printcolumn(name = "Backend", type_ = "string", json_path = ".spec.backend", description = "Telemetry backend"),
-    printcolumn(name = "Updated", type_ = "date", json_path = ".status.updatedAt", description = "Last publication")
+    printcolumn(
+        name = "GPUs",
+        type_ = "integer",
+        json_path = ".status.gpuCount",
+        description = "GPUs on the node"
+    ),
+    printcolumn(
+        name = "Pods",
+        type_ = "integer",
+        json_path = ".status.podCount",
+        description = "carma pods on the node's GPUs"
+    ),
+    printcolumn(
+        name = "Summary",
+        type_ = "string",
+        json_path = ".status.summary",
+        description = "Per-GPU memory use and SM activity"
+    ),
+    printcolumn(
+        name = "Backend",
+        type_ = "string",
+        json_path = ".spec.backend",
+        description = "Telemetry backend"
+    ),
+    printcolumn(
+        name = "Updated",
+        type_ = "date",
+        json_path = ".status.updatedAt",
+        description = "Last publication"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GpuNodeSpec {
@@ -122,7 +147,11 @@ pub struct GpuPodStatus {
     #[serde(default, rename = "reservedMiB")]
     pub reserved_mib: u64,
     /// Memory the pod's processes use on this GPU, when attributed (MiB).
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "observedMiB")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "observedMiB"
+    )]
     pub observed_mib: Option<u64>,
 }
 

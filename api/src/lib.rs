@@ -15,6 +15,6 @@ pub mod training_task;
 pub use annotations::{AnnotationError, Assignment, EstimateAnnotation, PodRequest};
 pub use gpu_node::{GpuNode, GpuNodeSpec, GpuNodeStatus, GpuPodStatus, GpuStatus};
 pub use training_task::{
-    AttemptOutcomeKind, AttemptStatus, EstimateStatus, PlacementPolicy, RecoverySpec, TaskCondition,
-    TaskPhase, TrainingTask, TrainingTaskSpec, TrainingTaskStatus,
+    AttemptOutcomeKind, AttemptStatus, EstimateStatus, PlacementPolicy, RecoverySpec,
+    TaskCondition, TaskPhase, TrainingTask, TrainingTaskSpec, TrainingTaskStatus,
 };

@@ -20,13 +20,47 @@ use carma_core::{Policy, RecoveryConfig};
     shortname = "tt",
     category = "carma",
     doc = "A training job that carma places on shared GPUs and recovers from out-of-memory crashes.",
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Lifecycle phase"),
-    printcolumn(name = "GPUs", type_ = "integer", json_path = ".spec.gpus", description = "GPUs per attempt"),
-    printcolumn(name = "Reserved-MiB", type_ = "integer", json_path = ".status.reservedMiB", description = "Per-GPU reservation of the current attempt"),
-    printcolumn(name = "Source", type_ = "string", json_path = ".status.estimate.source", description = "Where the reservation came from"),
-    printcolumn(name = "Attempts", type_ = "integer", json_path = ".status.attemptCount", description = "Attempts so far"),
-    printcolumn(name = "Node", type_ = "string", json_path = ".status.node", description = "Node of the current attempt"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Lifecycle phase"
+    ),
+    printcolumn(
+        name = "GPUs",
+        type_ = "integer",
+        json_path = ".spec.gpus",
+        description = "GPUs per attempt"
+    ),
+    printcolumn(
+        name = "Reserved-MiB",
+        type_ = "integer",
+        json_path = ".status.reservedMiB",
+        description = "Per-GPU reservation of the current attempt"
+    ),
+    printcolumn(
+        name = "Source",
+        type_ = "string",
+        json_path = ".status.estimate.source",
+        description = "Where the reservation came from"
+    ),
+    printcolumn(
+        name = "Attempts",
+        type_ = "integer",
+        json_path = ".status.attemptCount",
+        description = "Attempts so far"
+    ),
+    printcolumn(
+        name = "Node",
+        type_ = "string",
+        json_path = ".status.node",
+        description = "Node of the current attempt"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct TrainingTaskSpec {
@@ -176,7 +210,11 @@ pub struct RecoverySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive_after_ooms: Option<u32>,
     /// MiB added to an observed peak when growing the reservation (default 1024).
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "headroomMiB")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "headroomMiB"
+    )]
     pub headroom_mib: Option<u64>,
     /// Retries after failures that are not out-of-memory crashes (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,7 +264,11 @@ pub struct TrainingTaskStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<EstimateStatus>,
     /// Per-GPU reservation of the current attempt in MiB.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "reservedMiB")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "reservedMiB"
+    )]
     pub reserved_mib: Option<u64>,
     /// Node of the current attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,7 +330,11 @@ pub struct AttemptStatus {
     #[serde(default)]
     pub gpus: Vec<String>,
     /// Per-GPU reservation in MiB (absent when it asked for whole GPUs).
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "reservedMiB")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "reservedMiB"
+    )]
     pub reserved_mib: Option<u64>,
     /// Whether it ran on GPUs of its own.
     #[serde(default)]
@@ -300,7 +346,11 @@ pub struct AttemptStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Peak GPU memory seen by telemetry, in MiB.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "observedPeakMiB")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "observedPeakMiB"
+    )]
     pub observed_peak_mib: Option<u64>,
     /// When the attempt was created (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,8 +16,12 @@ fn crds_directory_matches_the_code() {
             std::fs::write(&path, &want).unwrap();
             continue;
         }
-        let have = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{} is missing ({e}); run `carma crds --out-dir crds`", path.display()));
+        let have = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{} is missing ({e}); run `carma crds --out-dir crds`",
+                path.display()
+            )
+        });
         if have != want {
             drifted.push(path.display().to_string());
         }
@@ -34,23 +38,39 @@ fn crds_carry_names_columns_and_status() {
         let spec = &crd.spec;
         assert_eq!(spec.group, "carma.io", "{file}");
         let names = &spec.names;
-        assert!(names.short_names.as_ref().is_some_and(|s| !s.is_empty()), "{file}: short name");
+        assert!(
+            names.short_names.as_ref().is_some_and(|s| !s.is_empty()),
+            "{file}: short name"
+        );
         let version = &spec.versions[0];
         assert_eq!(version.name, "v1alpha1");
         assert!(
-            version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
             "{file}: status subresource"
         );
         assert!(
-            version.additional_printer_columns.as_ref().is_some_and(|c| c.len() >= 3),
+            version
+                .additional_printer_columns
+                .as_ref()
+                .is_some_and(|c| c.len() >= 3),
             "{file}: printer columns"
         );
     }
     let (_, tt) = &carma_api::crds::all()[1];
-    assert_eq!(tt.spec.names.short_names.as_deref(), Some(&["tt".to_string()][..]));
+    assert_eq!(
+        tt.spec.names.short_names.as_deref(),
+        Some(&["tt".to_string()][..])
+    );
     assert_eq!(tt.spec.scope, "Namespaced");
     let (_, gn) = &carma_api::crds::all()[0];
-    assert_eq!(gn.spec.names.short_names.as_deref(), Some(&["gn".to_string()][..]));
+    assert_eq!(
+        gn.spec.names.short_names.as_deref(),
+        Some(&["gn".to_string()][..])
+    );
     assert_eq!(gn.spec.scope, "Cluster");
 }
 
@@ -61,7 +81,8 @@ fn every_field_is_described() {
         if let Some(props) = v.get("properties").and_then(|p| p.as_object()) {
             for (k, child) in props {
                 let p = format!("{path}.{k}");
-                let top_level = path.is_empty() && (k == "apiVersion" || k == "kind" || k == "metadata");
+                let top_level =
+                    path.is_empty() && (k == "apiVersion" || k == "kind" || k == "metadata");
                 if !top_level && child.get("description").is_none() {
                     missing.push(p.clone());
                 }
@@ -74,11 +95,20 @@ fn every_field_is_described() {
     }
     for (file, crd) in carma_api::crds::all() {
         let schema = serde_json::to_value(
-            crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap(),
+            crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap(),
         )
         .unwrap();
         let mut missing = Vec::new();
         walk("", &schema, &mut missing);
-        assert!(missing.is_empty(), "{file}: fields without description: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "{file}: fields without description: {missing:?}"
+        );
     }
 }

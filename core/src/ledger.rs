@@ -58,7 +58,9 @@ pub enum LedgerError {
         holder: String,
     },
     /// The reservations on a GPU would exceed its capacity.
-    #[error("GPU {gpu}: booking {requested_mib} MiB on top of {booked_mib} MiB exceeds its {capacity_mib} MiB")]
+    #[error(
+        "GPU {gpu}: booking {requested_mib} MiB on top of {booked_mib} MiB exceeds its {capacity_mib} MiB"
+    )]
     OverCommit {
         /// GPU UUID.
         gpu: String,

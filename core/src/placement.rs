@@ -9,11 +9,11 @@
 
 use serde::Serialize;
 
+use crate::Millis;
 use crate::config::PlacementConfig;
 use crate::ledger::Ledger;
 use crate::model::{Demand, Gpu, Node, Policy, Reservation};
 use crate::reason::{GpuRejection, NodeRejection};
-use crate::Millis;
 
 /// Where a demand goes on one node.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -28,7 +28,9 @@ pub enum GpuRejection {
         holder: String,
     },
     /// A pod was placed on the GPU moments ago and its memory does not show yet.
-    #[error("GPU {index} ({uuid}) is in its warm-up lock: pod {holder} was placed there and its memory is not yet in telemetry ({remaining_s:.0} s left)")]
+    #[error(
+        "GPU {index} ({uuid}) is in its warm-up lock: pod {holder} was placed there and its memory is not yet in telemetry ({remaining_s:.0} s left)"
+    )]
     WarmUpLock {
         /// GPU UUID.
         uuid: String,
@@ -40,7 +42,9 @@ pub enum GpuRejection {
         remaining_s: f64,
     },
     /// The demand wants whole GPUs and this one is in use.
-    #[error("GPU {index} ({uuid}) is not idle ({pods} pod(s), {processes} process(es)) and the pod needs an exclusive GPU")]
+    #[error(
+        "GPU {index} ({uuid}) is not idle ({pods} pod(s), {processes} process(es)) and the pod needs an exclusive GPU"
+    )]
     NotIdle {
         /// GPU UUID.
         uuid: String,
@@ -52,7 +56,9 @@ pub enum GpuRejection {
         processes: u32,
     },
     /// Free memory is below the reservation plus the margin.
-    #[error("GPU {index} ({uuid}) has {usable_mib} MiB usable ({free_mib} free − {reserve_mib} telemetry reserve − {in_flight_mib} in flight), needs {need_mib} + {margin_mib} margin")]
+    #[error(
+        "GPU {index} ({uuid}) has {usable_mib} MiB usable ({free_mib} free − {reserve_mib} telemetry reserve − {in_flight_mib} in flight), needs {need_mib} + {margin_mib} margin"
+    )]
     InsufficientMemory {
         /// GPU UUID.
         uuid: String,
@@ -72,7 +78,9 @@ pub enum GpuRejection {
         margin_mib: u64,
     },
     /// The reservations already booked on the GPU leave no room.
-    #[error("GPU {index} ({uuid}) has {booked_mib} MiB of {total_mib} MiB reserved by {pods} pod(s); {need_mib} MiB more does not fit")]
+    #[error(
+        "GPU {index} ({uuid}) has {booked_mib} MiB of {total_mib} MiB reserved by {pods} pod(s); {need_mib} MiB more does not fit"
+    )]
     OverReserved {
         /// GPU UUID.
         uuid: String,
@@ -88,7 +96,9 @@ pub enum GpuRejection {
         need_mib: u64,
     },
     /// The utilization gate: the GPU is already busy.
-    #[error("GPU {index} ({uuid}) fails the utilization gate: SM activity {sm_activity:.2} ≥ {sm_activity_cap:.2} and (SM occupancy {sm_occupancy:.2} ≥ {sm_occupancy_cap:.2} or DRAM activity {dram_activity:.2} ≥ {dram_activity_cap:.2})")]
+    #[error(
+        "GPU {index} ({uuid}) fails the utilization gate: SM activity {sm_activity:.2} ≥ {sm_activity_cap:.2} and (SM occupancy {sm_occupancy:.2} ≥ {sm_occupancy_cap:.2} or DRAM activity {dram_activity:.2} ≥ {dram_activity_cap:.2})"
+    )]
     UtilizationGate {
         /// GPU UUID.
         uuid: String,
@@ -108,7 +118,9 @@ pub enum GpuRejection {
         dram_activity_cap: f64,
     },
     /// The telemetry window has not filled yet, so sharing cannot be judged.
-    #[error("GPU {index} ({uuid}) has no activity risk score yet (telemetry window still filling); it can only be used exclusively")]
+    #[error(
+        "GPU {index} ({uuid}) has no activity risk score yet (telemetry window still filling); it can only be used exclusively"
+    )]
     TelemetryWarmingUp {
         /// GPU UUID.
         uuid: String,

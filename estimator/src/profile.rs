@@ -1,9 +1,11 @@
 //! The `carma.io/model-profile` annotation: a JSON description of a training job's model.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{MapAccess, Visitor, value::MapAccessDeserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Model family; each family has its own features and (once trained) its own model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -111,7 +113,7 @@ pub struct Profile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation: Option<String>,
     /// Layer counts by type.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "map_only")]
     pub layers: Layers,
     /// Sequence length (transformers); used by the analytic bound for attention scores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,6 +228,22 @@ fn at(path: &str) -> String {
     if path.is_empty() { String::new() } else { format!(" (in `{path}`)") }
 }
 
+/// Deserialises a struct only from a JSON object (serde's derive also accepts an
+/// array of the fields in declaration order, which the schema does not allow).
+fn map_only<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    struct MapOnly<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for MapOnly<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(MapOnly(PhantomData))
+}
+
 /// Text between the first pair of backticks in a serde message.
 fn quoted(msg: &str) -> Option<&str> {
     let start = msg.find('`')? + 1;
@@ -241,7 +259,10 @@ pub fn parse_profile(json: &str) -> Result<Profile, ProfileError> {
     use serde_json::error::Category;
 
     let mut de = serde_json::Deserializer::from_str(json);
-    let profile: Profile = match serde_path_to_error::deserialize(&mut de) {
+    let mut track = serde_path_to_error::Track::new();
+    let parsed: Result<Profile, _> =
+        map_only(serde_path_to_error::Deserializer::new(&mut de, &mut track));
+    let profile: Profile = match parsed.map_err(|e| serde_path_to_error::Error::new(track.path(), e)) {
         Ok(p) => p,
         Err(e) => {
             let path = e.path().to_string();

@@ -1,12 +1,286 @@
-//! `carma simulate` (issue #7).
+//! `carma simulate` (issue #7): replay a job trace on simulated GPUs and compare
+//! placement policies. With no flags it replays a generated 90-task mix on one
+//! node with 4 × 40 GiB GPUs under every policy and prints the comparison.
 
+use std::fs;
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::str::FromStr;
+
+use anyhow::Context as _;
+use carma_core::{Policy, quantity::parse_mib};
+use carma_simulator::trace::{self, GeneratorConfig, ImportPaths};
+use carma_simulator::{EstimatorKind, SimConfig, SimError, compare, report};
+use clap::ValueEnum;
+
+use super::EXIT_BAD_INPUT;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A comparison table for people.
+    Table,
+    /// `{"policies": [...]}` for scripts.
+    Json,
+}
+
+/// On or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
 
 /// Arguments of `carma simulate`.
+///
+/// Every figure it prints is simulated: run times and peak memory are CARMA's
+/// measurements, sharing slowdown, power and telemetry timing are models.
 #[derive(Debug, clap::Args)]
-pub struct SimulateArgs {}
+pub struct SimulateArgs {
+    /// Policies to run: `all`, or a comma-separated list of exclusive, ff, bf, magm, lug, rr.
+    #[arg(long, default_value = "all", value_parser = parse_policies)]
+    pub policy: PolicyList,
+    /// CARMA's utilization gate (exclude busy GPUs from sharing).
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub gate: Switch,
+    /// Where reservations come from: gpumemnet (carma's estimator), oracle (true peak),
+    /// recorded (the estimate in the .rad file), none (CARMA's OR-* rule).
+    #[arg(long, default_value = "gpumemnet", value_parser = parse_estimator)]
+    pub estimator: EstimatorKind,
+
+    /// Nodes in the simulated cluster.
+    #[arg(long, default_value_t = 1, help_heading = "Cluster")]
+    pub nodes: u32,
+    /// GPUs per node.
+    #[arg(long, default_value_t = 4, help_heading = "Cluster")]
+    pub gpus_per_node: u32,
+    /// Memory of each GPU (e.g. 40GiB, 80Gi, 40960Mi).
+    #[arg(long, default_value = "40GiB", value_parser = parse_memory, help_heading = "Cluster")]
+    pub gpu_memory: u64,
+
+    /// Tasks to generate (ignored with --trace).
+    #[arg(long, default_value_t = 90, help_heading = "Workload")]
+    pub tasks: usize,
+    /// Seed of the trace generator.
+    #[arg(long, default_value_t = 1, help_heading = "Workload")]
+    pub seed: u64,
+    /// Arrival pressure per GPU relative to CARMA's trace (generator only).
+    #[arg(long, default_value_t = 1.0, help_heading = "Workload")]
+    pub load: f64,
+    /// CARMA trace script to replay (`submit.py --task X.rad` / `sleep N` lines).
+    #[arg(long, help_heading = "Workload")]
+    pub trace: Option<PathBuf>,
+    /// Folder of .rad task files [default: `workloads/` beside the trace].
+    #[arg(long, requires = "trace", help_heading = "Workload")]
+    pub workloads: Option<PathBuf>,
+    /// CSV of exclusive run times `rad,exclusive_minutes` [default: `../task-durations.csv` from the trace].
+    #[arg(long, requires = "trace", help_heading = "Workload")]
+    pub durations: Option<PathBuf>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table, help_heading = "Output")]
+    pub format: Format,
+    /// Write an HTML report with per-GPU timelines (and results.json) into this folder.
+    #[arg(long, help_heading = "Output")]
+    pub out: Option<PathBuf>,
+    /// GPUs per policy drawn in the HTML report.
+    #[arg(long, default_value_t = 16, help_heading = "Output")]
+    pub report_gpus: usize,
+
+    /// Summed SM activity up to which sharing costs nothing.
+    #[arg(long, default_value_t = 0.8, help_heading = "Models")]
+    pub slowdown_threshold: f64,
+    /// Exponent of the slowdown beyond the threshold (1 = throughput conserved, >1 = interference losses).
+    #[arg(long, default_value_t = 1.0, help_heading = "Models")]
+    pub slowdown_exponent: f64,
+    /// Power of an idle GPU in watts.
+    #[arg(long, default_value_t = 55.0, help_heading = "Models")]
+    pub idle_power: f64,
+    /// Power at full SM activity in watts.
+    #[arg(long, default_value_t = 400.0, help_heading = "Models")]
+    pub max_power: f64,
+    /// Delay before a started task's memory shows in telemetry (seconds, e.g. 15 or 15s).
+    #[arg(long, default_value = "15", value_parser = parse_seconds, help_heading = "Models")]
+    pub telemetry_lag: u64,
+    /// Multiplier on every task's SM activity, occupancy and DRAM activity.
+    #[arg(long, default_value_t = 1.0, help_heading = "Models")]
+    pub activity_scale: f64,
+
+    /// Warm-up lock: a GPU that just received a task takes no other for this long
+    /// unless the task's memory shows first (seconds).
+    #[arg(long, default_value = "30", value_parser = parse_seconds, help_heading = "Placement and recovery")]
+    pub warm_up: u64,
+    /// Attempts per task, the first included, before it fails.
+    #[arg(long, default_value_t = 5, help_heading = "Placement and recovery")]
+    pub max_attempts: u32,
+    /// Out-of-memory crashes after which the next attempt runs exclusively (1 = CARMA's rule).
+    #[arg(long, default_value_t = 2, help_heading = "Placement and recovery")]
+    pub exclusive_after_ooms: u32,
+    /// First back-off before a recovery attempt (seconds; doubled per attempt).
+    #[arg(long, default_value = "10", value_parser = parse_seconds, help_heading = "Placement and recovery")]
+    pub recovery_backoff: u64,
+}
+
+/// A list of policies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyList(pub Vec<Policy>);
+
+fn parse_policies(s: &str) -> Result<PolicyList, String> {
+    if s.trim().eq_ignore_ascii_case("all") {
+        return Ok(PolicyList(Policy::ALL.to_vec()));
+    }
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let p = Policy::from_str(part).map_err(|e| e.to_string())?;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    if out.is_empty() {
+        return Err("no policy given".into());
+    }
+    Ok(PolicyList(out))
+}
+
+fn parse_estimator(s: &str) -> Result<EstimatorKind, String> {
+    EstimatorKind::from_str(s).map_err(|e| e.to_string())
+}
+
+fn parse_memory(s: &str) -> Result<u64, String> {
+    // Accept the familiar GiB/MiB spellings as well as Kubernetes' Gi/Mi.
+    let t = s.trim();
+    let k8s = t
+        .strip_suffix("iB")
+        .map(|rest| format!("{rest}i"))
+        .unwrap_or_else(|| t.to_string());
+    parse_mib(&k8s).map_err(|e| e.to_string())
+}
+
+fn parse_seconds(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(ms) = t.strip_suffix("ms") {
+        (ms, 1.0)
+    } else if let Some(m) = t.strip_suffix('m') {
+        (m, 60_000.0)
+    } else {
+        (t.strip_suffix('s').unwrap_or(t), 1000.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok((v * scale).round() as u64),
+        _ => Err(format!("{s:?} is not a duration (e.g. 15, 15s, 500ms, 2m)")),
+    }
+}
+
+impl SimulateArgs {
+    fn config(&self) -> SimConfig {
+        let mut cfg = SimConfig::default();
+        cfg.cluster.nodes = self.nodes;
+        cfg.cluster.gpus_per_node = self.gpus_per_node;
+        cfg.cluster.gpu_memory_mib = self.gpu_memory;
+        cfg.gate = self.gate == Switch::On;
+        cfg.slowdown.threshold = self.slowdown_threshold;
+        cfg.slowdown.exponent = self.slowdown_exponent;
+        cfg.power.idle_w = self.idle_power;
+        cfg.power.max_w = self.max_power;
+        cfg.telemetry.lag_ms = self.telemetry_lag;
+        cfg.activity_scale = self.activity_scale;
+        cfg.placement.warmup_ms = self.warm_up;
+        cfg.recovery.max_attempts = self.max_attempts;
+        cfg.recovery.exclusive_after_ooms = self.exclusive_after_ooms;
+        cfg.recovery.backoff_base_ms = self.recovery_backoff;
+        cfg.record_timelines = self.out.is_some();
+        cfg
+    }
+
+    fn load_trace(&self) -> Result<trace::Trace, SimError> {
+        match &self.trace {
+            Some(path) => {
+                let dir = path.parent().map(PathBuf::from).unwrap_or_default();
+                let paths = ImportPaths {
+                    trace: path.clone(),
+                    workloads: self.workloads.clone().unwrap_or_else(|| dir.join("workloads")),
+                    durations: self
+                        .durations
+                        .clone()
+                        .unwrap_or_else(|| dir.join("../task-durations.csv")),
+                };
+                trace::import(&paths)
+            }
+            None => trace::generate(&GeneratorConfig {
+                tasks: self.tasks,
+                seed: self.seed,
+                cluster_gpus: self.nodes.saturating_mul(self.gpus_per_node),
+                load: self.load,
+                ..GeneratorConfig::default()
+            }),
+        }
+    }
+}
 
 /// Run `carma simulate`.
-pub fn run(_args: SimulateArgs) -> anyhow::Result<ExitCode> {
-    super::not_landed("simulate", 7)
+pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    let cfg = args.config();
+    let trace = match cfg.validate().and_then(|()| args.load_trace()) {
+        Ok(t) => t,
+        Err(e) => return Ok(bad_input(&e)),
+    };
+    tracing::info!(tasks = trace.tasks.len(), policies = args.policy.0.len(), "simulating");
+    let cmp = match compare(&trace, args.estimator, &args.policy.0, &cfg) {
+        Ok(c) => c,
+        Err(e @ (SimError::Config(_) | SimError::Parse { .. } | SimError::Input { .. })) => {
+            return Ok(bad_input(&e));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut stdout = std::io::stdout().lock();
+    match args.format {
+        Format::Table => write!(stdout, "{}", report::render_table(&cmp))?,
+        Format::Json => writeln!(
+            stdout,
+            "{}",
+            serde_json::to_string_pretty(&report::render_json(&cmp))?
+        )?,
+    }
+    if let Some(dir) = &args.out {
+        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let html = dir.join("report.html");
+        fs::write(&html, report::render_html(&cmp, &trace, args.report_gpus))
+            .with_context(|| format!("cannot write {}", html.display()))?;
+        let json = dir.join("results.json");
+        fs::write(&json, serde_json::to_string_pretty(&cmp)?)
+            .with_context(|| format!("cannot write {}", json.display()))?;
+        if args.format == Format::Table {
+            writeln!(stdout, "  Report: {} (and results.json)", html.display())?;
+        } else {
+            eprintln!("carma simulate: report written to {}", html.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bad_input(e: &SimError) -> ExitCode {
+    eprintln!("carma simulate: {e}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_parsers() {
+        assert_eq!(parse_policies("all").unwrap().0.len(), 6);
+        assert_eq!(parse_policies("magm, ff,magm").unwrap().0, vec![Policy::Magm, Policy::Ff]);
+        assert!(parse_policies("fastest").is_err());
+        assert_eq!(parse_memory("40GiB").unwrap(), 40_960);
+        assert_eq!(parse_memory("80Gi").unwrap(), 81_920);
+        assert!(parse_memory("lots").is_err());
+        assert_eq!(parse_seconds("15").unwrap(), 15_000);
+        assert_eq!(parse_seconds("2m").unwrap(), 120_000);
+        assert_eq!(parse_seconds("500ms").unwrap(), 500);
+        assert!(parse_seconds("-1").is_err());
+    }
 }

@@ -78,7 +78,6 @@ enum Event {
 
 #[derive(Debug, Clone)]
 struct Run {
-    node: usize,
     gpus: Vec<usize>,
     pod: String,
     start: Millis,
@@ -494,7 +493,6 @@ impl<'a> Engine<'a> {
         s.wait_ms += self.now - s.ready_at;
         s.first_start.get_or_insert(self.now);
         s.run = Some(Run {
-            node: n,
             gpus: flat,
             pod,
             start: self.now,

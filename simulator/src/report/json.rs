@@ -31,6 +31,16 @@ pub fn render_json(cmp: &Comparison) -> Value {
                 "failed": s.failed,
                 "tasks": s.tasks,
             });
+            let failures: Vec<Value> = r
+                .tasks
+                .iter()
+                .filter_map(|t| {
+                    t.failure
+                        .as_ref()
+                        .map(|why| json!({"task": t.id, "name": t.name, "reason": why}))
+                })
+                .collect();
+            v["failures"] = Value::Array(failures);
             if let Some(b) = base {
                 v["vs_exclusive_pct"] = json!({
                     "makespan_s": change_pct(s.makespan_s, b.makespan_s),

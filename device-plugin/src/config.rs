@@ -1,0 +1,369 @@
+//! Run-time configuration of the device plugin and the parsers for its flag values.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// A flag value that cannot be used. The message names the flag and says what is expected.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// `--simulated-gpus` is not `COUNTxSIZE`.
+    #[error(
+        "--simulated-gpus {0:?}: expected COUNTxSIZE such as 4x40GiB or 8x80GiB (1..=64 GPUs, size at least 1GiB)"
+    )]
+    SimulatedGpus(String),
+    /// A duration flag is not a positive duration.
+    #[error("{flag} {value:?}: expected a positive duration such as 1s, 500ms or 2m")]
+    Duration {
+        /// The flag.
+        flag: &'static str,
+        /// What was given.
+        value: String,
+    },
+    /// `--backend` is unknown.
+    #[error("--backend {0:?}: expected nvml, dcgm or simulated")]
+    Backend(String),
+    /// Another flag is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Which GPU backend samples the GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// NVML through nvml-wrapper (GPM SM activity on Hopper and newer, NVML utilization otherwise).
+    Nvml,
+    /// Scrape dcgm-exporter for SM activity, occupancy and DRAM activity; NVML for inventory and
+    /// memory where it can be loaded, else dcgm-exporter alone.
+    Dcgm,
+    /// Simulated GPUs with scripted load (tests and demos).
+    Simulated,
+}
+
+impl BackendKind {
+    /// The name used in flags and in `GpuNode.spec.backend`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Nvml => "nvml",
+            BackendKind::Dcgm => "dcgm",
+            BackendKind::Simulated => "simulated",
+        }
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "nvml" => Ok(BackendKind::Nvml),
+            "dcgm" => Ok(BackendKind::Dcgm),
+            "simulated" | "sim" => Ok(BackendKind::Simulated),
+            _ => Err(ConfigError::Backend(s.to_string())),
+        }
+    }
+}
+
+/// Simulated GPUs: how many and how much memory each (`--simulated-gpus 4x40GiB`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimulatedGpus {
+    /// Number of GPUs (1..=64).
+    pub count: u32,
+    /// Memory of each GPU in MiB.
+    pub memory_mib: u64,
+}
+
+impl Default for SimulatedGpus {
+    fn default() -> Self {
+        Self {
+            count: 4,
+            memory_mib: 40 * 1024,
+        }
+    }
+}
+
+impl FromStr for SimulatedGpus {
+    type Err = ConfigError;
+
+    /// Parse `COUNTxSIZE`, SIZE a Kubernetes-style quantity (`40Gi`, `40GiB`, `81920Mi`, `80G`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ConfigError::SimulatedGpus(s.to_string());
+        let (count, size) = s.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        if !(1..=64).contains(&count) {
+            return Err(bad());
+        }
+        let mut size = size.trim().to_string();
+        // Accept the byte suffix people write (GiB, MiB, GB) as well as Kubernetes quantities.
+        if size.ends_with("iB")
+            || size.ends_with("GB")
+            || size.ends_with("MB")
+            || size.ends_with("TB")
+        {
+            size.pop();
+        }
+        let memory_mib = carma_core::quantity::parse_mib(&size).map_err(|_| bad())?;
+        if memory_mib < 1024 {
+            return Err(bad());
+        }
+        Ok(Self { count, memory_mib })
+    }
+}
+
+/// Parse a duration such as `1s`, `500ms`, `2m` or `1.5s`.
+pub fn parse_duration(flag: &'static str, text: &str) -> Result<Duration, ConfigError> {
+    let bad = || ConfigError::Duration {
+        flag,
+        value: text.to_string(),
+    };
+    let s = text.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "s" | "" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(bad()),
+    };
+    if !seconds.is_finite() || seconds <= 0.0 || seconds > 86_400.0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// MPS settings applied by Allocate when `--mps` is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsConfig {
+    /// Host directory of the MPS control daemon's pipes, mounted into containers and exported as
+    /// `CUDA_MPS_PIPE_DIRECTORY`; `None` leaves the container's default.
+    pub pipe_directory: Option<PathBuf>,
+}
+
+/// Everything the device plugin needs to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// GPU backend.
+    pub backend: BackendKind,
+    /// Simulated GPUs (backend `simulated`).
+    pub simulated_gpus: SimulatedGpus,
+    /// Synthetic pods per simulated GPU; `None`: 2 when no API server is reachable, else 0.
+    pub simulated_pods: Option<u32>,
+    /// Replicas advertised per GPU (`<UUID>::<k>`, k = 0..R-1).
+    pub replicas: u32,
+    /// Kubelet's device-plugin directory (holds `kubelet.sock` and the plugin's socket).
+    pub device_plugin_dir: PathBuf,
+    /// File name of the plugin's socket in `device_plugin_dir`.
+    pub socket_name: String,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    pub metrics_addr: SocketAddr,
+    /// This node's name (GpuNode name, pod lookup).
+    pub node_name: String,
+    /// dcgm-exporter URL (backend `dcgm`).
+    pub dcgm_endpoint: Option<String>,
+    /// MPS limits in Allocate responses; `None`: off (memory limits are advisory).
+    pub mps: Option<MpsConfig>,
+    /// Telemetry sampling interval.
+    pub sample_interval: Duration,
+    /// Samples per window (CARMA: 30).
+    pub window: usize,
+    /// SM activity cap exported as `carma_gpu_sm_activity_cap_ratio`.
+    pub sm_activity_cap: f64,
+    /// Publish thresholds and heartbeat of the GpuNode status.
+    pub publish: PublishConfig,
+    /// How long a pod list serves the telemetry loop before it is refreshed.
+    pub pod_cache_ttl: Duration,
+    /// How often the device-plugin directory is checked for a kubelet restart.
+    pub watch_interval: Duration,
+}
+
+/// When the GpuNode status is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishConfig {
+    /// Free memory change (MiB) of any GPU that triggers a write.
+    pub free_mib_delta: u64,
+    /// Risk-score change of any activity metric that triggers a write.
+    pub risk_delta: f64,
+    /// Write at least this often even when nothing changed.
+    pub heartbeat: Duration,
+    /// Threshold-driven writes are at least this far apart (health and pod-set changes are not delayed).
+    pub min_interval: Duration,
+}
+
+impl Default for PublishConfig {
+    fn default() -> Self {
+        Self {
+            free_mib_delta: 256,
+            risk_delta: 0.05,
+            heartbeat: Duration::from_secs(30),
+            min_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The kubelet device-plugin directory.
+pub const DEFAULT_DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// The plugin's socket file name.
+pub const DEFAULT_SOCKET_NAME: &str = "carma.sock";
+/// Default metrics port (next to dcgm-exporter's 9400).
+pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9402";
+
+impl Config {
+    /// A configuration with the documented defaults for `node_name` and `backend`.
+    pub fn new(node_name: impl Into<String>, backend: BackendKind) -> Self {
+        Self {
+            backend,
+            simulated_gpus: SimulatedGpus::default(),
+            simulated_pods: None,
+            replicas: 8,
+            device_plugin_dir: PathBuf::from(DEFAULT_DEVICE_PLUGIN_DIR),
+            socket_name: DEFAULT_SOCKET_NAME.to_string(),
+            metrics_addr: DEFAULT_METRICS_ADDR
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 9402))),
+            node_name: node_name.into(),
+            dcgm_endpoint: None,
+            mps: None,
+            sample_interval: Duration::from_secs(1),
+            window: carma_core::telemetry::DEFAULT_WINDOW,
+            sm_activity_cap: carma_core::PlacementConfig::default().sm_activity_cap,
+            publish: PublishConfig::default(),
+            pod_cache_ttl: Duration::from_secs(10),
+            watch_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Check the values that the flag parsers cannot check alone.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node_name.trim().is_empty() {
+            return Err(ConfigError::Invalid(
+                "--node-name is empty: pass the node's name (the DaemonSet sets NODE_NAME from spec.nodeName)"
+                    .to_string(),
+            ));
+        }
+        if !(1..=1024).contains(&self.replicas) {
+            return Err(ConfigError::Invalid(format!(
+                "--replicas {}: expected 1..=1024 replicas per GPU",
+                self.replicas
+            )));
+        }
+        if !(self.sm_activity_cap.is_finite() && (0.0..=1.0).contains(&self.sm_activity_cap)) {
+            return Err(ConfigError::Invalid(format!(
+                "--sm-activity-cap {}: expected a ratio between 0 and 1",
+                self.sm_activity_cap
+            )));
+        }
+        if self.socket_name.is_empty()
+            || self.socket_name.contains('/')
+            || self.socket_name == "kubelet.sock"
+        {
+            return Err(ConfigError::Invalid(format!(
+                "socket name {:?}: expected a plain file name other than kubelet.sock",
+                self.socket_name
+            )));
+        }
+        if self.backend == BackendKind::Dcgm && self.dcgm_endpoint.is_none() {
+            return Err(ConfigError::Invalid(
+                "--backend dcgm needs --dcgm-endpoint (the dcgm-exporter URL, e.g. http://127.0.0.1:9400/metrics)"
+                    .to_string(),
+            ));
+        }
+        if self.window == 0 {
+            return Err(ConfigError::Invalid(
+                "window must hold at least one sample".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simulated_gpus_table() {
+        let ok = [
+            ("4x40GiB", 4, 40960),
+            ("8x80GiB", 8, 81920),
+            ("2x40Gi", 2, 40960),
+            ("1X16384Mi", 1, 16384),
+            (" 3x24GB ", 3, 22889),
+        ];
+        for (text, count, mib) in ok {
+            let g: SimulatedGpus = text.parse().unwrap();
+            assert_eq!((g.count, g.memory_mib), (count, mib), "{text}");
+        }
+        for bad in [
+            "", "4", "x40GiB", "0x40GiB", "65x40GiB", "4x", "4x512Mi", "4xlots", "-1x4Gi",
+        ] {
+            let err = bad.parse::<SimulatedGpus>().unwrap_err();
+            assert!(err.to_string().contains("--simulated-gpus"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("f", "1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(
+            parse_duration("f", "500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(parse_duration("f", "2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(
+            parse_duration("f", "1.5s").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(parse_duration("f", "3").unwrap(), Duration::from_secs(3));
+        for bad in ["", "0s", "-1s", "1 day", "s", "1e9s", "2d"] {
+            let err = parse_duration("--sample-interval", bad).unwrap_err();
+            assert!(err.to_string().contains("--sample-interval"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn backend_names() {
+        for kind in [BackendKind::Nvml, BackendKind::Dcgm, BackendKind::Simulated] {
+            assert_eq!(kind.as_str().parse::<BackendKind>().unwrap(), kind);
+        }
+        assert!("cuda".parse::<BackendKind>().is_err());
+    }
+
+    #[test]
+    fn validation_names_the_flag() {
+        let mut c = Config::new("n1", BackendKind::Simulated);
+        assert!(c.validate().is_ok());
+        c.replicas = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("--replicas"));
+        c.replicas = 8;
+        c.sm_activity_cap = 1.5;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--sm-activity-cap")
+        );
+        c.sm_activity_cap = 0.8;
+        c.backend = BackendKind::Dcgm;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--dcgm-endpoint")
+        );
+        c.backend = BackendKind::Simulated;
+        c.node_name = " ".into();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--node-name")
+        );
+    }
+}

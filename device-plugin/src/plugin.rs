@@ -1,0 +1,406 @@
+//! Wiring: backend, telemetry loop, publisher, kubelet link and HTTP server of one node.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use carma_api::GpuNodeSpec;
+use chrono::Utc;
+use parking_lot::RwLock;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::Error;
+use crate::allocate::Allocator;
+use crate::backends::dcgm::DcgmBackend;
+use crate::backends::nvml::NvmlBackend;
+use crate::backends::simulated::{SimulatedBackend, SimulatedControl};
+use crate::backends::{BackendError, GpuBackend};
+use crate::config::{BackendKind, Config};
+use crate::devices::device_list;
+use crate::http::{Health, router};
+use crate::metrics::Metrics;
+use crate::pods::{KubePodLookup, PodInfo, PodLookup};
+use crate::proto::Device;
+use crate::publisher::Publisher;
+use crate::registration::KubeletLink;
+use crate::telemetry::{Snapshot, Telemetry, sample_context};
+
+/// What the plugin gets from outside: the API client, and optional replacements (tests).
+#[derive(Debug, Default)]
+pub struct Dependencies {
+    /// Kubernetes client; `None`: GpuNode publishing and pod lookup are off.
+    pub kube: Option<kube::Client>,
+    /// Use this backend instead of the one `Config::backend` names.
+    pub backend: Option<Arc<dyn GpuBackend>>,
+    /// Use this pod lookup instead of the API server's.
+    pub pods: Option<Arc<dyn PodLookup>>,
+}
+
+/// A running device plugin.
+#[derive(Debug)]
+pub struct RunningPlugin {
+    metrics_addr: SocketAddr,
+    socket: PathBuf,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    simulated: Option<SimulatedControl>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+    snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
+}
+
+impl RunningPlugin {
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    /// The plugin's socket.
+    pub fn socket(&self) -> &std::path::Path {
+        &self.socket
+    }
+
+    /// Control of the simulated GPUs (backend `simulated` only).
+    pub fn simulated(&self) -> Option<&SimulatedControl> {
+        self.simulated.as_ref()
+    }
+
+    /// Liveness and readiness.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The latest telemetry snapshots.
+    pub fn snapshots(&self) -> watch::Receiver<Option<Arc<Snapshot>>> {
+        self.snapshots.clone()
+    }
+
+    /// Stop everything and remove the plugin socket.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        info!("device plugin stopped");
+    }
+}
+
+/// Build the backend `config` names.
+fn build_backend(
+    config: &Config,
+) -> Result<(Arc<dyn GpuBackend>, Option<Arc<SimulatedBackend>>), BackendError> {
+    match config.backend {
+        BackendKind::Nvml => Ok((Arc::new(NvmlBackend::new("/proc")?), None)),
+        BackendKind::Dcgm => {
+            let endpoint = config.dcgm_endpoint.as_deref().ok_or_else(|| {
+                BackendError::Config("--backend dcgm needs --dcgm-endpoint".into())
+            })?;
+            let nvml = match NvmlBackend::new("/proc") {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    info!(
+                        "NVML not available ({e}); dcgm-exporter supplies inventory and memory too"
+                    );
+                    None
+                }
+            };
+            Ok((Arc::new(DcgmBackend::new(endpoint, nvml)?), None))
+        }
+        BackendKind::Simulated => {
+            let sim = Arc::new(SimulatedBackend::new(
+                &config.node_name,
+                config.simulated_gpus,
+                config.sample_interval.as_secs_f64(),
+            ));
+            Ok((sim.clone(), Some(sim)))
+        }
+    }
+}
+
+/// Start the device plugin: sample once, then serve kubelet, sample, publish and serve HTTP until
+/// [`RunningPlugin::shutdown`].
+pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, Error> {
+    config.validate().map_err(Error::Config)?;
+    let node = config.node_name.clone();
+    let (backend, sim) = match deps.backend {
+        Some(b) => (b, None),
+        None => build_backend(&config)?,
+    };
+    let lookup: Option<Arc<dyn PodLookup>> = match (deps.pods, &deps.kube) {
+        (Some(p), _) => Some(p),
+        (None, Some(client)) => Some(Arc::new(KubePodLookup::new(client.clone(), node.clone()))),
+        (None, None) => None,
+    };
+    let synthetic: Vec<PodInfo> = match &sim {
+        Some(sim) => {
+            let per_gpu = config
+                .simulated_pods
+                .unwrap_or(if lookup.is_none() { 2 } else { 0 });
+            if per_gpu > 0 {
+                info!(
+                    per_gpu,
+                    "simulated backend: synthetic pods in namespace \"simulated\" carry the scripted load (not real pods)"
+                );
+            }
+            sim.synthetic_pods(&node, per_gpu)
+        }
+        None => Vec::new(),
+    };
+    if lookup.is_none() {
+        warn!(
+            "no Kubernetes API server: GpuNode publishing and pod lookup are off; Allocate will refuse every request with that reason"
+        );
+    }
+    if config.mps.is_none() {
+        info!(
+            "MPS is off: CARMA_RESERVED_MIB is advisory, nothing limits a container's GPU memory (use --mps with an MPS control daemon to enforce it)"
+        );
+    } else {
+        info!(
+            "MPS is on: Allocate sets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (the reservation per GPU) and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; an MPS control daemon must run on the node"
+        );
+    }
+
+    std::fs::create_dir_all(&config.device_plugin_dir).map_err(|source| Error::PluginDir {
+        dir: config.device_plugin_dir.clone(),
+        source,
+    })?;
+    let listener = tokio::net::TcpListener::bind(config.metrics_addr)
+        .await
+        .map_err(|source| Error::MetricsBind {
+            addr: config.metrics_addr,
+            source,
+        })?;
+    let metrics_addr = listener.local_addr().map_err(|source| Error::MetricsBind {
+        addr: config.metrics_addr,
+        source,
+    })?;
+
+    let metrics = Arc::new(Metrics::new(node.clone(), config.sm_activity_cap));
+    let health = Arc::new(Health::new(config.sample_interval));
+    let gpus = Arc::new(RwLock::new(Vec::new()));
+    let (devices_tx, devices_rx) = watch::channel(Vec::<Device>::new());
+    let (snap_tx, snap_rx) = watch::channel(None);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    let mut sampler = Sampler {
+        backend: backend.clone(),
+        lookup: lookup.clone(),
+        synthetic: Arc::new(synthetic),
+        last_pods: Arc::new(Vec::new()),
+        telemetry: Telemetry::new(node.clone(), config.window),
+        devices: devices_tx,
+        gpus: gpus.clone(),
+        metrics: metrics.clone(),
+        health: health.clone(),
+        snapshots: snap_tx,
+        replicas: config.replicas,
+        pod_ttl: config.pod_cache_ttl,
+        lookup_failing: false,
+        sample_failing: false,
+    };
+    // One sample before serving, so kubelet's first ListAndWatch already has the GPUs.
+    sampler.tick().await;
+
+    let mut tasks = Vec::new();
+    let interval = config.sample_interval;
+    let mut stop = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => sampler.tick().await,
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }));
+
+    if let Some(client) = deps.kube.clone() {
+        let spec = GpuNodeSpec {
+            backend: backend.name().to_string(),
+            replicas_per_gpu: config.replicas,
+            mps: config.mps.is_some(),
+        };
+        let mut publisher = Publisher::new(
+            client,
+            node.clone(),
+            spec,
+            config.publish.clone(),
+            metrics.clone(),
+        );
+        let mut snaps = snap_rx.clone();
+        let mut stop = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let snapshot = snaps.borrow_and_update().clone();
+                if let Some(s) = snapshot {
+                    publisher.offer(&s).await;
+                }
+                tokio::select! {
+                    changed = snaps.changed() => if changed.is_err() { return },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        }));
+    }
+
+    let allocator = Arc::new(Allocator::new(
+        node.clone(),
+        lookup,
+        config.mps.clone(),
+        config.replicas,
+        metrics.clone(),
+        gpus,
+    ));
+    let link = KubeletLink {
+        dir: config.device_plugin_dir.clone(),
+        socket_name: config.socket_name.clone(),
+        devices: devices_rx,
+        allocator,
+        metrics: metrics.clone(),
+        health: health.clone(),
+        watch_interval: config.watch_interval,
+    };
+    tasks.push(tokio::spawn(link.run(shutdown_rx.clone())));
+
+    let app = router(metrics.clone(), health.clone());
+    let mut stop = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
+        if let Err(e) = serve.await {
+            warn!("metrics server ended: {e}");
+        }
+    }));
+    info!(
+        node = %node,
+        backend = backend.name(),
+        replicas = config.replicas,
+        metrics = %metrics_addr,
+        dir = %config.device_plugin_dir.display(),
+        "carma device plugin started"
+    );
+    Ok(RunningPlugin {
+        metrics_addr,
+        socket: config.device_plugin_dir.join(&config.socket_name),
+        shutdown: shutdown_tx,
+        tasks,
+        simulated: sim.map(|s| s.control()),
+        health,
+        metrics,
+        snapshots: snap_rx,
+    })
+}
+
+/// One telemetry step: pods, sample, windows, device list, metrics, snapshot.
+struct Sampler {
+    backend: Arc<dyn GpuBackend>,
+    lookup: Option<Arc<dyn PodLookup>>,
+    synthetic: Arc<Vec<PodInfo>>,
+    last_pods: Arc<Vec<PodInfo>>,
+    telemetry: Telemetry,
+    devices: watch::Sender<Vec<Device>>,
+    gpus: Arc<RwLock<Vec<String>>>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    snapshots: watch::Sender<Option<Arc<Snapshot>>>,
+    replicas: u32,
+    pod_ttl: Duration,
+    lookup_failing: bool,
+    sample_failing: bool,
+}
+
+impl Sampler {
+    async fn pods(&mut self) -> Arc<Vec<PodInfo>> {
+        let Some(lookup) = &self.lookup else {
+            return self.synthetic.clone();
+        };
+        match lookup.pods_on_node(self.pod_ttl).await {
+            Ok(p) => {
+                if self.lookup_failing {
+                    info!("pod lookup works again");
+                    self.lookup_failing = false;
+                }
+                self.last_pods = p.clone();
+                p
+            }
+            Err(e) => {
+                if !self.lookup_failing {
+                    warn!("pod lookup for telemetry failed ({e}); using the last known pods");
+                    self.lookup_failing = true;
+                }
+                self.last_pods.clone()
+            }
+        }
+    }
+
+    async fn tick(&mut self) {
+        let pods = self.pods().await;
+        let ctx = sample_context(&pods);
+        let samples = match self.backend.sample(&ctx).await {
+            Ok(s) => {
+                if self.sample_failing {
+                    info!("GPU sampling works again");
+                    self.sample_failing = false;
+                }
+                s
+            }
+            Err(e) => {
+                if !self.sample_failing {
+                    warn!("GPU sampling failed: {e}");
+                    self.sample_failing = true;
+                }
+                return;
+            }
+        };
+        let snapshot = Arc::new(self.telemetry.update(samples, &pods, Utc::now()));
+        let advertised = snapshot.advertised();
+        let list = device_list(&advertised, self.replicas);
+        self.devices.send_if_modified(|current| {
+            if *current == list {
+                return false;
+            }
+            let unhealthy: Vec<String> = snapshot
+                .gpus
+                .iter()
+                .filter(|g| !g.sample.healthy)
+                .map(|g| {
+                    format!(
+                        "{} ({})",
+                        g.sample.uuid,
+                        g.sample.health_reason.as_deref().unwrap_or("unhealthy")
+                    )
+                })
+                .collect();
+            info!(
+                gpus = advertised.len(),
+                devices = list.len(),
+                unhealthy = ?unhealthy,
+                "device list changed: sending it to kubelet"
+            );
+            *current = list;
+            true
+        });
+        *self.gpus.write() = advertised.into_iter().map(|g| g.uuid).collect();
+        self.metrics.set_snapshot(snapshot.clone());
+        self.health.sampled();
+        self.snapshots.send_replace(Some(snapshot));
+    }
+}

@@ -1,0 +1,291 @@
+//! The pods on this node as the device plugin sees them, and the lookup behind a trait.
+//!
+//! Allocate and the telemetry loop both need "the pods bound to this node with their carma
+//! assignment". [`PodLookup`] hides where that comes from: the API server ([`KubePodLookup`], a
+//! field-selected list with a short cache) or a test double.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK, RESOURCE_GPU, SCHEDULER_NAME};
+use carma_api::{AnnotationError, Assignment};
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use thiserror::Error;
+
+/// The pod lookup failed.
+#[derive(Debug, Clone, Error)]
+pub enum LookupError {
+    /// No API server is configured: pod lookup is off.
+    #[error(
+        "pod lookup is off: no Kubernetes API server is reachable (no kubeconfig and not in a cluster), so the device plugin cannot tell which pod is being admitted"
+    )]
+    Off,
+    /// The API call failed.
+    #[error("Kubernetes API: {0}")]
+    Api(String),
+}
+
+/// What the device plugin needs to know about one pod bound to this node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodInfo {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// `spec.nodeName`.
+    pub node_name: Option<String>,
+    /// `spec.schedulerName` (`default-scheduler` when unset).
+    pub scheduler_name: String,
+    /// `status.phase`.
+    pub phase: Option<String>,
+    /// Whether the pod is being deleted.
+    pub terminating: bool,
+    /// Sum of the containers' `carma.io/gpu` requests (limits, else requests).
+    pub gpu_request: u32,
+    /// The extender's assignment, `Ok(None)` when the pod carries none.
+    pub assignment: Result<Option<Assignment>, AnnotationError>,
+    /// `carma.io/task` label, when set.
+    pub task: Option<String>,
+    /// Whether this is a synthetic pod of the simulated backend (namespace `simulated`).
+    pub simulated: bool,
+}
+
+impl PodInfo {
+    /// Read the fields carma needs from a pod.
+    pub fn from_pod(pod: &Pod) -> Self {
+        let meta = &pod.metadata;
+        let empty = BTreeMap::new();
+        let annotations = meta.annotations.as_ref().unwrap_or(&empty);
+        let spec = pod.spec.as_ref();
+        let gpu_request = spec
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .map(|c| {
+                        let res = c.resources.as_ref();
+                        let limit = res
+                            .and_then(|r| r.limits.as_ref())
+                            .and_then(|l| l.get(RESOURCE_GPU));
+                        let request = res
+                            .and_then(|r| r.requests.as_ref())
+                            .and_then(|l| l.get(RESOURCE_GPU));
+                        limit
+                            .or(request)
+                            .and_then(|q| q.0.trim().parse::<u32>().ok())
+                            .unwrap_or(0)
+                    })
+                    .fold(0u32, u32::saturating_add)
+            })
+            .unwrap_or(0);
+        Self {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            node_name: spec.and_then(|s| s.node_name.clone()),
+            scheduler_name: spec
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_else(|| "default-scheduler".to_string()),
+            phase: pod.status.as_ref().and_then(|s| s.phase.clone()),
+            terminating: meta.deletion_timestamp.is_some(),
+            gpu_request,
+            assignment: Assignment::from_annotations(annotations),
+            task: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_TASK).cloned()),
+            simulated: false,
+        }
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Whether the pod has ended (its GPUs are free again).
+    pub fn finished(&self) -> bool {
+        matches!(self.phase.as_deref(), Some("Succeeded") | Some("Failed"))
+    }
+
+    /// The assignment, when the pod has a well-formed one.
+    pub fn assignment(&self) -> Option<&Assignment> {
+        self.assignment.as_ref().ok().and_then(Option::as_ref)
+    }
+
+    /// Whether the pod was placed by carma's scheduler profile.
+    pub fn by_carma_scheduler(&self) -> bool {
+        self.scheduler_name == SCHEDULER_NAME
+    }
+
+    /// Whether the pod holds (or is about to hold) GPUs of this node: assigned and not finished.
+    pub fn occupies_gpus(&self) -> bool {
+        !self.finished() && self.assignment().is_some()
+    }
+}
+
+/// Where the pods on this node come from.
+pub trait PodLookup: Send + Sync + std::fmt::Debug {
+    /// The pods bound to this node, from a cache no older than `max_age`.
+    fn pods_on_node(
+        &self,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<Arc<Vec<PodInfo>>, LookupError>>;
+
+    /// Annotate a pod with `carma.io/allocated: "true"`.
+    fn mark_allocated<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), LookupError>>;
+}
+
+/// Pod lookup through the API server: pods listed with `spec.nodeName=<node>`, cached briefly.
+#[derive(Debug)]
+pub struct KubePodLookup {
+    client: kube::Client,
+    node: String,
+    cache: tokio::sync::Mutex<Option<(Instant, Arc<Vec<PodInfo>>)>>,
+}
+
+impl KubePodLookup {
+    /// Lookup of the pods on `node`.
+    pub fn new(client: kube::Client, node: impl Into<String>) -> Self {
+        Self {
+            client,
+            node: node.into(),
+            cache: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<PodInfo>, LookupError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={}", self.node));
+        let list = api
+            .list(&params)
+            .await
+            .map_err(|e| LookupError::Api(format!("list pods on node {}: {e}", self.node)))?;
+        Ok(list.items.iter().map(PodInfo::from_pod).collect())
+    }
+}
+
+impl PodLookup for KubePodLookup {
+    fn pods_on_node(
+        &self,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<Arc<Vec<PodInfo>>, LookupError>> {
+        Box::pin(async move {
+            // One list at a time: concurrent callers wait and then share the fresh result.
+            let mut cache = self.cache.lock().await;
+            if let Some((at, pods)) = cache.as_ref()
+                && at.elapsed() <= max_age
+            {
+                return Ok(pods.clone());
+            }
+            let pods = Arc::new(self.list().await?);
+            *cache = Some((Instant::now(), pods.clone()));
+            Ok(pods)
+        })
+    }
+
+    fn mark_allocated<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), LookupError>> {
+        Box::pin(async move {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            let patch = serde_json::json!({
+                "metadata": { "annotations": { ANNOTATION_ALLOCATED: "true" } }
+            });
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| LookupError::Api(format!("annotate pod {namespace}/{name}: {e}")))?;
+            // Keep the cache in step so the pod is not offered again before the next list.
+            let mut cache = self.cache.lock().await;
+            if let Some((_, pods)) = cache.as_mut() {
+                let mut updated: Vec<PodInfo> = pods.as_ref().clone();
+                for p in updated.iter_mut() {
+                    if p.namespace == namespace
+                        && p.name == name
+                        && let Ok(Some(a)) = p.assignment.as_mut()
+                    {
+                        a.allocated = true;
+                    }
+                }
+                *pods = Arc::new(updated);
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn reads_assignment_request_and_scheduler() {
+        let p = PodInfo::from_pod(&pod(serde_json::json!({
+            "metadata": {
+                "name": "train-1", "namespace": "ml", "uid": "u-1",
+                "labels": { "carma.io/task": "resnet" },
+                "annotations": {
+                    "carma.io/assigned-gpus": "GPU-a,GPU-b",
+                    "carma.io/assigned-at": "2026-01-01T00:00:00Z",
+                    "carma.io/estimate": "{\"mib\":8000,\"source\":\"override\"}"
+                }
+            },
+            "spec": {
+                "nodeName": "n1",
+                "schedulerName": "carma-scheduler",
+                "containers": [
+                    { "name": "a", "resources": { "limits": { "carma.io/gpu": "2" } } },
+                    { "name": "sidecar" }
+                ]
+            },
+            "status": { "phase": "Pending" }
+        })));
+        assert_eq!(p.key(), "ml/train-1");
+        assert_eq!(p.gpu_request, 2);
+        assert!(p.by_carma_scheduler());
+        assert_eq!(p.task.as_deref(), Some("resnet"));
+        let a = p.assignment().unwrap();
+        assert_eq!(a.gpus, ["GPU-a", "GPU-b"]);
+        assert_eq!(a.estimate.mib, 8000);
+        assert!(!a.allocated);
+        assert!(p.occupies_gpus());
+    }
+
+    #[test]
+    fn plain_pod_has_no_assignment_and_default_scheduler() {
+        let p = PodInfo::from_pod(&pod(serde_json::json!({
+            "metadata": { "name": "web", "namespace": "default" },
+            "spec": { "containers": [ { "name": "c", "resources": { "requests": { "carma.io/gpu": "1" } } } ] },
+            "status": { "phase": "Succeeded" }
+        })));
+        assert_eq!(p.scheduler_name, "default-scheduler");
+        assert_eq!(p.gpu_request, 1);
+        assert!(p.assignment().is_none());
+        assert!(p.finished());
+        assert!(!p.occupies_gpus());
+    }
+
+    #[test]
+    fn malformed_assignment_is_kept_as_an_error() {
+        let p = PodInfo::from_pod(&pod(serde_json::json!({
+            "metadata": { "name": "x", "namespace": "d", "annotations": { "carma.io/assigned-gpus": "GPU-a", "carma.io/assigned-at": "soon" } },
+            "spec": { "containers": [] }
+        })));
+        assert!(p.assignment.is_err());
+        assert!(p.assignment().is_none());
+    }
+}

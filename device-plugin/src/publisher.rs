@@ -1,0 +1,169 @@
+//! Publish the node's `GpuNode` (cluster-scoped, name = node name): created when missing (owned by
+//! the Node, so it goes away with it), its status written through the status subresource with a JSON
+//! merge patch — only when [`crate::telemetry::publish_reason`] says so, so writes stay bounded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use carma_api::names::LABEL_MANAGED_BY;
+use carma_api::{GpuNode, GpuNodeSpec, GpuNodeStatus};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tracing::{debug, info, warn};
+
+use crate::config::PublishConfig;
+use crate::metrics::Metrics;
+use crate::telemetry::{Snapshot, publish_reason};
+
+/// Wait after a failed write before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Writes one node's `GpuNode`.
+#[derive(Debug)]
+pub struct Publisher {
+    client: kube::Client,
+    node: String,
+    spec: GpuNodeSpec,
+    cfg: PublishConfig,
+    metrics: Arc<Metrics>,
+    last: Option<(GpuNodeStatus, Instant)>,
+    exists: bool,
+    retry_at: Option<Instant>,
+}
+
+impl Publisher {
+    /// A publisher of `node`'s GpuNode with `spec`.
+    pub fn new(
+        client: kube::Client,
+        node: impl Into<String>,
+        spec: GpuNodeSpec,
+        cfg: PublishConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            client,
+            node: node.into(),
+            spec,
+            cfg,
+            metrics,
+            last: None,
+            exists: false,
+            retry_at: None,
+        }
+    }
+
+    /// Write the snapshot's status if it changed enough (or the heartbeat is due).
+    /// Returns the reason when it wrote.
+    pub async fn offer(&mut self, snapshot: &Snapshot) -> Option<String> {
+        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+            return None;
+        }
+        let status = snapshot.to_status();
+        let since = self
+            .last
+            .as_ref()
+            .map(|(_, t)| t.elapsed())
+            .unwrap_or(Duration::MAX);
+        let reason = publish_reason(
+            self.last.as_ref().map(|(s, _)| s),
+            &status,
+            since,
+            &self.cfg,
+        )?;
+        match self.write(&status).await {
+            Ok(()) => {
+                self.metrics.publish("ok");
+                debug!(node = %self.node, %reason, summary = %status.summary, "GpuNode status published");
+                self.last = Some((status, Instant::now()));
+                self.retry_at = None;
+                Some(reason)
+            }
+            Err(e) => {
+                self.metrics.publish("error");
+                warn!(node = %self.node, "GpuNode status not published: {e}; retrying in {RETRY_AFTER:?}");
+                self.retry_at = Some(Instant::now() + RETRY_AFTER);
+                None
+            }
+        }
+    }
+
+    async fn write(&mut self, status: &GpuNodeStatus) -> Result<(), kube::Error> {
+        let api: Api<GpuNode> = Api::all(self.client.clone());
+        if !self.exists {
+            self.ensure(&api).await?;
+        }
+        let patch = serde_json::json!({ "status": status });
+        match api
+            .patch_status(&self.node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                if matches!(&e, kube::Error::Api(s) if s.is_not_found()) {
+                    // Deleted meanwhile: create it again next time.
+                    self.exists = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn ensure(&mut self, api: &Api<GpuNode>) -> Result<(), kube::Error> {
+        match api.get_opt(&self.node).await? {
+            Some(existing) => {
+                if existing.spec != self.spec {
+                    let patch = serde_json::json!({ "spec": self.spec });
+                    api.patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                }
+            }
+            None => {
+                let owner = self.node_owner().await;
+                let obj = GpuNode {
+                    metadata: ObjectMeta {
+                        name: Some(self.node.clone()),
+                        labels: Some(
+                            [(
+                                LABEL_MANAGED_BY.to_string(),
+                                "carma-device-plugin".to_string(),
+                            )]
+                            .into(),
+                        ),
+                        owner_references: owner.map(|o| vec![o]),
+                        ..Default::default()
+                    },
+                    spec: self.spec.clone(),
+                    status: None,
+                };
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => info!(node = %self.node, "GpuNode created"),
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.exists = true;
+        Ok(())
+    }
+
+    /// An owner reference to this node's Node object, when it can be read.
+    async fn node_owner(&self) -> Option<OwnerReference> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match nodes.get_opt(&self.node).await {
+            Ok(Some(n)) => Some(OwnerReference {
+                api_version: Node::api_version(&()).to_string(),
+                kind: Node::kind(&()).to_string(),
+                name: self.node.clone(),
+                uid: n.metadata.uid?,
+                ..Default::default()
+            }),
+            Ok(None) => None,
+            Err(e) => {
+                debug!(node = %self.node, "Node not readable, GpuNode gets no owner: {e}");
+                None
+            }
+        }
+    }
+}

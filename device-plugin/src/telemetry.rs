@@ -1,0 +1,581 @@
+//! The telemetry state of a node: per-GPU sample windows, the aggregated snapshot, the `GpuNode`
+//! status built from it and the rule that decides when that status is worth writing.
+//!
+//! Each activity metric keeps CARMA's window (30 one-second samples) and is reduced by
+//! `carma_core::telemetry` to the risk score; a window is restarted when its source changes (e.g.
+//! DCGM stops answering and NVML's fallback takes over), so sources never mix in one score.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use carma_api::{GpuNodeStatus, GpuPodStatus, GpuStatus};
+use carma_core::SampleWindow;
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use crate::backends::{Activity, ActivitySource, GpuSample, PodOnGpu, SampleContext};
+use crate::config::PublishConfig;
+use crate::devices::AdvertisedGpu;
+use crate::pods::PodInfo;
+
+const MIB: u64 = 1024 * 1024;
+
+/// A window of one activity metric and the source of its samples.
+#[derive(Debug, Clone)]
+struct Metric {
+    window: SampleWindow,
+    source: Option<ActivitySource>,
+}
+
+impl Metric {
+    fn new(capacity: usize) -> Self {
+        Self {
+            window: SampleWindow::new(capacity),
+            source: None,
+        }
+    }
+
+    fn push(&mut self, capacity: usize, a: Option<Activity>) {
+        let Some(a) = a else { return };
+        if self.source != Some(a.source) {
+            self.window = SampleWindow::new(capacity);
+            self.source = Some(a.source);
+        }
+        self.window.push(a.value);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Track {
+    last: GpuSample,
+    sm: Metric,
+    occ: Metric,
+    dram: Metric,
+}
+
+/// A pod on a GPU in a snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Reserved MiB on this GPU.
+    pub reserved_mib: u64,
+    /// Memory its processes use on this GPU, when attributed (bytes).
+    pub observed_bytes: Option<u64>,
+    /// `carma.io/task` label.
+    pub task: Option<String>,
+    /// Synthetic pod of the simulated backend.
+    pub simulated: bool,
+}
+
+/// One GPU in a snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuView {
+    /// The latest sample.
+    pub sample: GpuSample,
+    /// SM activity risk score (None until the window has filled once).
+    pub sm_activity_risk: Option<f64>,
+    /// SM occupancy risk score.
+    pub sm_occupancy_risk: Option<f64>,
+    /// DRAM activity risk score.
+    pub dram_activity_risk: Option<f64>,
+    /// carma pods on the GPU.
+    pub pods: Vec<PodView>,
+}
+
+impl GpuView {
+    /// Sum of the pods' reservations (MiB).
+    pub fn reserved_mib(&self) -> u64 {
+        self.pods.iter().map(|p| p.reserved_mib).sum()
+    }
+}
+
+/// Everything known about the node's GPUs after one sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Node name.
+    pub node: String,
+    /// When the sample was taken.
+    pub taken_at: DateTime<Utc>,
+    /// GPUs in index order.
+    pub gpus: Vec<GpuView>,
+}
+
+impl Snapshot {
+    /// The GPUs as advertised to kubelet.
+    pub fn advertised(&self) -> Vec<AdvertisedGpu> {
+        self.gpus
+            .iter()
+            .map(|g| AdvertisedGpu {
+                uuid: g.sample.uuid.clone(),
+                healthy: g.sample.healthy,
+            })
+            .collect()
+    }
+
+    /// The `GpuNode` status of this snapshot.
+    pub fn to_status(&self) -> GpuNodeStatus {
+        let gpus: Vec<GpuStatus> = self.gpus.iter().map(gpu_status).collect();
+        let pod_uids: BTreeSet<&str> = self
+            .gpus
+            .iter()
+            .flat_map(|g| g.pods.iter().map(|p| p.uid.as_str()))
+            .collect();
+        GpuNodeStatus {
+            gpu_count: gpus.len() as u32,
+            pod_count: pod_uids.len() as u32,
+            summary: summary(&self.gpus),
+            updated_at: Some(self.taken_at.to_rfc3339_opts(SecondsFormat::Secs, true)),
+            gpus,
+        }
+    }
+}
+
+fn gpu_status(g: &GpuView) -> GpuStatus {
+    let s = &g.sample;
+    let source = s
+        .sm_activity
+        .or(s.sm_occupancy)
+        .or(s.dram_activity)
+        .map(|a| a.source.as_str().to_string())
+        .unwrap_or_default();
+    GpuStatus {
+        index: s.index,
+        uuid: s.uuid.clone(),
+        model: s.model.clone(),
+        memory_total_mib: s.memory_total_bytes / MIB,
+        memory_free_mib: s.memory_free_bytes / MIB,
+        sm_activity: g.sm_activity_risk.map(round3),
+        sm_occupancy: g.sm_occupancy_risk.map(round3),
+        dram_activity: g.dram_activity_risk.map(round3),
+        activity_source: source,
+        power_watts: s.power_watts.map(|w| (w * 10.0).round() / 10.0),
+        energy_joules: s.energy_joules.map(f64::round),
+        healthy: s.healthy,
+        health_reason: s.health_reason.clone(),
+        processes: s.processes.len() as u32,
+        pods: g
+            .pods
+            .iter()
+            .map(|p| GpuPodStatus {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                reserved_mib: p.reserved_mib,
+                observed_mib: p.observed_bytes.map(|b| b / MIB),
+            })
+            .collect(),
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// The one-line summary, e.g. `0:12/40GiB 35% 1:idle 2:unhealthy`.
+pub fn summary(gpus: &[GpuView]) -> String {
+    gpus.iter()
+        .map(|g| {
+            let s = &g.sample;
+            if !s.healthy {
+                return format!("{}:unhealthy", s.index);
+            }
+            let used_gib = s.memory_used_bytes as f64 / (1024.0 * MIB as f64);
+            let total_gib = s.memory_total_bytes as f64 / (1024.0 * MIB as f64);
+            let sm = g
+                .sm_activity_risk
+                .or(s.sm_activity.map(|a| a.value))
+                .unwrap_or(0.0);
+            if g.pods.is_empty() && used_gib < 0.5 && sm < 0.01 {
+                format!("{}:idle", s.index)
+            } else {
+                format!(
+                    "{}:{used_gib:.0}/{total_gib:.0}GiB {:.0}%",
+                    s.index,
+                    sm * 100.0
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Per-GPU windows of one node.
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    node: String,
+    window: usize,
+    tracks: BTreeMap<String, Track>,
+}
+
+impl Telemetry {
+    /// Empty telemetry of `node` with `window` samples per metric.
+    pub fn new(node: impl Into<String>, window: usize) -> Self {
+        Self {
+            node: node.into(),
+            window: window.max(1),
+            tracks: BTreeMap::new(),
+        }
+    }
+
+    /// Add one sample of every GPU and build the snapshot with `pods` (the pods on this node).
+    ///
+    /// A GPU seen before but missing from `samples` stays in the snapshot, unhealthy.
+    pub fn update(
+        &mut self,
+        samples: Vec<GpuSample>,
+        pods: &[PodInfo],
+        now: DateTime<Utc>,
+    ) -> Snapshot {
+        let cap = self.window;
+        let seen: BTreeSet<String> = samples.iter().map(|s| s.uuid.clone()).collect();
+        for s in samples {
+            let track = self.tracks.entry(s.uuid.clone()).or_insert_with(|| Track {
+                last: s.clone(),
+                sm: Metric::new(cap),
+                occ: Metric::new(cap),
+                dram: Metric::new(cap),
+            });
+            track.sm.push(cap, s.sm_activity);
+            track.occ.push(cap, s.sm_occupancy);
+            track.dram.push(cap, s.dram_activity);
+            track.last = s;
+        }
+        for (uuid, track) in self.tracks.iter_mut() {
+            if !seen.contains(uuid) {
+                track.last.healthy = false;
+                track.last.health_reason = Some("not reported by the GPU backend".to_string());
+            }
+        }
+        let mut gpus: Vec<GpuView> = self
+            .tracks
+            .values()
+            .map(|t| GpuView {
+                sample: t.last.clone(),
+                sm_activity_risk: t.sm.window.risk(),
+                sm_occupancy_risk: t.occ.window.risk(),
+                dram_activity_risk: t.dram.window.risk(),
+                pods: pods_on(&t.last, pods),
+            })
+            .collect();
+        gpus.sort_by(|a, b| {
+            a.sample
+                .index
+                .cmp(&b.sample.index)
+                .then(a.sample.uuid.cmp(&b.sample.uuid))
+        });
+        Snapshot {
+            node: self.node.clone(),
+            taken_at: now,
+            gpus,
+        }
+    }
+}
+
+/// The carma pods assigned to `gpu`, with their observed memory from attributed processes.
+fn pods_on(gpu: &GpuSample, pods: &[PodInfo]) -> Vec<PodView> {
+    let mut out: Vec<PodView> = pods
+        .iter()
+        .filter(|p| p.occupies_gpus())
+        .filter_map(|p| p.assignment().map(|a| (p, a)))
+        .filter(|(_, a)| a.gpus.iter().any(|g| g == &gpu.uuid))
+        .map(|(p, a)| {
+            let mine: Vec<Option<u64>> = gpu
+                .processes
+                .iter()
+                .filter(|proc| proc.pod_uid.as_deref() == Some(p.uid.as_str()))
+                .map(|proc| proc.used_bytes)
+                .collect();
+            let observed_bytes = (!mine.is_empty() && mine.iter().all(Option::is_some))
+                .then(|| mine.iter().flatten().sum());
+            PodView {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                reserved_mib: a.estimate.mib,
+                observed_bytes,
+                task: p.task.clone(),
+                simulated: p.simulated,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.namespace.cmp(&b.namespace).then(a.name.cmp(&b.name)));
+    out
+}
+
+/// What the backends are told about pods before sampling.
+pub fn sample_context(pods: &[PodInfo]) -> SampleContext {
+    let mut ctx = SampleContext::default();
+    for p in pods.iter().filter(|p| p.occupies_gpus()) {
+        if let Some(a) = p.assignment() {
+            for g in &a.gpus {
+                ctx.pods_by_gpu
+                    .entry(g.clone())
+                    .or_default()
+                    .push(PodOnGpu {
+                        uid: p.uid.clone(),
+                        reserved_mib: a.estimate.mib,
+                    });
+            }
+        }
+    }
+    ctx
+}
+
+/// Why `next` should be written now, or `None` to skip it.
+///
+/// Always: the first status, a changed GPU set, health or pod set. At least every
+/// `cfg.heartbeat`. Otherwise, no sooner than `cfg.min_interval` after the last write, when a GPU's
+/// free memory moved by `cfg.free_mib_delta` MiB or a risk score by `cfg.risk_delta` (or appeared).
+pub fn publish_reason(
+    prev: Option<&GpuNodeStatus>,
+    next: &GpuNodeStatus,
+    since_last: Duration,
+    cfg: &PublishConfig,
+) -> Option<String> {
+    let Some(prev) = prev else {
+        return Some("first publication".to_string());
+    };
+    let uuids = |s: &GpuNodeStatus| s.gpus.iter().map(|g| g.uuid.clone()).collect::<Vec<_>>();
+    if uuids(prev) != uuids(next) {
+        return Some("GPU set changed".to_string());
+    }
+    for (a, b) in prev.gpus.iter().zip(&next.gpus) {
+        if a.healthy != b.healthy {
+            return Some(format!(
+                "GPU {} health changed to {}",
+                b.index,
+                if b.healthy { "healthy" } else { "unhealthy" }
+            ));
+        }
+        let pods = |g: &GpuStatus| {
+            g.pods
+                .iter()
+                .map(|p| p.uid.clone())
+                .collect::<BTreeSet<_>>()
+        };
+        if pods(a) != pods(b) {
+            return Some(format!("pods on GPU {} changed", b.index));
+        }
+    }
+    if since_last >= cfg.heartbeat {
+        return Some("heartbeat".to_string());
+    }
+    if since_last < cfg.min_interval {
+        return None;
+    }
+    for (a, b) in prev.gpus.iter().zip(&next.gpus) {
+        let delta = a.memory_free_mib.abs_diff(b.memory_free_mib);
+        if delta >= cfg.free_mib_delta {
+            return Some(format!(
+                "free memory of GPU {} moved by {delta} MiB",
+                b.index
+            ));
+        }
+        let risks = [
+            ("SM activity", a.sm_activity, b.sm_activity),
+            ("SM occupancy", a.sm_occupancy, b.sm_occupancy),
+            ("DRAM activity", a.dram_activity, b.dram_activity),
+        ];
+        for (what, x, y) in risks {
+            let moved = match (x, y) {
+                (Some(x), Some(y)) => (x - y).abs() >= cfg.risk_delta,
+                (None, None) => false,
+                _ => true,
+            };
+            if moved {
+                return Some(format!("{what} risk of GPU {} moved", b.index));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::GpuProcess;
+    use carma_api::{Assignment, EstimateAnnotation};
+
+    fn sample(index: u32, sm: f64) -> GpuSample {
+        let mut s = GpuSample::basic(index, format!("GPU-{index}"), "m", 40 * 1024 * MIB, 0);
+        s.sm_activity = Activity::new(sm, ActivitySource::Dcgm);
+        s
+    }
+
+    fn pod(uid: &str, gpus: &[&str], mib: u64) -> PodInfo {
+        PodInfo {
+            namespace: "ml".into(),
+            name: format!("pod-{uid}"),
+            uid: uid.into(),
+            node_name: Some("n1".into()),
+            scheduler_name: "carma-scheduler".into(),
+            phase: Some("Running".into()),
+            terminating: false,
+            gpu_request: gpus.len() as u32,
+            assignment: Ok(Some(Assignment {
+                gpus: gpus.iter().map(|s| s.to_string()).collect(),
+                assigned_at: DateTime::UNIX_EPOCH,
+                estimate: EstimateAnnotation {
+                    mib,
+                    source: "override".into(),
+                    class: None,
+                },
+                exclusive: false,
+                allocated: true,
+            })),
+            task: None,
+            simulated: false,
+        }
+    }
+
+    #[test]
+    fn risk_appears_once_the_window_fills_and_uses_carma_core() {
+        let mut t = Telemetry::new("n1", 3);
+        let now = Utc::now();
+        assert_eq!(
+            t.update(vec![sample(0, 0.5)], &[], now).gpus[0].sm_activity_risk,
+            None
+        );
+        t.update(vec![sample(0, 0.5)], &[], now);
+        let snap = t.update(vec![sample(0, 0.5)], &[], now);
+        let risk = snap.gpus[0].sm_activity_risk.unwrap();
+        assert!((risk - carma_core::risk_score(&[0.5, 0.5, 0.5]).unwrap()).abs() < 1e-12);
+        // A new source restarts the window.
+        let mut s = sample(0, 0.9);
+        s.sm_activity = Activity::new(0.9, ActivitySource::NvmlUtil);
+        assert_eq!(t.update(vec![s], &[], now).gpus[0].sm_activity_risk, None);
+    }
+
+    #[test]
+    fn pods_get_reservations_and_observed_memory() {
+        let mut t = Telemetry::new("n1", 30);
+        let mut s = sample(0, 0.1);
+        s.processes = vec![
+            GpuProcess {
+                pid: Some(1),
+                pod_uid: Some("a".into()),
+                used_bytes: Some(1000 * MIB),
+            },
+            GpuProcess {
+                pid: Some(2),
+                pod_uid: Some("a".into()),
+                used_bytes: Some(24 * MIB),
+            },
+            GpuProcess {
+                pid: Some(3),
+                pod_uid: None,
+                used_bytes: Some(5 * MIB),
+            },
+        ];
+        let pods = [
+            pod("a", &["GPU-0"], 8000),
+            pod("b", &["GPU-0", "GPU-1"], 4000),
+            pod("c", &["GPU-1"], 1),
+        ];
+        let snap = t.update(vec![s, sample(1, 0.0)], &pods, Utc::now());
+        let g0 = &snap.gpus[0];
+        assert_eq!(g0.pods.len(), 2);
+        assert_eq!(g0.pods[0].observed_bytes, Some(1024 * MIB));
+        assert_eq!(g0.pods[1].observed_bytes, None);
+        assert_eq!(g0.reserved_mib(), 12000);
+        let status = snap.to_status();
+        assert_eq!(status.gpu_count, 2);
+        assert_eq!(status.pod_count, 3);
+        assert_eq!(status.gpus[0].pods[0].observed_mib, Some(1024));
+        assert_eq!(status.gpus[0].activity_source, "dcgm");
+        assert_eq!(status.gpus[0].processes, 3);
+        let ctx = sample_context(&pods);
+        assert_eq!(ctx.pods_by_gpu["GPU-1"].len(), 2);
+    }
+
+    #[test]
+    fn missing_gpu_turns_unhealthy() {
+        let mut t = Telemetry::new("n1", 30);
+        t.update(vec![sample(0, 0.1), sample(1, 0.1)], &[], Utc::now());
+        let snap = t.update(vec![sample(0, 0.1)], &[], Utc::now());
+        assert_eq!(snap.gpus.len(), 2);
+        assert!(!snap.gpus[1].sample.healthy);
+        assert_eq!(snap.advertised()[1].healthy, false);
+    }
+
+    #[test]
+    fn summary_line() {
+        let mut t = Telemetry::new("n1", 1);
+        let mut busy = sample(0, 0.35);
+        busy.memory_used_bytes = 12 * 1024 * MIB;
+        let mut bad = sample(2, 0.0);
+        bad.healthy = false;
+        let snap = t.update(vec![busy, sample(1, 0.0), bad], &[], Utc::now());
+        assert_eq!(
+            snap.to_status().summary,
+            "0:12/40GiB 35% 1:idle 2:unhealthy"
+        );
+    }
+
+    #[test]
+    fn publish_rule() {
+        let cfg = PublishConfig::default();
+        let mut t = Telemetry::new("n1", 1);
+        let base = t.update(vec![sample(0, 0.3)], &[], Utc::now()).to_status();
+        let s = Duration::from_secs;
+        assert_eq!(
+            publish_reason(None, &base, s(0), &cfg).as_deref(),
+            Some("first publication")
+        );
+        assert_eq!(publish_reason(Some(&base), &base, s(5), &cfg), None);
+        assert_eq!(
+            publish_reason(Some(&base), &base, s(30), &cfg).as_deref(),
+            Some("heartbeat")
+        );
+        let mut next = base.clone();
+        next.gpus[0].memory_free_mib -= 300;
+        assert!(
+            publish_reason(Some(&base), &next, s(3), &cfg)
+                .unwrap()
+                .contains("free memory")
+        );
+        assert_eq!(
+            publish_reason(Some(&base), &next, s(1), &cfg),
+            None,
+            "rate-limited"
+        );
+        let mut next = base.clone();
+        next.gpus[0].memory_free_mib -= 100;
+        next.gpus[0].sm_activity = Some(base.gpus[0].sm_activity.unwrap() + 0.02);
+        assert_eq!(
+            publish_reason(Some(&base), &next, s(3), &cfg),
+            None,
+            "below thresholds"
+        );
+        next.gpus[0].sm_activity = Some(base.gpus[0].sm_activity.unwrap() + 0.06);
+        assert!(
+            publish_reason(Some(&base), &next, s(3), &cfg)
+                .unwrap()
+                .contains("SM activity")
+        );
+        let mut next = base.clone();
+        next.gpus[0].healthy = false;
+        assert!(
+            publish_reason(Some(&base), &next, s(0), &cfg)
+                .unwrap()
+                .contains("health")
+        );
+        let mut next = base.clone();
+        next.gpus[0].pods.push(GpuPodStatus {
+            namespace: "a".into(),
+            name: "b".into(),
+            uid: "u".into(),
+            reserved_mib: 1,
+            observed_mib: None,
+        });
+        assert!(
+            publish_reason(Some(&base), &next, s(0), &cfg)
+                .unwrap()
+                .contains("pods")
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! The torchsummary parser on the real tables in ../shared/data/model-summaries,
+//! and on malformed input.
+
+mod common;
+
+use carma_estimator::{EstimateSource, Estimator, Family, SummaryError, parse_torchsummary};
+
+const FILES: [&str; 5] = [
+    "efficientNet_cifar100.model",
+    "mnist_cnn_64.model",
+    "mobilenet_cifar100.model",
+    "resnet18_cifar100.model",
+    "resnet34_cifar100.model",
+];
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(common::shared_file(&format!("model-summaries/{name}"))).unwrap()
+}
+
+#[test]
+fn mnist_cnn_by_hand() {
+    let p = parse_torchsummary(&read("mnist_cnn_64.model"), Family::Cnn, 64).unwrap();
+    assert_eq!(p.parameters, 1_199_882);
+    // 32·26·26 + 64·24·24 + 64·12·12 + 128 + 128 + 10
+    assert_eq!(p.activations, 21_632 + 36_864 + 9_216 + 128 + 128 + 10);
+    assert_eq!((p.layers.conv2d, p.layers.dropout, p.layers.linear), (2, 2, 2));
+    assert_eq!(p.depth, Some(6));
+    assert_eq!(p.activation.as_deref(), Some("ReLU")); // none listed: the default
+    assert_eq!(p.batch_size, 64);
+}
+
+#[test]
+fn resnet18_counts() {
+    let p = parse_torchsummary(&read("resnet18_cifar100.model"), Family::Cnn, 32).unwrap();
+    assert_eq!(p.parameters, 11_227_812);
+    assert_eq!(p.layers.conv2d, 20);
+    assert_eq!(p.layers.batch_norm, 20);
+    assert_eq!(p.layers.linear, 1);
+    assert_eq!(p.layers.adaptive_avg_pool, 1);
+    assert_eq!(p.activation.as_deref(), Some("ReLU"));
+    assert_eq!(p.depth, Some(20 + 20 + 1 + 1));
+}
+
+#[test]
+fn every_shared_summary_parses_and_estimates() {
+    let est = Estimator::new().unwrap();
+    for name in FILES {
+        let text = read(name);
+        let p = parse_torchsummary(&text, Family::Cnn, 32).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let total: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Total params:"))
+            .map(|t| t.trim().replace(',', "").parse().unwrap())
+            .unwrap();
+        assert_eq!(p.parameters, total, "{name}");
+        assert!(p.activations > 0 && p.layers.conv2d > 0, "{name}: {p:?}");
+        let e = est.estimate(&p).unwrap();
+        assert_eq!(e.source, EstimateSource::AnalyticUpperBound, "{name}: no CNN model yet");
+        assert!(e.mib >= 1536 && e.probabilities.is_empty(), "{name}: {e:?}");
+    }
+    // EfficientNet/MobileNet (timm) use SiLU
+    let p = parse_torchsummary(&read("efficientNet_cifar100.model"), Family::Cnn, 8).unwrap();
+    assert_eq!(p.activation.as_deref(), Some("SiLU"));
+}
+
+#[test]
+fn malformed_tables_are_rejected() {
+    let good = read("mnist_cnn_64.model");
+    assert_eq!(parse_torchsummary("", Family::Cnn, 1), Err(SummaryError::MissingHeader));
+    assert_eq!(parse_torchsummary("hello\nworld", Family::Cnn, 1), Err(SummaryError::MissingHeader));
+    assert_eq!(parse_torchsummary(&good, Family::Cnn, 0), Err(SummaryError::BadBatchSize));
+
+    let header_only: String = good.lines().take(3).collect::<Vec<_>>().join("\n");
+    assert_eq!(parse_torchsummary(&header_only, Family::Cnn, 1), Err(SummaryError::NoLayers));
+
+    for (from, to) in [
+        ("[-1, 32, 26, 26]", "[-1, 32, x, 26]"),
+        ("[-1, 32, 26, 26]", "-1, 32, 26, 26"),
+        ("18,496", "many"),
+        ("Conv2d-1", "Conv2d"),
+        ("[-1, 64, 12, 12]", "[-1, 64, 99999999999, 99999999999]"),
+    ] {
+        let bad = good.replacen(from, to, 1);
+        let e = parse_torchsummary(&bad, Family::Cnn, 1).unwrap_err();
+        assert!(matches!(e, SummaryError::BadRow { .. }), "{from} -> {to}: {e:?}");
+        assert!(e.to_string().contains("line"), "{e}");
+    }
+    let bad = good.replace("Total params: 1,199,882", "Total params: lots");
+    assert!(matches!(parse_torchsummary(&bad, Family::Cnn, 1), Err(SummaryError::BadTotal { .. })));
+    // without the Total line, the rows are summed
+    let no_total = good.replace("Total params: 1,199,882", "");
+    assert_eq!(parse_torchsummary(&no_total, Family::Cnn, 1).unwrap().parameters, 1_199_882);
+    // truncated in the middle of the table still yields the rows read so far
+    let cut: String = good.lines().take(6).collect::<Vec<_>>().join("\n");
+    let p = parse_torchsummary(&cut, Family::Cnn, 1).unwrap();
+    assert_eq!(p.layers.conv2d, 2);
+}
+
+#[test]
+fn multi_output_rows_and_explicit_batch_dimension() {
+    let t = "        Layer (type)               Output Shape         Param #\n\
+             ================================================================\n\
+                       Linear-1                  [32, 100]          78,500\n\
+                         LSTM-2     [[32, 8, 20], [1, 32, 20]]           1,000\n\
+                    LayerNorm-3                   [32, 20]              40\n\
+             NonDynamicallyQuantizableLinear-4    [32, 20]             420\n\
+                      Dropout-5                   [32, 20]               0\n\
+                         GELU-6                   [32, 20]               0\n\
+             ================================================================\n";
+    let p = parse_torchsummary(t, Family::Transformer, 32).unwrap();
+    assert_eq!(p.activations, 100 + (160 + 640) + 20 + 20 + 20 + 20);
+    assert_eq!(p.parameters, 78_500 + 1_000 + 40 + 420);
+    assert_eq!((p.layers.linear, p.layers.attention, p.layers.layer_norm, p.layers.dropout), (1, 1, 1, 1));
+    assert_eq!(p.activation.as_deref(), Some("GELU"));
+    assert_eq!(p.depth, Some(4));
+}

@@ -1,0 +1,247 @@
+//! Prometheus metrics of the operator (prometheus-client). The names are a
+//! contract with the dashboards and alert rules:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `carma_operator_tasks` | gauge | `phase` (`Pending`, `Running`, `Recovering`, `Succeeded`, `Failed`) |
+//! | `carma_operator_attempts_total` | counter | `outcome` (`Succeeded`, `GpuOutOfMemory`, `Failed`, `Evicted`) |
+//! | `carma_operator_oom_recoveries_total` | counter | — recovery attempts created after a GPU OOM crash |
+//! | `carma_operator_recovery_duration_seconds` | histogram | — from the OOM crash to the next attempt running |
+//! | `carma_operator_reconcile_errors_total` | counter | `kind` (see [`crate::Error::kind`]) |
+//! | `carma_operator_leader` | gauge | — 1 while this replica leads |
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use carma_api::{AttemptOutcomeKind, TaskPhase};
+
+use crate::plan::Observation;
+
+/// Every phase, in lifecycle order.
+pub const PHASES: [TaskPhase; 5] = [
+    TaskPhase::Pending,
+    TaskPhase::Running,
+    TaskPhase::Recovering,
+    TaskPhase::Succeeded,
+    TaskPhase::Failed,
+];
+
+/// Buckets of the recovery duration (seconds): from seconds to an hour.
+const RECOVERY_BUCKETS: [f64; 12] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// The operator's metrics and their registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    tasks: Family<PhaseLabels, Gauge>,
+    attempts: Family<OutcomeLabels, Counter>,
+    oom_recoveries: Counter,
+    recovery_duration: Histogram,
+    reconcile_errors: Family<KindLabels, Counter>,
+    leader: Gauge<i64, AtomicI64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Register every metric (each label value starts at zero, so dashboards see
+    /// a series before the first event).
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let tasks = Family::<PhaseLabels, Gauge>::default();
+        let attempts = Family::<OutcomeLabels, Counter>::default();
+        let oom_recoveries = Counter::default();
+        let recovery_duration = Histogram::new(RECOVERY_BUCKETS);
+        let reconcile_errors = Family::<KindLabels, Counter>::default();
+        let leader = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "carma_operator_tasks",
+            "TrainingTasks by phase",
+            tasks.clone(),
+        );
+        registry.register(
+            "carma_operator_attempts",
+            "Attempts ended, by outcome",
+            attempts.clone(),
+        );
+        registry.register(
+            "carma_operator_oom_recoveries",
+            "Recovery attempts created after a GPU out-of-memory crash",
+            oom_recoveries.clone(),
+        );
+        registry.register(
+            "carma_operator_recovery_duration_seconds",
+            "Time from a GPU out-of-memory crash to the next attempt running",
+            recovery_duration.clone(),
+        );
+        registry.register(
+            "carma_operator_reconcile_errors",
+            "Failed reconciles, by error kind",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "carma_operator_leader",
+            "1 while this replica holds the leader lease",
+            leader.clone(),
+        );
+        for phase in PHASES {
+            tasks
+                .get_or_create(&PhaseLabels {
+                    phase: phase.as_str().to_string(),
+                })
+                .set(0);
+        }
+        for outcome in [
+            AttemptOutcomeKind::Succeeded,
+            AttemptOutcomeKind::GpuOutOfMemory,
+            AttemptOutcomeKind::Failed,
+            AttemptOutcomeKind::Evicted,
+        ] {
+            attempts.get_or_create(&OutcomeLabels {
+                outcome: outcome_label(outcome).to_string(),
+            });
+        }
+        Self {
+            registry,
+            tasks,
+            attempts,
+            oom_recoveries,
+            recovery_duration,
+            reconcile_errors,
+            leader,
+        }
+    }
+
+    /// Set the task gauge from counts per phase (phases absent count zero).
+    pub fn set_tasks(&self, counts: &[(TaskPhase, i64)]) {
+        for phase in PHASES {
+            let n = counts
+                .iter()
+                .filter(|(p, _)| *p == phase)
+                .map(|(_, n)| *n)
+                .sum();
+            self.tasks
+                .get_or_create(&PhaseLabels {
+                    phase: phase.as_str().to_string(),
+                })
+                .set(n);
+        }
+    }
+
+    /// Record what a reconcile step did.
+    pub fn observe(&self, observation: &Observation) {
+        match observation {
+            Observation::AttemptFinished(kind) => {
+                self.attempts
+                    .get_or_create(&OutcomeLabels {
+                        outcome: outcome_label(*kind).to_string(),
+                    })
+                    .inc();
+            }
+            Observation::OomRecoveryStarted => {
+                self.oom_recoveries.inc();
+            }
+            Observation::RecoveryDuration(d) => self.observe_recovery(*d),
+        }
+    }
+
+    fn observe_recovery(&self, d: Duration) {
+        self.recovery_duration.observe(d.as_secs_f64());
+    }
+
+    /// Count a failed reconcile.
+    pub fn reconcile_error(&self, kind: &str) {
+        self.reconcile_errors
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Whether this replica leads.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}
+
+/// The `outcome` label value of an attempt outcome (the status enum's name).
+pub fn outcome_label(kind: AttemptOutcomeKind) -> &'static str {
+    match kind {
+        AttemptOutcomeKind::Succeeded => "Succeeded",
+        AttemptOutcomeKind::GpuOutOfMemory => "GpuOutOfMemory",
+        AttemptOutcomeKind::Failed => "Failed",
+        AttemptOutcomeKind::Evicted => "Evicted",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_names_and_labels() {
+        let m = Metrics::new();
+        m.set_tasks(&[(TaskPhase::Running, 2), (TaskPhase::Failed, 1)]);
+        m.observe(&Observation::AttemptFinished(AttemptOutcomeKind::GpuOutOfMemory));
+        m.observe(&Observation::OomRecoveryStarted);
+        m.observe(&Observation::RecoveryDuration(Duration::from_secs(42)));
+        m.reconcile_error("conflict");
+        m.set_leader(true);
+        let text = m.encode();
+        for line in [
+            "carma_operator_tasks{phase=\"Running\"} 2",
+            "carma_operator_tasks{phase=\"Failed\"} 1",
+            "carma_operator_tasks{phase=\"Pending\"} 0",
+            "carma_operator_attempts_total{outcome=\"GpuOutOfMemory\"} 1",
+            "carma_operator_attempts_total{outcome=\"Succeeded\"} 0",
+            "carma_operator_oom_recoveries_total 1",
+            "carma_operator_recovery_duration_seconds_count 1",
+            "carma_operator_recovery_duration_seconds_sum 42.0",
+            "carma_operator_recovery_duration_seconds_bucket{le=\"60.0\"} 1",
+            "carma_operator_reconcile_errors_total{kind=\"conflict\"} 1",
+            "carma_operator_leader 1",
+            "# TYPE carma_operator_tasks gauge",
+            "# TYPE carma_operator_attempts counter",
+            "# TYPE carma_operator_recovery_duration_seconds histogram",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! The executor: one reconcile reads the task's attempt pods (and, for the
+//! current attempt, its node's `GpuNode` and, when needed, its log), asks the
+//! [planner](crate::plan) for the step, and carries it out — create the pod,
+//! write the status, publish the Events, record the metrics.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use carma_api::names::LABEL_TASK;
+use carma_api::{GpuNode, TrainingTask};
+use carma_core::RecoveryConfig;
+
+use crate::attempt::{MANAGER, is_owned_by, task_label_value};
+use crate::classify::{OomPatterns, PodProgress, classify};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::observe::{ObservedAttempt, attempt_index, observe, pod_node};
+use crate::plan::{self, Plan, PlanInput, PlannedEvent};
+use crate::status::status_patch;
+
+/// Tunables of the reconciler.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Recovery defaults (CARMA-based) that each task's `spec.recovery` overrides.
+    pub recovery_defaults: RecoveryConfig,
+    /// Text that marks a GPU out-of-memory crash.
+    pub oom_patterns: OomPatterns,
+    /// Log lines read when a failed attempt left no termination message.
+    pub log_tail_lines: i64,
+    /// How often a running attempt is looked at again to record its memory peak.
+    pub peak_poll: Duration,
+    /// Requeue delay after a failed reconcile.
+    pub error_requeue: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            recovery_defaults: RecoveryConfig::default(),
+            oom_patterns: OomPatterns::default(),
+            log_tail_lines: 50,
+            peak_poll: Duration::from_secs(15),
+            error_requeue: Duration::from_secs(15),
+        }
+    }
+}
+
+/// A clock (replaced by a fixed one in tests).
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+
+/// What every reconcile shares.
+#[derive(Clone)]
+pub struct Context {
+    /// The Kubernetes client.
+    pub client: Client,
+    /// Publishes Events on TrainingTasks.
+    pub recorder: Recorder,
+    /// The operator's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Tunables.
+    pub settings: Settings,
+    /// The clock.
+    pub clock: Clock,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context with the wall clock; `instance` names this replica in Events.
+    pub fn new(client: Client, metrics: Arc<Metrics>, settings: Settings, instance: Option<String>) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.to_string(),
+                instance,
+            },
+        );
+        Self {
+            client,
+            recorder,
+            metrics,
+            settings,
+            clock: Arc::new(Utc::now),
+        }
+    }
+
+    /// The same context with another clock.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+/// Reconcile one TrainingTask: one step of its lifecycle.
+pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Action> {
+    if plan::is_settled(&task) {
+        return Ok(Action::await_change());
+    }
+    let ns = task
+        .metadata
+        .namespace
+        .as_deref()
+        .ok_or(Error::MissingMetadata("namespace"))?;
+    let name = task
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(Error::MissingMetadata("name"))?;
+    let uid = task
+        .metadata
+        .uid
+        .as_deref()
+        .ok_or(Error::MissingMetadata("uid"))?;
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let selector = format!("{LABEL_TASK}={}", task_label_value(name));
+    let pods: Vec<Pod> = pods_api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| is_owned_by(p, uid))
+        .collect();
+    let observed = observe_pods(&task, &pods, &pods_api, &ctx).await;
+    let now = (ctx.clock)();
+    let step = plan::plan(&PlanInput {
+        task: &task,
+        pods: &observed,
+        now,
+        defaults: &ctx.settings.recovery_defaults,
+        peak_poll: ctx.settings.peak_poll,
+    });
+    debug!(task = name, namespace = ns, ?step, "planned");
+    execute(&task, step, &pods_api, &ctx).await
+}
+
+/// What `error_policy` does: count the error and retry later.
+pub fn error_policy(task: Arc<TrainingTask>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_error(err.kind());
+    warn!(
+        task = %task.name_any(),
+        namespace = task.namespace().unwrap_or_default(),
+        kind = err.kind(),
+        error = %err,
+        "reconcile failed"
+    );
+    Action::requeue(ctx.settings.error_requeue)
+}
+
+/// Whether the attempt with this number has not been recorded as ended.
+fn is_open(task: &TrainingTask, index: u32) -> bool {
+    task.status
+        .as_ref()
+        .and_then(|s| s.attempts.iter().find(|a| a.index == index))
+        .is_none_or(|a| a.outcome.is_none())
+}
+
+async fn observe_pods(
+    task: &TrainingTask,
+    pods: &[Pod],
+    pods_api: &Api<Pod>,
+    ctx: &Context,
+) -> Vec<ObservedAttempt> {
+    let patterns = &ctx.settings.oom_patterns;
+    let gpu_nodes: Api<GpuNode> = Api::all(ctx.client.clone());
+    let mut nodes: BTreeMap<String, Option<GpuNode>> = BTreeMap::new();
+    let mut out = Vec::with_capacity(pods.len());
+    for pod in pods {
+        let Some(index) = attempt_index(pod) else {
+            continue;
+        };
+        let open = is_open(task, index);
+        let mut progress = classify(pod, None, patterns);
+        if !open {
+            // Recorded already: only the number matters to the planner.
+            out.extend(observe(pod, progress, None));
+            continue;
+        }
+        if let PodProgress::NeedsLogs { container } = &progress {
+            let logs = read_logs(pods_api, pod, container, ctx.settings.log_tail_lines).await;
+            progress = classify(pod, Some(&logs), patterns);
+        }
+        let node = match (&progress, pod_node(pod)) {
+            (PodProgress::Pending, _) | (_, None) => None,
+            (_, Some(n)) => {
+                if !nodes.contains_key(&n) {
+                    let got = match gpu_nodes.get_opt(&n).await {
+                        Ok(g) => g,
+                        Err(e) => {
+                            warn!(node = %n, error = %e, "reading GpuNode failed; no memory peak this time");
+                            None
+                        }
+                    };
+                    nodes.insert(n.clone(), got);
+                }
+                nodes.get(&n).and_then(Option::as_ref)
+            }
+        };
+        out.extend(observe(pod, progress, node));
+    }
+    out
+}
+
+async fn read_logs(pods_api: &Api<Pod>, pod: &Pod, container: &str, tail: i64) -> String {
+    let name = pod.name_any();
+    let params = LogParams {
+        container: (!container.is_empty()).then(|| container.to_string()),
+        tail_lines: Some(tail),
+        ..LogParams::default()
+    };
+    match pods_api.logs(&name, &params).await {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(pod = %name, error = %e, "reading the log of a failed attempt failed");
+            String::new()
+        }
+    }
+}
+
+async fn execute(task: &TrainingTask, step: Plan, pods_api: &Api<Pod>, ctx: &Context) -> Result<Action> {
+    let name = task.name_any();
+    let ns = task.namespace().unwrap_or_default();
+    if let Some(pod) = &step.create_pod {
+        if let Err(e) = create_pod(task, pods_api, pod).await {
+            let note = format!(
+                "creating pod {} failed: {e}",
+                pod.metadata.name.as_deref().unwrap_or("")
+            );
+            publish(
+                task,
+                ctx,
+                &PlannedEvent {
+                    warning: true,
+                    reason: "AttemptCreateFailed".into(),
+                    action: "CreateAttempt".into(),
+                    note,
+                    pod: None,
+                },
+            )
+            .await;
+            return Err(e);
+        }
+    }
+    if let Some(new) = &step.status {
+        let old = task.status.clone().unwrap_or_default();
+        let patch = status_patch(&old, new)?;
+        let tasks: Api<TrainingTask> = Api::namespaced(ctx.client.clone(), &ns);
+        let params = PatchParams {
+            field_manager: Some(MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        tasks.patch_status(&name, &params, &Patch::Merge(&patch)).await?;
+        if new.phase != old.phase {
+            info!(
+                task = %name,
+                namespace = %ns,
+                from = old.phase.map_or("-", |p| p.as_str()),
+                to = new.phase.map_or("-", |p| p.as_str()),
+                message = new.message.as_deref().unwrap_or(""),
+                "phase changed"
+            );
+        }
+    }
+    for ev in &step.events {
+        publish(task, ctx, ev).await;
+    }
+    for o in &step.observations {
+        ctx.metrics.observe(o);
+    }
+    Ok(step
+        .requeue_after
+        .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Create an attempt pod; an existing pod of the same name that this task owns
+/// is adopted (a retried create after a restart), one it does not own is an error.
+async fn create_pod(task: &TrainingTask, pods_api: &Api<Pod>, pod: &Pod) -> Result<()> {
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let params = PostParams {
+        field_manager: Some(MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    match pods_api.create(&params, pod).await {
+        Ok(_) => {
+            info!(task = %task.name_any(), pod = %pod_name, "created attempt pod");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.is_already_exists() || s.code == 409 => {
+            let uid = task.metadata.uid.as_deref().unwrap_or("");
+            match pods_api.get_opt(&pod_name).await? {
+                Some(existing) if is_owned_by(&existing, uid) => {
+                    info!(task = %task.name_any(), pod = %pod_name, "attempt pod exists already; adopted");
+                    Ok(())
+                }
+                _ => Err(Error::PodConflict {
+                    pod: pod_name,
+                    task: task.name_any(),
+                }),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn publish(task: &TrainingTask, ctx: &Context, ev: &PlannedEvent) {
+    let secondary = ev.pod.as_ref().map(|p| ObjectReference {
+        api_version: Some("v1".to_string()),
+        kind: Some("Pod".to_string()),
+        name: Some(p.clone()),
+        namespace: task.namespace(),
+        ..ObjectReference::default()
+    });
+    let event = Event {
+        type_: if ev.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: ev.reason.clone(),
+        note: Some(ev.note.clone()),
+        action: ev.action.clone(),
+        secondary,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &task.object_ref(&())).await {
+        warn!(task = %task.name_any(), reason = %ev.reason, error = %e, "publishing an Event failed");
+    }
+}

@@ -1,0 +1,239 @@
+//! TrainingTask status helpers: conditions in the Kubernetes style and the JSON
+//! merge patch that turns the old status into the new one.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value};
+
+use carma_api::{TaskCondition, TaskPhase, TrainingTaskStatus};
+
+/// Condition: the current attempt's pod is bound to a node.
+pub const CONDITION_SCHEDULED: &str = "Scheduled";
+/// Condition: an attempt runs.
+pub const CONDITION_RUNNING: &str = "Running";
+/// Condition: an attempt crashed and the next one is on its way.
+pub const CONDITION_RECOVERING: &str = "Recovering";
+/// Condition: the task succeeded.
+pub const CONDITION_SUCCEEDED: &str = "Succeeded";
+/// Condition: the task failed for good.
+pub const CONDITION_FAILED: &str = "Failed";
+
+/// RFC 3339 with second precision, the form status times use.
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Parse a status time.
+pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// Set condition `type_`. The transition time changes only when the status flips;
+/// reason and message are updated whenever given.
+pub fn set_condition(
+    conditions: &mut Vec<TaskCondition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+) {
+    let status_str = if status { "True" } else { "False" };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status_str {
+                c.status = status_str.to_string();
+                c.last_transition_time = Some(rfc3339(now));
+            }
+            c.reason = Some(reason.to_string());
+            c.message = (!message.is_empty()).then(|| message.to_string());
+        }
+        None => conditions.push(TaskCondition {
+            type_: type_.to_string(),
+            status: status_str.to_string(),
+            reason: Some(reason.to_string()),
+            message: (!message.is_empty()).then(|| message.to_string()),
+            last_transition_time: Some(rfc3339(now)),
+        }),
+    }
+}
+
+/// Turn condition `type_` False if it exists and is True (absent stays absent).
+fn clear_condition(
+    conditions: &mut [TaskCondition],
+    type_: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) {
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if c.status != "False" {
+            c.status = "False".to_string();
+            c.reason = Some(reason.to_string());
+            c.message = None;
+            c.last_transition_time = Some(rfc3339(now));
+        }
+    }
+}
+
+/// Set the phase and the phase conditions (`Running`, `Recovering`, `Succeeded`,
+/// `Failed`): the one of this phase True with `reason` and `message`, the others
+/// False. Conditions are added when they first become True.
+pub fn set_phase(
+    status: &mut TrainingTaskStatus,
+    phase: TaskPhase,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+) {
+    status.phase = Some(phase);
+    status.message = (!message.is_empty()).then(|| message.to_string());
+    let active = match phase {
+        TaskPhase::Pending => None,
+        TaskPhase::Running => Some(CONDITION_RUNNING),
+        TaskPhase::Recovering => Some(CONDITION_RECOVERING),
+        TaskPhase::Succeeded => Some(CONDITION_SUCCEEDED),
+        TaskPhase::Failed => Some(CONDITION_FAILED),
+    };
+    for t in [
+        CONDITION_RUNNING,
+        CONDITION_RECOVERING,
+        CONDITION_SUCCEEDED,
+        CONDITION_FAILED,
+    ] {
+        if Some(t) == active {
+            set_condition(&mut status.conditions, t, true, reason, message, now);
+        } else {
+            clear_condition(&mut status.conditions, t, phase.as_str(), now);
+        }
+    }
+}
+
+/// The condition `type_`, if present.
+pub fn condition<'a>(status: &'a TrainingTaskStatus, type_: &str) -> Option<&'a TaskCondition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The body of a JSON merge patch (RFC 7386) on the status subresource that
+/// turns `old` into `new`: `{"status": new}` with `null` for every field `new`
+/// dropped (a plain merge would keep them).
+pub fn status_patch(
+    old: &TrainingTaskStatus,
+    new: &TrainingTaskStatus,
+) -> Result<Value, serde_json::Error> {
+    let old = serde_json::to_value(old)?;
+    let new = serde_json::to_value(new)?;
+    let mut body = Map::new();
+    body.insert("status".to_string(), with_removals(&old, new));
+    Ok(Value::Object(body))
+}
+
+/// `new`, with `null` added (recursively through objects) for keys only `old` has.
+pub fn with_removals(old: &Value, new: Value) -> Value {
+    match (old, new) {
+        (Value::Object(o), Value::Object(mut n)) => {
+            for (k, ov) in o {
+                match n.remove(k) {
+                    Some(nv) => {
+                        let merged = with_removals(ov, nv);
+                        n.insert(k.clone(), merged);
+                    }
+                    None => {
+                        n.insert(k.clone(), Value::Null);
+                    }
+                }
+            }
+            Value::Object(n)
+        }
+        (_, new) => new,
+    }
+}
+
+/// Apply a JSON merge patch (RFC 7386) to `target`.
+pub fn apply_merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                apply_merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use carma_api::EstimateStatus;
+    use serde_json::json;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        parse_time(s).unwrap()
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_flips() {
+        let mut st = TrainingTaskStatus::default();
+        set_phase(&mut st, TaskPhase::Running, "AttemptRunning", "a1 runs", at("2026-01-01T00:00:00Z"));
+        assert_eq!(st.conditions.len(), 1);
+        set_phase(&mut st, TaskPhase::Running, "AttemptRunning", "a1 runs", at("2026-01-01T00:01:00Z"));
+        let c = condition(&st, CONDITION_RUNNING).unwrap();
+        assert_eq!(c.last_transition_time.as_deref(), Some("2026-01-01T00:00:00Z"));
+        set_phase(&mut st, TaskPhase::Recovering, "GpuOutOfMemory", "a1 OOM", at("2026-01-01T00:02:00Z"));
+        let c = condition(&st, CONDITION_RUNNING).unwrap();
+        assert_eq!(c.status, "False");
+        assert_eq!(c.reason.as_deref(), Some("Recovering"));
+        assert_eq!(c.last_transition_time.as_deref(), Some("2026-01-01T00:02:00Z"));
+        let r = condition(&st, CONDITION_RECOVERING).unwrap();
+        assert_eq!((r.status.as_str(), r.reason.as_deref()), ("True", Some("GpuOutOfMemory")));
+        assert!(condition(&st, CONDITION_FAILED).is_none());
+        assert_eq!(st.phase, Some(TaskPhase::Recovering));
+        assert_eq!(st.message.as_deref(), Some("a1 OOM"));
+    }
+
+    #[test]
+    fn patch_nulls_dropped_fields_and_round_trips() {
+        let old = TrainingTaskStatus {
+            next_attempt_at: Some("2026-01-01T00:00:10Z".into()),
+            estimate: Some(EstimateStatus {
+                mib: Some(8000),
+                source: "gpumemnet-cnn".into(),
+                class: Some("(0,8000]".into()),
+            }),
+            ..Default::default()
+        };
+        let new = TrainingTaskStatus {
+            estimate: Some(EstimateStatus {
+                mib: Some(16000),
+                source: "recovery".into(),
+                class: None,
+            }),
+            attempt_count: 2,
+            ..Default::default()
+        };
+        let patch = status_patch(&old, &new).unwrap();
+        assert_eq!(patch["status"]["nextAttemptAt"], Value::Null);
+        assert_eq!(patch["status"]["estimate"]["class"], Value::Null);
+        assert_eq!(patch["status"]["estimate"]["mib"], json!(16000));
+        let mut doc = json!({"spec": {"gpus": 1}, "status": serde_json::to_value(&old).unwrap()});
+        apply_merge_patch(&mut doc, &patch);
+        let back: TrainingTaskStatus = serde_json::from_value(doc["status"].clone()).unwrap();
+        assert_eq!(back, new);
+        assert_eq!(doc["spec"]["gpus"], json!(1));
+    }
+
+    #[test]
+    fn merge_patch_replaces_scalars_and_lists() {
+        let mut doc = json!({"a": [1, 2], "b": {"c": 1, "d": 2}, "e": 1});
+        apply_merge_patch(&mut doc, &json!({"a": [3], "b": {"c": null}, "e": {"f": 1}}));
+        assert_eq!(doc, json!({"a": [3], "b": {"d": 2}, "e": {"f": 1}}));
+    }
+}

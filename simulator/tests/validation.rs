@@ -1,0 +1,269 @@
+//! Validation of the engine against an independent calculation, and invariants
+//! that must hold for every policy, estimator and trace.
+
+use carma_core::{Millis, Policy, Reservation};
+use carma_simulator::catalog::{self, CATALOG};
+use carma_simulator::{compare, simulate, trace, EstimatorKind, RunResult, SimConfig, Task};
+use proptest::prelude::*;
+
+/// Exclusive scheduling computed by hand, without the engine: tasks in arrival
+/// order, strict FIFO, each on the earliest-free GPUs, dispatched on the
+/// scheduler's 1 s grid. Returns (first dispatch, last end) in ms.
+fn exclusive_by_hand(tasks: &[Task], gpus: usize) -> (Millis, Millis) {
+    let grid = |t: Millis| t.div_ceil(1000) * 1000;
+    let mut free_at = vec![0 as Millis; gpus];
+    let mut last_dispatch = 0;
+    let mut first = None;
+    let mut last_end = 0;
+    for t in tasks {
+        free_at.sort_unstable();
+        let n = t.gpus as usize;
+        let gpus_free = free_at[n - 1];
+        let dispatch = grid(t.arrival_ms.max(last_dispatch).max(gpus_free));
+        let end = dispatch + t.exclusive_ms;
+        for f in free_at.iter_mut().take(n) {
+            *f = end;
+        }
+        first.get_or_insert(dispatch);
+        last_dispatch = dispatch;
+        last_end = last_end.max(end);
+    }
+    (first.unwrap_or(0), last_end)
+}
+
+fn check_invariants(run: &RunResult, cfg: &SimConfig, tasks: &[Task]) {
+    let s = &run.summary;
+    // Every task finishes or fails with a reason.
+    for o in &run.tasks {
+        assert!(
+            o.finished != o.failure.is_some(),
+            "{}: task {} finished={} failure={:?}",
+            s.policy,
+            o.id,
+            o.finished,
+            o.failure
+        );
+        if let Some(reason) = &o.failure {
+            assert!(!reason.trim().is_empty());
+        }
+        assert!(o.end_s.is_some(), "task {} has no end", o.id);
+    }
+    assert_eq!(s.finished + s.failed, tasks.len());
+    // No GPU is ever over its memory; over-commitment shows up as OOM events.
+    for g in &run.gpus {
+        for p in &g.points {
+            assert!(
+                p.mem_used_mib <= g.total_mib,
+                "{}: GPU {} at {} ms uses {} of {} MiB",
+                s.policy,
+                g.index,
+                p.t_ms,
+                p.mem_used_mib,
+                g.total_mib
+            );
+            assert!((0.0..=1.0).contains(&p.sm_activity));
+        }
+    }
+    let crashed = run
+        .attempts
+        .iter()
+        .filter(|a| a.end == carma_simulator::result::AttemptEnd::OutOfMemory)
+        .count();
+    if !run.gpus.is_empty() {
+        assert_eq!(crashed as u32, s.ooms);
+    }
+    // Energy is at least the idle power of every GPU over the makespan.
+    let gpus = cfg.cluster.total_gpus() as f64;
+    let idle_kwh = cfg.power.idle_w * gpus * s.makespan_s / 3.6e6;
+    assert!(
+        s.energy_kwh + 1e-9 >= idle_kwh,
+        "{}: {} kWh < idle {idle_kwh}",
+        s.policy,
+        s.energy_kwh
+    );
+    let max_kwh = cfg.power.max_w * gpus * s.makespan_s / 3.6e6;
+    assert!(s.energy_kwh <= max_kwh + 1e-9);
+    assert!((0.0..=1.0).contains(&s.smact_mean));
+    assert!((0.0..=1.0).contains(&s.mem_used_mean));
+    // A task's completion time covers at least its exclusive run time.
+    for (o, t) in run.tasks.iter().zip(tasks) {
+        if o.finished {
+            let jct = o.end_s.unwrap() - o.arrival_s;
+            assert!(jct + 1e-6 >= t.exclusive_ms as f64 / 1000.0, "task {} too fast", t.id);
+        }
+    }
+}
+
+#[test]
+fn exclusive_makespan_matches_an_independent_calculation() {
+    for (seed, gpus) in [(1, 4), (7, 4), (3, 8)] {
+        let mut cfg = SimConfig::default();
+        cfg.cluster.gpus_per_node = gpus;
+        let trace = trace::generate(&trace::GeneratorConfig {
+            tasks: 90,
+            seed,
+            cluster_gpus: gpus,
+            ..Default::default()
+        })
+        .unwrap();
+        let res = vec![Reservation::WholeGpu; trace.tasks.len()];
+        let run = simulate(&trace.tasks, &res, "oracle", Policy::Exclusive, &cfg).unwrap();
+        let (first, last) = exclusive_by_hand(&trace.tasks, gpus as usize);
+        assert_eq!(run.start_ms, first, "seed {seed}");
+        assert_eq!(run.end_ms, last, "seed {seed}");
+        assert!((run.summary.makespan_s - (last - first) as f64 / 1000.0).abs() < 1e-9);
+        assert_eq!(run.summary.ooms, 0);
+    }
+}
+
+#[test]
+fn every_policy_and_estimator_keeps_the_invariants() {
+    let mut cfg = SimConfig::default();
+    cfg.record_timelines = true;
+    let trace = trace::generate(&trace::GeneratorConfig::default()).unwrap();
+    for kind in EstimatorKind::ALL {
+        let cmp = compare(&trace, kind, &Policy::ALL, &cfg).unwrap();
+        assert_eq!(cmp.runs.len(), 6);
+        for run in &cmp.runs {
+            check_invariants(run, &cfg, &trace.tasks);
+        }
+        let base = cmp.baseline().unwrap();
+        for run in &cmp.runs {
+            assert!(
+                run.summary.makespan_s <= base.summary.makespan_s * 1.25,
+                "{kind}/{}: collocation should not be much worse than exclusive",
+                run.summary.policy
+            );
+        }
+    }
+}
+
+#[test]
+fn underestimates_crash_and_recover_without_over_committing() {
+    // Round robin with no estimate and no gate packs tasks blindly: crashes must
+    // happen, be recovered, and never leave a GPU over its memory.
+    let mut cfg = SimConfig::default();
+    cfg.record_timelines = true;
+    cfg.gate = false;
+    let big = catalog::by_key("vgg16-b128").unwrap();
+    let tasks: Vec<Task> = (0..12)
+        .map(|i| Task::from_workload(i, big, i as Millis * 60_000))
+        .collect();
+    let res = vec![Reservation::Unknown; tasks.len()];
+    let run = simulate(&tasks, &res, "none", Policy::Rr, &cfg).unwrap();
+    assert!(run.summary.ooms > 0);
+    assert!(run.summary.lost_gpu_s > 0.0);
+    assert_eq!(run.summary.finished, 12);
+    check_invariants(&run, &cfg, &tasks);
+}
+
+#[test]
+fn a_job_larger_than_the_gpu_fails_with_a_reason() {
+    let mut cfg = SimConfig::default();
+    cfg.cluster.gpu_memory_mib = 16 * 1024;
+    let tasks = vec![Task::from_workload(0, catalog::by_key("gpt2_large-b8").unwrap(), 0)];
+    let run = simulate(&tasks, &[Reservation::WholeGpu], "oracle", Policy::Magm, &cfg).unwrap();
+    assert_eq!(run.summary.failed, 1);
+    let reason = run.tasks[0].failure.as_deref().unwrap();
+    assert!(reason.contains("does not fit"), "{reason}");
+    check_invariants(&run, &cfg, &tasks);
+}
+
+#[test]
+fn a_job_wider_than_any_node_fails_instead_of_blocking_the_queue() {
+    let mut cfg = SimConfig::default();
+    cfg.cluster.gpus_per_node = 1;
+    cfg.cluster.nodes = 2;
+    let two = catalog::by_key("xlnet_base-b8").unwrap();
+    let one = catalog::by_key("resnet50-b32").unwrap();
+    let tasks = vec![Task::from_workload(0, two, 0), Task::from_workload(1, one, 10_000)];
+    let res = vec![Reservation::Mib(16_000); 2];
+    let run = simulate(&tasks, &res, "recorded", Policy::Ff, &cfg).unwrap();
+    assert!(run.tasks[0].failure.as_deref().unwrap().contains("needs 2 GPUs"));
+    assert!(run.tasks[1].finished);
+}
+
+#[test]
+fn the_gate_and_the_warm_up_lock_are_honoured() {
+    // Two Transformers (SM activity 0.8 each): with the gate on, the second never
+    // joins the first while it runs; with the gate off it does.
+    let mut cfg = SimConfig::default();
+    cfg.cluster.gpus_per_node = 1;
+    cfg.record_timelines = true;
+    let bert = catalog::by_key("bert_large-b8").unwrap();
+    let tasks = vec![Task::from_workload(0, bert, 0), Task::from_workload(1, bert, 120_000)];
+    let res = vec![Reservation::Mib(13_000); 2];
+    let gated = simulate(&tasks, &res, "oracle", Policy::Magm, &cfg).unwrap();
+    let first_end = gated.tasks[0].end_s.unwrap();
+    assert!(gated.tasks[1].first_start_s.unwrap() >= first_end);
+    cfg.gate = false;
+    let open = simulate(&tasks, &res, "oracle", Policy::Magm, &cfg).unwrap();
+    let start = open.tasks[1].first_start_s.unwrap();
+    assert!((120.0..121.5).contains(&start), "{start}");
+    // Sharing two saturating jobs slows both (the slowdown model).
+    assert!(open.tasks[0].end_s.unwrap() > bert.exclusive_ms() as f64 / 1000.0 + 60.0);
+    // A third task arriving right after the second is held by the warm-up lock
+    // until the second's memory shows (15 s).
+    let tasks3 = vec![
+        Task::from_workload(0, bert, 0),
+        Task::from_workload(1, catalog::by_key("resnet18_cifar-b32-e20").unwrap(), 120_000),
+        Task::from_workload(2, catalog::by_key("resnet18_cifar-b32-e20").unwrap(), 121_000),
+    ];
+    let res3 = vec![Reservation::Mib(13_000), Reservation::Mib(1000), Reservation::Mib(1000)];
+    let run = simulate(&tasks3, &res3, "oracle", Policy::Magm, &cfg).unwrap();
+    let s1 = run.tasks[1].first_start_s.unwrap();
+    let s2 = run.tasks[2].first_start_s.unwrap();
+    assert!(s2 >= s1 + 15.0, "{s1} {s2}");
+}
+
+#[test]
+fn results_are_deterministic() {
+    let cfg = SimConfig::default();
+    let trace = trace::generate(&trace::GeneratorConfig { seed: 11, ..Default::default() }).unwrap();
+    let a = compare(&trace, EstimatorKind::Recorded, &Policy::ALL, &cfg).unwrap();
+    let b = compare(&trace, EstimatorKind::Recorded, &Policy::ALL, &cfg).unwrap();
+    for (x, y) in a.runs.iter().zip(&b.runs) {
+        assert_eq!(x.summary, y.summary);
+    }
+}
+
+fn arb_tasks() -> impl Strategy<Value = Vec<Task>> {
+    prop::collection::vec((0..CATALOG.len(), 0u64..900, 0.05f64..1.0), 1..30).prop_map(|specs| {
+        let mut t = 0;
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (w, gap, scale))| {
+                t += gap * 1000;
+                let mut task = Task::from_workload(i, &CATALOG[w], t);
+                task.exclusive_ms = ((task.exclusive_ms as f64 * scale) as Millis).max(1);
+                task
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_traces_keep_the_invariants(
+        tasks in arb_tasks(),
+        policy in prop::sample::select(Policy::ALL.to_vec()),
+        kind in prop::sample::select(vec![EstimatorKind::Oracle, EstimatorKind::Recorded, EstimatorKind::None]),
+        gpus in 2u32..6,
+        gate in any::<bool>(),
+    ) {
+        let mut cfg = SimConfig::default();
+        cfg.cluster.gpus_per_node = gpus;
+        cfg.gate = gate;
+        cfg.record_timelines = true;
+        let plan = carma_simulator::plan(&tasks, kind, cfg.cluster.gpu_memory_mib).unwrap();
+        let run = simulate(&tasks, &plan.reservations, kind.as_str(), policy, &cfg).unwrap();
+        check_invariants(&run, &cfg, &tasks);
+        prop_assert_eq!(run.summary.failed, 0);
+        let excl = simulate(&tasks, &plan.reservations, kind.as_str(), Policy::Exclusive, &cfg).unwrap();
+        let (first, last) = exclusive_by_hand(&tasks, gpus as usize);
+        prop_assert_eq!((excl.start_ms, excl.end_ms), (first, last));
+    }
+}
