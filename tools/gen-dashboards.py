@@ -259,7 +259,7 @@ def collocation() -> dict:
                      "samples) per GPU, and the cap: a GPU at or above the cap takes no new pod when its SM "
                      "occupancy or DRAM activity is also high.",
                      [target(f"carma_gpu_sm_activity_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}"),
-                      target(f"max(carma_gpu_sm_activity_cap_ratio{{{NODE_SEL}}})", "cap")],
+                      target("max(carma_gpu_sm_activity_cap_ratio)", "cap")],
                      "percentunit", min_=0, max_=1,
                      overrides=[by_name("cap", {"color": {"mode": "fixed", "fixedColor": "red"},
                                                 "custom.lineStyle": {"fill": "dash", "dash": [10, 10]},
@@ -300,6 +300,16 @@ def collocation() -> dict:
     L.add(timeseries("OOM recoveries", "Out-of-memory crashes requeued by the operator per interval.",
                      [target("sum(increase(carma_operator_oom_recoveries_total[$__rate_interval]))", "OOM recoveries")],
                      "short", min_=0, draw="bars"), 8, 8)
+    L.add(timeseries("Allocate calls by result", "kubelet Allocate calls per device plugin and result. Anything but ok "
+                     "(no_pod, lookup_off, lookup_error, bad_request, bad_assignment) means a container did not "
+                     "get its GPUs.",
+                     [target("sum by (instance, result) (increase(carma_device_plugin_allocations_total[$__rate_interval]))",
+                             "{{instance}} {{result}}")],
+                     "short", min_=0, draw="bars", stack=True), 12, 8)
+    L.add(timeseries("GpuNode publishes by result", "Writes of each node's GpuNode status (on change beyond a "
+                     "threshold or every 30 s). Errors leave the extender with stale figures.",
+                     [target("sum by (instance, result) (increase(carma_gpunode_publish_total[$__rate_interval]))",
+                             "{{instance}} {{result}}")], "short", min_=0, draw="bars", stack=True), 12, 8)
     return dashboard("carma-gpu-collocation", "carma / GPU collocation",
                      "Per-GPU collocation: which pods share each GPU, reserved vs used memory, SM activity "
                      "against the cap, power and energy, estimator error and OOM recoveries.",

@@ -217,7 +217,7 @@ pub fn preferred_ids(
 ) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(size);
     let mut used_gpus: HashSet<String> = HashSet::new();
-    let mut push = |id: &String, out: &mut Vec<String>, used: &mut HashSet<String>| {
+    let push = |id: &String, out: &mut Vec<String>, used: &mut HashSet<String>| {
         if out.len() < size && !out.contains(id) {
             if let Some(r) = ReplicaId::parse(id) {
                 used.insert(r.uuid);

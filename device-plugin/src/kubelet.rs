@@ -74,7 +74,7 @@ impl DevicePlugin for DevicePluginService {
             if !first {
                 tokio::select! {
                     changed = devices.changed() => changed.ok()?,
-                    _ = stop.wait_for(|s| *s) => return None,
+                    _ = crate::stopped(&mut stop) => return None,
                 }
             }
             if *stop.borrow() {

@@ -13,6 +13,7 @@
 //! [`plugin::start`] wires it all together; `carma device-plugin` is its command line.
 
 pub mod allocate;
+pub mod authority;
 pub mod backends;
 pub mod cgroup;
 pub mod config;
@@ -58,4 +59,9 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+pub(crate) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }

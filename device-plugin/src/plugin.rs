@@ -29,7 +29,7 @@ use crate::registration::KubeletLink;
 use crate::telemetry::{Snapshot, Telemetry, sample_context};
 
 /// What the plugin gets from outside: the API client, and optional replacements (tests).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Dependencies {
     /// Kubernetes client; `None`: GpuNode publishing and pod lookup are off.
     pub kube: Option<kube::Client>,
@@ -37,6 +37,16 @@ pub struct Dependencies {
     pub backend: Option<Arc<dyn GpuBackend>>,
     /// Use this pod lookup instead of the API server's.
     pub pods: Option<Arc<dyn PodLookup>>,
+}
+
+impl std::fmt::Debug for Dependencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dependencies")
+            .field("kube", &self.kube.is_some())
+            .field("backend", &self.backend)
+            .field("pods", &self.pods)
+            .finish()
+    }
 }
 
 /// A running device plugin.
@@ -226,7 +236,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         loop {
             tokio::select! {
                 _ = ticker.tick() => sampler.tick().await,
-                _ = stop.wait_for(|s| *s) => return,
+                _ = crate::stopped(&mut stop) => return,
             }
         }
     }));
@@ -254,7 +264,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
                 }
                 tokio::select! {
                     changed = snaps.changed() => if changed.is_err() { return },
-                    _ = stop.wait_for(|s| *s) => return,
+                    _ = crate::stopped(&mut stop) => return,
                 }
             }
         }));
@@ -283,7 +293,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
     let mut stop = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
         let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
+            crate::stopped(&mut stop).await;
         });
         if let Err(e) = serve.await {
             warn!("metrics server ended: {e}");

@@ -145,11 +145,18 @@ pub trait PodLookup: Send + Sync + std::fmt::Debug {
 }
 
 /// Pod lookup through the API server: pods listed with `spec.nodeName=<node>`, cached briefly.
-#[derive(Debug)]
 pub struct KubePodLookup {
     client: kube::Client,
     node: String,
     cache: tokio::sync::Mutex<Option<(Instant, Arc<Vec<PodInfo>>)>>,
+}
+
+impl std::fmt::Debug for KubePodLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubePodLookup")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KubePodLookup {

@@ -21,7 +21,6 @@ use crate::telemetry::{Snapshot, publish_reason};
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Writes one node's `GpuNode`.
-#[derive(Debug)]
 pub struct Publisher {
     client: kube::Client,
     node: String,
@@ -31,6 +30,16 @@ pub struct Publisher {
     last: Option<(GpuNodeStatus, Instant)>,
     exists: bool,
     retry_at: Option<Instant>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("node", &self.node)
+            .field("spec", &self.spec)
+            .field("exists", &self.exists)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Publisher {

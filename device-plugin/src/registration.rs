@@ -17,6 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
 use tower::service_fn;
@@ -165,11 +166,15 @@ impl KubeletLink {
             stop_rx.clone(),
         );
         let mut shutdown = stop_rx;
+        // Every connection goes through the `:authority` normalizer (older kubelets send the
+        // socket path, which the HTTP/2 server would reject).
+        let incoming =
+            UnixListenerStream::new(listener).map(|conn| conn.map(crate::authority::normalize));
         let server = tokio::spawn(async move {
             Server::builder()
                 .add_service(DevicePluginServer::new(svc))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
-                    let _ = shutdown.wait_for(|s| *s).await;
+                .serve_with_incoming_shutdown(incoming, async move {
+                    crate::stopped(&mut shutdown).await;
                 })
                 .await
         });
@@ -199,7 +204,7 @@ impl KubeletLink {
                     );
                     tokio::select! {
                         _ = tokio::time::sleep(bind_backoff) => {}
-                        _ = shutdown.wait_for(|s| *s) => return,
+                        _ = crate::stopped(&mut shutdown) => return,
                     }
                     bind_backoff = (bind_backoff * 2).min(Duration::from_secs(30));
                     continue;
@@ -270,7 +275,7 @@ impl KubeletLink {
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.watch_interval) => {}
-                _ = shutdown.wait_for(|s| *s) => return Outcome::Shutdown,
+                _ = crate::stopped(shutdown) => return Outcome::Shutdown,
             }
         }
     }

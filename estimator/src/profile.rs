@@ -189,13 +189,13 @@ pub enum ProfileError {
         message: String,
     },
     /// A key the schema does not know.
-    #[error("model profile has unknown key `{key}`{}; expected one of: {expected}", at(path))]
+    #[error("model profile has unknown key `{key}`{}; expected {expected}", at(path))]
     UnknownKey {
         /// The unknown key.
         key: String,
         /// Where it occurs (`""` for the top level, `layers` inside `layers`).
         path: String,
-        /// The keys allowed there.
+        /// The keys allowed there, in serde's wording (`one of \`a\`, \`b\``).
         expected: String,
     },
     /// A required key is missing.

@@ -45,6 +45,14 @@ MLP_TRANSFORMS = [
     ("prod_any", 1, 3, 5),
 ]
 
+# CNN: 0 depth, 1 activations, 2 activations x batch, 3 parameters, 4 batch,
+# 5 conv2d, 6 batch-norm, 7 dropout, 8 sin, 9 cos.
+CNN_TRANSFORMS = [("log1p", i) for i in range(8)] + [("raw", 8), ("raw", 9), ("raw", 3), ("raw", 2)]
+# Transformer: 0 depth, 1 activations, 2 activations x batch, 3 parameters,
+# 4 batch, 5 attention, 6 linear, 7 layer-norm, 8 dropout.
+TRANSFORMER_TRANSFORMS = [("log1p", i) for i in range(9)] + [("raw", 3), ("raw", 2)]
+TRANSFORMS = {"mlp": MLP_TRANSFORMS, "cnn": CNN_TRANSFORMS, "transformer": TRANSFORMER_TRANSFORMS}
+
 
 def transform(x: np.ndarray, spec: list[tuple]) -> np.ndarray:
     """numpy version of the graph's input transform (float64)."""

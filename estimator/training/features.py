@@ -62,6 +62,18 @@ MLP_CLASSES = [
 ]
 
 
+# GPUMemNet's 8 GB bins for CNN and Transformer data, in carma's (lower, upper]
+# convention; runs that crashed out of memory belong to the open top class.
+GB8_CLASSES = [
+    ClassSpec("(0,8000]", 0, 8000),
+    ClassSpec("(8000,16000]", 8000, 16000),
+    ClassSpec("(16000,24000]", 16000, 24000),
+    ClassSpec("(24000,32000]", 24000, 32000),
+    ClassSpec("(32000,40000]", 32000, 40000),
+    ClassSpec(">40000", 40000, None),
+]
+
+
 def normalise_activation(name: str, known: list[str]) -> str:
     """Map an activation-function name onto the family's list.
 
@@ -84,25 +96,52 @@ def encode_activation(name: str, known: list[str]) -> tuple[float, float]:
     return math.sin(i * math.pi / n), math.cos(i * math.pi / n)
 
 
+# CSV column of each count feature (GPUMemNet's names; carma's datagen for CNN and
+# Transformer). A missing count column means "none of these layers" (step-1 files).
+FEATURE_COLUMNS = {
+    "depth": "Depth",
+    "batch_size": "Batch Size",
+    "total_parameters": "Total Parameters",
+    "total_activations": "Total Activations",
+    "batch_norm_layers": "Batch Normalization Layers",
+    "dropout_layers": "Dropout Layers",
+    "conv2d_layers": "Conv2d Layers",
+    "attention_layers": "Attention Layers",
+    "linear_layers": "Linear Layers",
+    "layer_norm_layers": "LayerNorm Layers",
+}
+OPTIONAL_COUNT_COLUMNS = {"Batch Normalization Layers", "Dropout Layers"}
+
+
+def features_from_frame(df: pd.DataFrame, names: list[str], activations: list[str] | None) -> np.ndarray:
+    """The named features of every row, in order (float64)."""
+    n = len(df)
+    cols = []
+    enc = None
+    for name in names:
+        if name in ("act_sin", "act_cos"):
+            if enc is None:
+                enc = np.array([encode_activation(a, activations) for a in df["Activation Function"]])
+            cols.append(enc[:, 0 if name == "act_sin" else 1])
+        elif name == "activations_x_batch":
+            cols.append(df["Total Activations"].to_numpy(np.float64) * df["Batch Size"].to_numpy(np.float64))
+        else:
+            col = FEATURE_COLUMNS[name]
+            if col in df:
+                cols.append(df[col].fillna(0).to_numpy(np.float64))
+            elif col in OPTIONAL_COUNT_COLUMNS:
+                cols.append(np.zeros(n))
+            else:
+                raise ValueError(f"missing column {col!r} for feature {name!r}")
+    return np.column_stack(cols)
+
+
 def mlp_features(df: pd.DataFrame) -> np.ndarray:
     """The 8 MLP-family features of every row of a GPUMemNet MLP CSV (step 1 or 2).
 
     Step-1 files have no batch-norm / dropout columns: those rows have none.
     """
-    n = len(df)
-    bn = df["Batch Normalization Layers"] if "Batch Normalization Layers" in df else np.zeros(n)
-    do = df["Dropout Layers"] if "Dropout Layers" in df else np.zeros(n)
-    enc = np.array([encode_activation(a, MLP_ACTIVATIONS) for a in df["Activation Function"]])
-    return np.column_stack([
-        df["Depth"].to_numpy(np.float64),
-        df["Batch Size"].to_numpy(np.float64),
-        df["Total Parameters"].to_numpy(np.float64),
-        df["Total Activations"].to_numpy(np.float64),
-        np.asarray(bn, dtype=np.float64),
-        np.asarray(do, dtype=np.float64),
-        enc[:, 0],
-        enc[:, 1],
-    ])
+    return features_from_frame(df, MLP_FEATURES, MLP_ACTIVATIONS)
 
 
 def memory_class(mib: np.ndarray, classes: list[ClassSpec]) -> np.ndarray:
@@ -111,25 +150,40 @@ def memory_class(mib: np.ndarray, classes: list[ClassSpec]) -> np.ndarray:
     return np.searchsorted(uppers, np.asarray(mib, dtype=np.float64), side="left")
 
 
-def load_mlp_csvs(paths: list[Path]) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
-    """Read GPUMemNet MLP CSVs; returns (frame, features, class index, measured MiB)."""
+def load_csvs(paths: list[Path], features: list[str], activations: list[str] | None,
+              classes: list[ClassSpec]) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+    """Read dataset CSVs; returns (frame, features, class index, measured MiB).
+
+    Rows of carma's generated datasets with `Status = error` are dropped; rows
+    with `Status = oom` belong to the top class (GPUMemNet's convention).
+    """
     frames = []
     for p in paths:
         d = pd.read_csv(p)
         d["__source"] = p.name
         d["__row"] = np.arange(len(d))  # 0-based data row within its file
-        for c in ("Batch Normalization Layers", "Dropout Layers"):
+        for c in OPTIONAL_COUNT_COLUMNS:
             if c not in d:  # step-1 files: plain ReLU MLPs without either
                 d[c] = 0
         frames.append(d)
     df = pd.concat(frames, ignore_index=True)
-    missing = [c for c in ["Depth", "Batch Size", "Total Parameters", "Total Activations",
-                           "Activation Function", MEMORY_COLUMN] if c not in df]
+    if "Status" in df:
+        df = df[df["Status"].fillna("ok") != "error"].reset_index(drop=True)
+    missing = [c for c in ["Total Parameters", "Total Activations", "Batch Size", MEMORY_COLUMN]
+               if c not in df]
     if missing:
         raise ValueError(f"missing columns {missing} in {[str(p) for p in paths]}")
-    x = mlp_features(df)
+    x = features_from_frame(df, features, activations)
     mib = df[MEMORY_COLUMN].to_numpy(np.float64)
-    return df, x, memory_class(mib, MLP_CLASSES), mib
+    y = memory_class(mib, classes)
+    if "Status" in df:
+        y[(df["Status"] == "oom").to_numpy()] = len(classes) - 1
+    return df, x, y, mib
+
+
+def load_mlp_csvs(paths: list[Path]) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+    """Read GPUMemNet MLP CSVs; returns (frame, features, class index, measured MiB)."""
+    return load_csvs(paths, MLP_FEATURES, MLP_ACTIVATIONS, MLP_CLASSES)
 
 
 # --- the safe-side decision rule ------------------------------------------------
@@ -177,17 +231,38 @@ def analytic_upper_bound_mib(params: np.ndarray, activations: np.ndarray, batch:
 OPEN_CLASS_MIN_RESERVATION_MIB = 6144
 
 
-def reservation_mib(chosen: np.ndarray, classes: list[ClassSpec], x: np.ndarray) -> np.ndarray:
+@dataclass(frozen=True)
+class FamilySpec:
+    """Everything family-specific the pipeline needs."""
+
+    name: str
+    features: list[str]
+    activations: list[str] | None
+    classes: list[ClassSpec]
+    open_min_mib: int  # least reservation of the open top class
+
+
+FAMILIES = {
+    "mlp": FamilySpec("mlp", MLP_FEATURES, MLP_ACTIVATIONS, MLP_CLASSES, OPEN_CLASS_MIN_RESERVATION_MIB),
+    "cnn": FamilySpec("cnn", CNN_FEATURES, CNN_ACTIVATIONS, GB8_CLASSES, 48000),
+    "transformer": FamilySpec("transformer", TRANSFORMER_FEATURES, None, GB8_CLASSES, 48000),
+}
+
+
+def reservation_mib(chosen: np.ndarray, classes: list[ClassSpec], x: np.ndarray,
+                    features: list[str] = MLP_FEATURES,
+                    open_min: int = OPEN_CLASS_MIN_RESERVATION_MIB) -> np.ndarray:
     """Reserved MiB for chosen classes: the class's upper edge; the open top class
-    reserves the analytic upper bound, never less than OPEN_CLASS_MIN_RESERVATION_MIB."""
+    reserves the analytic upper bound, never less than `open_min`."""
+    ip, ia, ib = (features.index(n) for n in ("total_parameters", "total_activations", "batch_size"))
     out = np.empty(len(chosen), dtype=np.float64)
     top = len(classes) - 1
     for i, c in enumerate(chosen):
         if c < top:
             out[i] = classes[c].upper_mib
         else:
-            ana = analytic_upper_bound_mib(x[i, 2], x[i, 3], x[i, 1])
-            out[i] = max(float(ana), OPEN_CLASS_MIN_RESERVATION_MIB)
+            ana = analytic_upper_bound_mib(x[i, ip], x[i, ia], x[i, ib])
+            out[i] = max(float(ana), open_min)
     return out
 
 

@@ -106,7 +106,11 @@ pub fn attempt_index_from_name(pod: &str) -> Option<u32> {
 
 /// Build the pod of an attempt.
 pub fn build_attempt_pod(task: &TrainingTask, req: &AttemptRequest) -> Result<Pod, InvalidSpec> {
-    let name = task.metadata.name.as_deref().ok_or(InvalidSpec::Metadata("name"))?;
+    let name = task
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(InvalidSpec::Metadata("name"))?;
     if task.spec.gpus == 0 {
         return Err(InvalidSpec::NoGpus);
     }
@@ -139,10 +143,10 @@ pub fn build_attempt_pod(task: &TrainingTask, req: &AttemptRequest) -> Result<Po
     if let Some(mib) = req.gpu_memory_mib {
         annotations.insert(ANNOTATION_GPU_MEMORY.to_string(), format!("{mib}Mi"));
     }
-    if let Some(policy) = task.spec.policy {
-        if let Ok(serde_json::Value::String(p)) = serde_json::to_value(policy) {
-            annotations.insert(ANNOTATION_POLICY.to_string(), p);
-        }
+    if let Some(policy) = task.spec.policy
+        && let Ok(serde_json::Value::String(p)) = serde_json::to_value(policy)
+    {
+        annotations.insert(ANNOTATION_POLICY.to_string(), p);
     }
     if req.exclusive || task.spec.exclusive {
         annotations.insert(ANNOTATION_EXCLUSIVE.to_string(), "true".to_string());
@@ -272,7 +276,8 @@ mod tests {
         assert!(!ann.contains_key(ANNOTATION_ASSIGNED_GPUS));
         // The template's own annotation stays (the pod then runs exclusively).
         assert_eq!(ann[ANNOTATION_EXCLUSIVE], "true");
-        let profile: serde_json::Value = serde_json::from_str(&ann[ANNOTATION_MODEL_PROFILE]).unwrap();
+        let profile: serde_json::Value =
+            serde_json::from_str(&ann[ANNOTATION_MODEL_PROFILE]).unwrap();
         assert_eq!(profile["family"], "transformer");
         assert_eq!(profile["batchSize"], 32);
         let owner = &m.owner_references.as_ref().unwrap()[0];
@@ -291,7 +296,10 @@ mod tests {
         assert_eq!(spec.priority_class_name, None);
         assert_eq!(spec.priority, Some(5));
         let c = &spec.containers[0];
-        assert_eq!(c.termination_message_policy.as_deref(), Some("FallbackToLogsOnError"));
+        assert_eq!(
+            c.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
         let r = c.resources.as_ref().unwrap();
         assert_eq!(r.limits.as_ref().unwrap()[RESOURCE_GPU].0, "2");
         assert_eq!(r.requests.as_ref().unwrap()[RESOURCE_GPU].0, "2");
@@ -316,7 +324,10 @@ mod tests {
         assert_eq!(ann[ANNOTATION_EXCLUSIVE], "true");
         assert!(!ann.contains_key(ANNOTATION_GPU_MEMORY));
         let spec = pod.spec.as_ref().unwrap();
-        assert_eq!(spec.priority_class_name.as_deref(), Some(PRIORITY_CLASS_RECOVERY));
+        assert_eq!(
+            spec.priority_class_name.as_deref(),
+            Some(PRIORITY_CLASS_RECOVERY)
+        );
         assert_eq!(spec.priority, None);
     }
 
@@ -324,7 +335,10 @@ mod tests {
     fn invalid_templates() {
         let mut t = task();
         t.spec.template.spec.as_mut().unwrap().containers.clear();
-        assert_eq!(build_attempt_pod(&t, &req(1)), Err(InvalidSpec::NoContainer));
+        assert_eq!(
+            build_attempt_pod(&t, &req(1)),
+            Err(InvalidSpec::NoContainer)
+        );
         t.spec.template.spec = None;
         assert_eq!(build_attempt_pod(&t, &req(1)), Err(InvalidSpec::NoPodSpec));
         let mut t = task();
@@ -332,7 +346,10 @@ mod tests {
         assert_eq!(build_attempt_pod(&t, &req(1)), Err(InvalidSpec::NoGpus));
         let mut t = task();
         t.metadata.uid = None;
-        assert_eq!(build_attempt_pod(&t, &req(1)), Err(InvalidSpec::Metadata("uid")));
+        assert_eq!(
+            build_attempt_pod(&t, &req(1)),
+            Err(InvalidSpec::Metadata("uid"))
+        );
     }
 
     #[test]
@@ -348,7 +365,10 @@ mod tests {
         assert!(name.len() <= 253, "{}", name.len());
         assert!(name.ends_with("-a7"));
         assert_eq!(attempt_index_from_name(&name), Some(7));
-        assert_ne!(attempt_pod_name(&long, 7), attempt_pod_name(&format!("{long}x"), 7));
+        assert_ne!(
+            attempt_pod_name(&long, 7),
+            attempt_pod_name(&format!("{long}x"), 7)
+        );
         assert_eq!(task_label_value("short"), "short");
         let v = task_label_value(&"x".repeat(100));
         assert!(v.len() <= 63);

@@ -186,16 +186,17 @@ pub fn classify(pod: &Pod, logs: Option<&str>, patterns: &OomPatterns) -> PodPro
     // The pod (or its training container) has ended.
     let pod_reason = status.reason.as_deref().unwrap_or("");
     let pod_message = status.message.as_deref().unwrap_or("");
-    if pod_failed
-        && (DISRUPTION_REASONS.contains(&pod_reason) || pod_reason.starts_with("OutOf"))
-    {
+    if pod_failed && (DISRUPTION_REASONS.contains(&pod_reason) || pod_reason.starts_with("OutOf")) {
         return PodProgress::Finished(Verdict::Evicted {
             reason: join_reason(pod_reason, pod_message),
         });
     }
-    if let Some(cond) = status.conditions.iter().flatten().find(|c| {
-        c.type_ == "DisruptionTarget" && c.status == "True"
-    }) {
+    if let Some(cond) = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+    {
         return PodProgress::Finished(Verdict::Evicted {
             reason: join_reason(
                 cond.reason.as_deref().unwrap_or("DisruptionTarget"),
@@ -352,7 +353,10 @@ mod tests {
                 "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
                 AttemptOutcomeKind::GpuOutOfMemory,
             ),
-            ("RuntimeError: CUDA out of memory.", AttemptOutcomeKind::GpuOutOfMemory),
+            (
+                "RuntimeError: CUDA out of memory.",
+                AttemptOutcomeKind::GpuOutOfMemory,
+            ),
             (
                 "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)",
                 AttemptOutcomeKind::GpuOutOfMemory,
@@ -361,11 +365,20 @@ mod tests {
                 "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[64,1024]",
                 AttemptOutcomeKind::GpuOutOfMemory,
             ),
-            ("status: RESOURCE_EXHAUSTED: Out of memory while trying to allocate", AttemptOutcomeKind::GpuOutOfMemory),
-            ("jax: outofmemoryerror in lowercase", AttemptOutcomeKind::GpuOutOfMemory),
+            (
+                "status: RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
+                AttemptOutcomeKind::GpuOutOfMemory,
+            ),
+            (
+                "jax: outofmemoryerror in lowercase",
+                AttemptOutcomeKind::GpuOutOfMemory,
+            ),
             ("ValueError: bad config", AttemptOutcomeKind::Failed),
             ("Killed", AttemptOutcomeKind::Failed),
-            ("the host ran out of memory (not a GPU OOM pattern)", AttemptOutcomeKind::Failed),
+            (
+                "the host ran out of memory (not a GPU OOM pattern)",
+                AttemptOutcomeKind::Failed,
+            ),
         ];
         for (message, want) in cases {
             let v = finished(&failed(1, "Error", message), None);
@@ -376,7 +389,11 @@ mod tests {
     #[test]
     fn oom_evidence_is_the_matching_line_and_failure_reason_the_last_line() {
         let v = finished(
-            &failed(1, "Error", "epoch 3\ntorch.OutOfMemoryError: CUDA out of memory.\nexiting"),
+            &failed(
+                1,
+                "Error",
+                "epoch 3\ntorch.OutOfMemoryError: CUDA out of memory.\nexiting",
+            ),
             None,
         );
         assert_eq!(
@@ -385,7 +402,10 @@ mod tests {
                 evidence: "torch.OutOfMemoryError: CUDA out of memory.".into()
             }
         );
-        let v = finished(&failed(2, "Error", "loading\nValueError: no such file\n\n"), None);
+        let v = finished(
+            &failed(2, "Error", "loading\nValueError: no such file\n\n"),
+            None,
+        );
         assert_eq!(
             v,
             Verdict::Failed {
@@ -429,11 +449,20 @@ mod tests {
         let p = pod(json!({"phase": "Running", "containerStatuses": [{
             "name": "train", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}));
-        assert_eq!(classify(&p, None, &OomPatterns::default()), PodProgress::Running);
+        assert_eq!(
+            classify(&p, None, &OomPatterns::default()),
+            PodProgress::Running
+        );
         let p = pod(json!({"phase": "Pending"}));
-        assert_eq!(classify(&p, None, &OomPatterns::default()), PodProgress::Pending);
+        assert_eq!(
+            classify(&p, None, &OomPatterns::default()),
+            PodProgress::Pending
+        );
         let p: Pod = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
-        assert_eq!(classify(&p, None, &OomPatterns::default()), PodProgress::Pending);
+        assert_eq!(
+            classify(&p, None, &OomPatterns::default()),
+            PodProgress::Pending
+        );
     }
 
     #[test]
@@ -443,7 +472,10 @@ mod tests {
              "state": {"terminated": {"exitCode": 1, "message": "torch.OutOfMemoryError: CUDA out of memory"}}},
             {"name": "side", "image": "y", "imageID": "", "ready": true, "restartCount": 0,
              "state": {"running": {}}}]}));
-        assert_eq!(finished(&p, None).kind(), AttemptOutcomeKind::GpuOutOfMemory);
+        assert_eq!(
+            finished(&p, None).kind(),
+            AttemptOutcomeKind::GpuOutOfMemory
+        );
         let p = pod(json!({"phase": "Running", "containerStatuses": [
             {"name": "train", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
              "state": {"terminated": {"exitCode": 0}}}]}));
@@ -477,15 +509,28 @@ mod tests {
 
     #[test]
     fn disruption_waits_until_the_pod_has_ended() {
-        let p = pod(json!({"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True",
-            "reason": "EvictionByEvictionAPI"}]}));
-        assert_eq!(classify(&p, None, &OomPatterns::default()), PodProgress::Running);
+        let p = pod(
+            json!({"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True",
+            "reason": "EvictionByEvictionAPI"}]}),
+        );
+        assert_eq!(
+            classify(&p, None, &OomPatterns::default()),
+            PodProgress::Running
+        );
     }
 
     #[test]
     fn other_pod_failures() {
-        let v = finished(&pod(json!({"phase": "Failed", "reason": "DeadlineExceeded", "message": "too long"})), None);
-        assert_eq!(v, Verdict::Failed { reason: "DeadlineExceeded: too long".into() });
+        let v = finished(
+            &pod(json!({"phase": "Failed", "reason": "DeadlineExceeded", "message": "too long"})),
+            None,
+        );
+        assert_eq!(
+            v,
+            Verdict::Failed {
+                reason: "DeadlineExceeded: too long".into()
+            }
+        );
         let v = finished(&pod(json!({"phase": "Failed"})), None);
         assert_eq!(v.kind(), AttemptOutcomeKind::Failed);
     }
@@ -505,9 +550,15 @@ mod tests {
             classify(&pod, None, &p),
             PodProgress::Finished(Verdict::Failed { .. })
         ));
-        assert_eq!(OomPatterns::new(Vec::<String>::new()), Err(PatternError::Empty));
+        assert_eq!(
+            OomPatterns::new(Vec::<String>::new()),
+            Err(PatternError::Empty)
+        );
         assert_eq!(OomPatterns::new(["a", " "]), Err(PatternError::Blank(2)));
-        assert_eq!(OomPatterns::default().patterns().len(), DEFAULT_OOM_PATTERNS.len());
+        assert_eq!(
+            OomPatterns::default().patterns().len(),
+            DEFAULT_OOM_PATTERNS.len()
+        );
     }
 
     #[test]

@@ -71,7 +71,9 @@ impl OperatorConfig {
             return Err(Error::Config("log tail lines must be at least 1".into()));
         }
         if self.settings.peak_poll.is_zero() {
-            return Err(Error::Config("the peak poll interval must be positive".into()));
+            return Err(Error::Config(
+                "the peak poll interval must be positive".into(),
+            ));
         }
         Ok(())
     }
@@ -129,8 +131,9 @@ pub async fn run(
             health.set_ready(true);
             leading_tx.send_replace(true);
             // Keep the sender alive for the life of the operator.
+            let rx = shutdown_rx.clone();
             Some(tokio::spawn(async move {
-                wait_true(shutdown_rx.clone()).await;
+                wait_true(rx).await;
                 drop(leading_tx);
             }))
         }

@@ -251,7 +251,12 @@ fn is_conflict(e: &kube::Error) -> bool {
 
 impl LeaseLock {
     /// The lease `name` in the namespace of `api`, contended for as `identity`.
-    pub fn new(api: Api<Lease>, name: impl Into<String>, identity: impl Into<String>, timing: LeaseTiming) -> Self {
+    pub fn new(
+        api: Api<Lease>,
+        name: impl Into<String>,
+        identity: impl Into<String>,
+        timing: LeaseTiming,
+    ) -> Self {
         Self {
             api,
             name: name.into(),
@@ -297,7 +302,11 @@ impl LeaseLock {
                 lease.spec = Some(spec_of(&r, lease.spec.take()));
                 // `replace` sends the resourceVersion we read: a concurrent writer
                 // makes it fail with 409 instead of both of us winning.
-                match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+                match self
+                    .api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+                {
                     Ok(_) => Ok(true),
                     Err(e) if is_conflict(&e) => Ok(false),
                     Err(e) => Err(e),
@@ -316,7 +325,11 @@ impl LeaseLock {
             return Ok(());
         };
         lease.spec = Some(spec_of(&r, lease.spec.take()));
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if is_conflict(&e) => Ok(()),
             Err(e) => Err(e),
@@ -443,18 +456,30 @@ mod tests {
         // Released (no holder, or empty): take over at once.
         let mut free = held_by("other", 99);
         free.holder = None;
-        assert!(matches!(next_step(Some(&free), "me", t(100), &timing), LeaseStep::TakeOver(_)));
+        assert!(matches!(
+            next_step(Some(&free), "me", t(100), &timing),
+            LeaseStep::TakeOver(_)
+        ));
         free.holder = Some(String::new());
-        assert!(matches!(next_step(Some(&free), "me", t(100), &timing), LeaseStep::TakeOver(_)));
+        assert!(matches!(
+            next_step(Some(&free), "me", t(100), &timing),
+            LeaseStep::TakeOver(_)
+        ));
         // The lease's own duration wins over ours.
         let mut long = held_by("other", 90);
         long.lease_duration_seconds = Some(60);
-        assert!(matches!(next_step(Some(&long), "me", t(140), &timing), LeaseStep::Follow { .. }));
+        assert!(matches!(
+            next_step(Some(&long), "me", t(140), &timing),
+            LeaseStep::Follow { .. }
+        ));
         // No renew time at all: acquire time counts; none of either: expired.
         let mut odd = held_by("other", 0);
         odd.renew_time = None;
         odd.acquire_time = None;
-        assert!(matches!(next_step(Some(&odd), "me", t(1), &timing), LeaseStep::TakeOver(_)));
+        assert!(matches!(
+            next_step(Some(&odd), "me", t(1), &timing),
+            LeaseStep::TakeOver(_)
+        ));
     }
 
     #[test]

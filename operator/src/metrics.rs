@@ -10,7 +10,7 @@
 //! | `carma_operator_reconcile_errors_total` | counter | `kind` (see [`crate::Error::kind`]) |
 //! | `carma_operator_leader` | gauge | — 1 while this replica leads |
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -125,9 +125,11 @@ impl Metrics {
             AttemptOutcomeKind::Failed,
             AttemptOutcomeKind::Evicted,
         ] {
-            attempts.get_or_create(&OutcomeLabels {
-                outcome: outcome_label(outcome).to_string(),
-            });
+            attempts
+                .get_or_create(&OutcomeLabels {
+                    outcome: outcome_label(outcome).to_string(),
+                })
+                .inc_by(0);
         }
         Self {
             registry,
@@ -219,7 +221,9 @@ mod tests {
     fn exact_names_and_labels() {
         let m = Metrics::new();
         m.set_tasks(&[(TaskPhase::Running, 2), (TaskPhase::Failed, 1)]);
-        m.observe(&Observation::AttemptFinished(AttemptOutcomeKind::GpuOutOfMemory));
+        m.observe(&Observation::AttemptFinished(
+            AttemptOutcomeKind::GpuOutOfMemory,
+        ));
         m.observe(&Observation::OomRecoveryStarted);
         m.observe(&Observation::RecoveryDuration(Duration::from_secs(42)));
         m.reconcile_error("conflict");
@@ -241,7 +245,10 @@ mod tests {
             "# TYPE carma_operator_attempts counter",
             "# TYPE carma_operator_recovery_duration_seconds histogram",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
     }
 }

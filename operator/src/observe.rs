@@ -64,7 +64,11 @@ pub fn pod_node(pod: &Pod) -> Option<String> {
 }
 
 /// Read an attempt pod. `None` when it carries no attempt number.
-pub fn observe(pod: &Pod, progress: PodProgress, gpu_node: Option<&GpuNode>) -> Option<ObservedAttempt> {
+pub fn observe(
+    pod: &Pod,
+    progress: PodProgress,
+    gpu_node: Option<&GpuNode>,
+) -> Option<ObservedAttempt> {
     let index = attempt_index(pod)?;
     let gpus: Vec<String> = annotation(pod, ANNOTATION_ASSIGNED_GPUS)
         .map(|v| {
@@ -92,7 +96,11 @@ pub fn observe(pod: &Pod, progress: PodProgress, gpu_node: Option<&GpuNode>) -> 
         requested_mib,
         estimate,
         exclusive,
-        created_at: pod.metadata.creation_timestamp.as_ref().and_then(|t| to_chrono(t.0)),
+        created_at: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| to_chrono(t.0)),
         finished_at: finished_at(pod),
         progress,
         peak_mib,
@@ -224,8 +232,14 @@ mod tests {
         assert!(!o.exclusive);
         assert_eq!(o.peak_mib, Some(17100));
         assert_eq!(o.gpu_memory_mib, Some(40960));
-        assert_eq!(o.created_at.unwrap().to_rfc3339(), "2026-03-01T10:00:00+00:00");
-        assert_eq!(o.finished_at.unwrap().to_rfc3339(), "2026-03-01T10:05:00+00:00");
+        assert_eq!(
+            o.created_at.unwrap().to_rfc3339(),
+            "2026-03-01T10:00:00+00:00"
+        );
+        assert_eq!(
+            o.finished_at.unwrap().to_rfc3339(),
+            "2026-03-01T10:05:00+00:00"
+        );
     }
 
     #[test]

@@ -15,8 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use carma_api::names::*;
 use carma_api::{
-    AttemptOutcomeKind, AttemptStatus, EstimateStatus, TaskPhase, TrainingTask,
-    TrainingTaskStatus,
+    AttemptOutcomeKind, AttemptStatus, EstimateStatus, TaskPhase, TrainingTask, TrainingTaskStatus,
 };
 use carma_core::quantity::parse_mib;
 use carma_core::{AttemptOutcome, AttemptRecord, RecoveryConfig, RecoveryDecision, Reservation};
@@ -24,7 +23,7 @@ use carma_core::{AttemptOutcome, AttemptRecord, RecoveryConfig, RecoveryDecision
 use crate::attempt::{AttemptRequest, InvalidSpec, build_attempt_pod};
 use crate::classify::{PodProgress, Verdict};
 use crate::observe::ObservedAttempt;
-use crate::status::{self, CONDITION_RECOVERING, CONDITION_SCHEDULED, parse_time, rfc3339};
+use crate::status::{self, CONDITION_SCHEDULED, parse_time, rfc3339};
 
 /// Everything one planning step looks at.
 #[derive(Debug, Clone, Copy)]
@@ -133,7 +132,14 @@ impl Step<'_, '_> {
         self.input.pods.iter().find(|o| o.index == index)
     }
 
-    fn event(&mut self, warning: bool, reason: &str, action: &str, note: String, pod: Option<&str>) {
+    fn event(
+        &mut self,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+        pod: Option<&str>,
+    ) {
         self.out.events.push(PlannedEvent {
             warning,
             reason: reason.to_string(),
@@ -165,7 +171,10 @@ impl Step<'_, '_> {
                 false,
                 "AttemptAdopted",
                 "AdoptAttempt",
-                format!("pod {} exists and is recorded as attempt {}", o.pod, o.index),
+                format!(
+                    "pod {} exists and is recorded as attempt {}",
+                    o.pod, o.index
+                ),
                 Some(&o.pod),
             );
         }
@@ -236,7 +245,9 @@ impl Step<'_, '_> {
         a.reason = Some(reason.clone());
         a.finished_at = Some(rfc3339(at));
         let (index, pod, reserved) = (a.index, a.pod.clone(), describe_reservation(a));
-        self.out.observations.push(Observation::AttemptFinished(kind));
+        self.out
+            .observations
+            .push(Observation::AttemptFinished(kind));
         let (warning, ev_reason, note) = match kind {
             AttemptOutcomeKind::Succeeded => (
                 false,
@@ -246,7 +257,9 @@ impl Step<'_, '_> {
             AttemptOutcomeKind::GpuOutOfMemory => (
                 true,
                 "AttemptOutOfMemory",
-                format!("attempt {index} ({pod}) crashed out of GPU memory with {reserved}: {reason}"),
+                format!(
+                    "attempt {index} ({pod}) crashed out of GPU memory with {reserved}: {reason}"
+                ),
             ),
             AttemptOutcomeKind::Failed => (
                 true,
@@ -297,7 +310,9 @@ impl Step<'_, '_> {
 
     fn invalid(&mut self, e: &InvalidSpec) {
         let message = format!("invalid TrainingTask: {e}");
-        if self.old.phase != Some(TaskPhase::Failed) || self.old.message.as_deref() != Some(&message) {
+        if self.old.phase != Some(TaskPhase::Failed)
+            || self.old.message.as_deref() != Some(&message)
+        {
             self.event(true, "InvalidSpec", "Validate", message.clone(), None);
         }
         let now = self.now();
@@ -308,8 +323,12 @@ impl Step<'_, '_> {
     fn create(&mut self, req: &AttemptRequest, why: &str) -> Result<(), InvalidSpec> {
         let pod = build_attempt_pod(self.input.task, req)?;
         let ann = pod.metadata.annotations.clone().unwrap_or_default();
-        let exclusive = ann.get(ANNOTATION_EXCLUSIVE).is_some_and(|v| v.trim() == "true");
-        let reserved = ann.get(ANNOTATION_GPU_MEMORY).and_then(|v| parse_mib(v).ok());
+        let exclusive = ann
+            .get(ANNOTATION_EXCLUSIVE)
+            .is_some_and(|v| v.trim() == "true");
+        let reserved = ann
+            .get(ANNOTATION_GPU_MEMORY)
+            .and_then(|v| parse_mib(v).ok());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let now = self.now();
         let a = AttemptStatus {
@@ -329,7 +348,12 @@ impl Step<'_, '_> {
         self.st.estimate = match (reserved, exclusive) {
             (Some(mib), _) => Some(EstimateStatus {
                 mib: Some(mib),
-                source: if req.index == 1 { "override" } else { "recovery" }.to_string(),
+                source: if req.index == 1 {
+                    "override"
+                } else {
+                    "recovery"
+                }
+                .to_string(),
                 class: None,
             }),
             (None, true) => Some(EstimateStatus {
@@ -361,7 +385,10 @@ impl Step<'_, '_> {
             };
             (
                 "RecoveryAttemptCreated",
-                format!("created attempt {} ({name}) with {what}{class}: {why}", req.index),
+                format!(
+                    "created attempt {} ({name}) with {what}{class}: {why}",
+                    req.index
+                ),
             )
         };
         self.event(false, reason, "CreateAttempt", note, Some(&name));
@@ -467,7 +494,13 @@ impl Step<'_, '_> {
         match carma_core::decide_next(&history, gpu_memory, &cfg) {
             RecoveryDecision::Done => {
                 let message = format!("attempt {} ({}) succeeded", a.index, a.pod);
-                status::set_phase(self.st, TaskPhase::Succeeded, "AttemptSucceeded", &message, now);
+                status::set_phase(
+                    self.st,
+                    TaskPhase::Succeeded,
+                    "AttemptSucceeded",
+                    &message,
+                    now,
+                );
                 self.st.next_attempt_at = None;
             }
             RecoveryDecision::GiveUp { reason } => {
@@ -475,7 +508,8 @@ impl Step<'_, '_> {
                     .iter()
                     .filter(|r| !matches!(r.outcome, AttemptOutcome::Evicted { .. }))
                     .count() as u32;
-                let cond_reason = if used >= cfg.max_attempts && kind != AttemptOutcomeKind::Evicted {
+                let cond_reason = if used >= cfg.max_attempts && kind != AttemptOutcomeKind::Evicted
+                {
                     "AttemptsExhausted"
                 } else {
                     match kind {
@@ -485,7 +519,13 @@ impl Step<'_, '_> {
                     }
                 };
                 if self.old.phase != Some(TaskPhase::Failed) {
-                    self.event(true, "TaskFailed", "GiveUp", format!("{cond_reason}: {reason}"), None);
+                    self.event(
+                        true,
+                        "TaskFailed",
+                        "GiveUp",
+                        format!("{cond_reason}: {reason}"),
+                        None,
+                    );
                 }
                 status::set_phase(self.st, TaskPhase::Failed, cond_reason, &reason, now);
                 self.st.next_attempt_at = None;
@@ -567,7 +607,8 @@ pub fn record(a: &AttemptStatus) -> Option<AttemptRecord> {
     let reservation = if a.exclusive {
         Reservation::WholeGpu
     } else {
-        a.reserved_mib.map_or(Reservation::Unknown, Reservation::Mib)
+        a.reserved_mib
+            .map_or(Reservation::Unknown, Reservation::Mib)
     };
     Some(AttemptRecord {
         outcome,
@@ -583,3 +624,6 @@ fn describe_reservation(a: &AttemptStatus) -> String {
         (None, false) => "the extender's estimate".to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests;

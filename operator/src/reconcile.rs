@@ -83,7 +83,12 @@ impl fmt::Debug for Context {
 
 impl Context {
     /// A context with the wall clock; `instance` names this replica in Events.
-    pub fn new(client: Client, metrics: Arc<Metrics>, settings: Settings, instance: Option<String>) -> Self {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        settings: Settings,
+        instance: Option<String>,
+    ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -232,29 +237,30 @@ async fn read_logs(pods_api: &Api<Pod>, pod: &Pod, container: &str, tail: i64) -
     }
 }
 
-async fn execute(task: &TrainingTask, step: Plan, pods_api: &Api<Pod>, ctx: &Context) -> Result<Action> {
+async fn execute(
+    task: &TrainingTask,
+    step: Plan,
+    pods_api: &Api<Pod>,
+    ctx: &Context,
+) -> Result<Action> {
     let name = task.name_any();
     let ns = task.namespace().unwrap_or_default();
-    if let Some(pod) = &step.create_pod {
-        if let Err(e) = create_pod(task, pods_api, pod).await {
-            let note = format!(
-                "creating pod {} failed: {e}",
-                pod.metadata.name.as_deref().unwrap_or("")
-            );
-            publish(
-                task,
-                ctx,
-                &PlannedEvent {
-                    warning: true,
-                    reason: "AttemptCreateFailed".into(),
-                    action: "CreateAttempt".into(),
-                    note,
-                    pod: None,
-                },
-            )
-            .await;
-            return Err(e);
-        }
+    if let Some(pod) = &step.create_pod
+        && let Err(e) = create_pod(task, pods_api, pod).await
+    {
+        let note = format!(
+            "creating pod {} failed: {e}",
+            pod.metadata.name.as_deref().unwrap_or("")
+        );
+        let event = PlannedEvent {
+            warning: true,
+            reason: "AttemptCreateFailed".into(),
+            action: "CreateAttempt".into(),
+            note,
+            pod: None,
+        };
+        publish(task, ctx, &event).await;
+        return Err(e);
     }
     if let Some(new) = &step.status {
         let old = task.status.clone().unwrap_or_default();
@@ -264,7 +270,9 @@ async fn execute(task: &TrainingTask, step: Plan, pods_api: &Api<Pod>, ctx: &Con
             field_manager: Some(MANAGER.to_string()),
             ..PatchParams::default()
         };
-        tasks.patch_status(&name, &params, &Patch::Merge(&patch)).await?;
+        tasks
+            .patch_status(&name, &params, &Patch::Merge(&patch))
+            .await?;
         if new.phase != old.phase {
             info!(
                 task = %name,

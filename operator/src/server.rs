@@ -53,7 +53,10 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     if s.health.is_ready() {
         (StatusCode::OK, "ready")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: the API server has not been reached yet")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the API server has not been reached yet",
+        )
     }
 }
 
@@ -97,9 +100,11 @@ mod tests {
 
     async fn get(addr: SocketAddr, path: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         out

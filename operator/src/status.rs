@@ -66,13 +66,13 @@ fn clear_condition(
     reason: &str,
     now: DateTime<Utc>,
 ) {
-    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
-        if c.status != "False" {
-            c.status = "False".to_string();
-            c.reason = Some(reason.to_string());
-            c.message = None;
-            c.last_transition_time = Some(rfc3339(now));
-        }
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_)
+        && c.status != "False"
+    {
+        c.status = "False".to_string();
+        c.reason = Some(reason.to_string());
+        c.message = None;
+        c.last_transition_time = Some(rfc3339(now));
     }
 }
 
@@ -182,18 +182,45 @@ mod tests {
     #[test]
     fn transition_time_moves_only_on_flips() {
         let mut st = TrainingTaskStatus::default();
-        set_phase(&mut st, TaskPhase::Running, "AttemptRunning", "a1 runs", at("2026-01-01T00:00:00Z"));
+        set_phase(
+            &mut st,
+            TaskPhase::Running,
+            "AttemptRunning",
+            "a1 runs",
+            at("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(st.conditions.len(), 1);
-        set_phase(&mut st, TaskPhase::Running, "AttemptRunning", "a1 runs", at("2026-01-01T00:01:00Z"));
+        set_phase(
+            &mut st,
+            TaskPhase::Running,
+            "AttemptRunning",
+            "a1 runs",
+            at("2026-01-01T00:01:00Z"),
+        );
         let c = condition(&st, CONDITION_RUNNING).unwrap();
-        assert_eq!(c.last_transition_time.as_deref(), Some("2026-01-01T00:00:00Z"));
-        set_phase(&mut st, TaskPhase::Recovering, "GpuOutOfMemory", "a1 OOM", at("2026-01-01T00:02:00Z"));
+        assert_eq!(
+            c.last_transition_time.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+        set_phase(
+            &mut st,
+            TaskPhase::Recovering,
+            "GpuOutOfMemory",
+            "a1 OOM",
+            at("2026-01-01T00:02:00Z"),
+        );
         let c = condition(&st, CONDITION_RUNNING).unwrap();
         assert_eq!(c.status, "False");
         assert_eq!(c.reason.as_deref(), Some("Recovering"));
-        assert_eq!(c.last_transition_time.as_deref(), Some("2026-01-01T00:02:00Z"));
+        assert_eq!(
+            c.last_transition_time.as_deref(),
+            Some("2026-01-01T00:02:00Z")
+        );
         let r = condition(&st, CONDITION_RECOVERING).unwrap();
-        assert_eq!((r.status.as_str(), r.reason.as_deref()), ("True", Some("GpuOutOfMemory")));
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_deref()),
+            ("True", Some("GpuOutOfMemory"))
+        );
         assert!(condition(&st, CONDITION_FAILED).is_none());
         assert_eq!(st.phase, Some(TaskPhase::Recovering));
         assert_eq!(st.message.as_deref(), Some("a1 OOM"));
@@ -233,7 +260,10 @@ mod tests {
     #[test]
     fn merge_patch_replaces_scalars_and_lists() {
         let mut doc = json!({"a": [1, 2], "b": {"c": 1, "d": 2}, "e": 1});
-        apply_merge_patch(&mut doc, &json!({"a": [3], "b": {"c": null}, "e": {"f": 1}}));
+        apply_merge_patch(
+            &mut doc,
+            &json!({"a": [3], "b": {"c": null}, "e": {"f": 1}}),
+        );
         assert_eq!(doc, json!({"a": [3], "b": {"d": 2}, "e": {"f": 1}}));
     }
 }

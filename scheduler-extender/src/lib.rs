@@ -1,1 +1,162 @@
-//! placeholder
+//! `carma-scheduler-extender`: the kube-scheduler HTTP extender of carma.
+//!
+//! kube-scheduler (profile `carma-scheduler`) calls it to **filter** nodes that
+//! can take a pod on enough GPUs, **prioritize** them by the pod's placement
+//! policy, and **bind** the pod: choose the GPUs, write the output annotations,
+//! create the Binding. Placement rules live in `carma-core`; memory estimates
+//! come from `carma-estimator`; this crate adapts them to HTTP and Kubernetes.
+//!
+//! * [`wire`] — the extender's JSON, exactly as kube-scheduler speaks it.
+//! * [`decision`] — per-pod reservation, GPU count and policy, cached by UID.
+//! * [`cluster`] — GPU nodes, telemetry and the ledger of placements.
+//! * [`extender`] — the three verbs.
+//! * [`backend`] — the I/O side: [`kube_backend`] (watchers, patch, Binding,
+//!   Events) or [`snapshot`] (a static `List`, binds recorded instead of written).
+//! * [`metrics`] — Prometheus metrics.
+//! * [`server`] — axum routes, TLS and graceful shutdown.
+//! * [`synthetic`] — generated clusters and pods for tests and benchmarks.
+
+pub mod backend;
+pub mod cluster;
+pub mod decision;
+pub mod extender;
+pub mod kube_backend;
+pub mod metrics;
+pub mod server;
+pub mod snapshot;
+pub mod synthetic;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use carma_core::{PlacementConfig, Policy};
+use carma_estimator::{Estimator, EstimatorError};
+use thiserror::Error;
+
+pub use backend::{BindTarget, ClusterBackend, PodWarning};
+pub use cluster::ClusterState;
+pub use decision::{Decision, DecisionError, Decisions};
+pub use extender::Extender;
+pub use server::{TlsFiles, router, serve};
+pub use snapshot::{Snapshot, SnapshotBackend};
+
+/// How to run the extender.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Serve from this snapshot instead of the API server (dry run).
+    pub cluster_snapshot: Option<PathBuf>,
+    /// Policy of pods without a `carma.io/policy` annotation.
+    pub policy: Policy,
+    /// HTTPS certificate and key.
+    pub tls: Option<TlsFiles>,
+    /// Placement thresholds.
+    pub placement: PlacementConfig,
+}
+
+/// Why the extender could not start or stopped.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// The compiled-in estimator models failed to load.
+    #[error("loading the GPU memory estimator: {0}")]
+    Estimator(#[from] EstimatorError),
+    /// The snapshot file is unusable.
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::SnapshotError),
+    /// No Kubernetes client could be configured.
+    #[error("connecting to Kubernetes (in-cluster config or KUBECONFIG): {0}")]
+    Kube(#[from] kube::Error),
+    /// The address cannot be bound.
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error(transparent)]
+    Serve(#[from] server::ServeError),
+}
+
+impl RunError {
+    /// Whether the error is the user's input (exit code 2) rather than the environment.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            RunError::Snapshot(_) | RunError::Serve(server::ServeError::Tls { .. })
+        )
+    }
+}
+
+/// An extender over a snapshot: caches filled and synced, binds recorded.
+pub fn snapshot_extender(
+    snapshot: &Snapshot,
+    policy: Policy,
+    placement: PlacementConfig,
+) -> Result<Arc<Extender>, EstimatorError> {
+    let cluster = Arc::new(ClusterState::new());
+    snapshot.apply(&cluster);
+    let decisions = Decisions::new(Estimator::new()?, policy);
+    Ok(Arc::new(Extender::new(
+        cluster,
+        decisions,
+        Arc::new(SnapshotBackend::new(snapshot)),
+        placement,
+    )))
+}
+
+/// Run the extender until SIGTERM or Ctrl-C.
+pub async fn run(opts: Options) -> Result<(), RunError> {
+    let mut watchers = Vec::new();
+    let ext = match &opts.cluster_snapshot {
+        Some(path) => {
+            let snapshot = Snapshot::load(path)?;
+            tracing::info!(
+                file = %path.display(),
+                nodes = snapshot.nodes.len(),
+                gpu_nodes = snapshot.gpu_nodes.len(),
+                pods = snapshot.pods.len(),
+                "serving a cluster snapshot (dry run: binds are recorded, not written)"
+            );
+            snapshot_extender(&snapshot, opts.policy, opts.placement.clone())?
+        }
+        None => {
+            let client = kube::Client::try_default().await?;
+            let ext = Arc::new(Extender::new(
+                Arc::new(ClusterState::new()),
+                Decisions::new(Estimator::new()?, opts.policy),
+                Arc::new(kube_backend::KubeBackend::new(client.clone())),
+                opts.placement.clone(),
+            ));
+            watchers = kube_backend::spawn_watchers(client, Arc::clone(&ext));
+            ext
+        }
+    };
+    let listener = std::net::TcpListener::bind(opts.listen).map_err(|source| RunError::Listen {
+        addr: opts.listen,
+        source,
+    })?;
+    tracing::info!(
+        listen = %opts.listen,
+        https = opts.tls.is_some(),
+        policy = %opts.policy,
+        "carma scheduler extender serving"
+    );
+    let result = serve(
+        listener,
+        router(ext),
+        opts.tls.clone(),
+        server::shutdown_signal(),
+    )
+    .await;
+    for w in watchers {
+        w.abort();
+    }
+    result?;
+    Ok(())
+}

@@ -1,1 +1,37 @@
-fn main() {}
+//! Scale: 10,000 generated tasks on 1,000 GPUs (125 nodes × 8), one policy per
+//! measurement. Run with `cargo bench -p carma-simulator --bench scale`.
+
+use carma_core::Policy;
+use carma_simulator::trace::{generate, GeneratorConfig};
+use carma_simulator::{plan, simulate, EstimatorKind, SimConfig};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+fn scale(c: &mut Criterion) {
+    let mut cfg = SimConfig::default();
+    cfg.cluster.nodes = 125;
+    cfg.cluster.gpus_per_node = 8;
+    let trace = generate(&GeneratorConfig {
+        tasks: 10_000,
+        seed: 1,
+        cluster_gpus: cfg.cluster.total_gpus(),
+        ..GeneratorConfig::default()
+    })
+    .expect("trace");
+    let plan = plan(&trace.tasks, EstimatorKind::Gpumemnet, cfg.cluster.gpu_memory_mib).expect("plan");
+    let mut group = c.benchmark_group("10k_tasks_1000_gpus");
+    group.sample_size(10);
+    for policy in [Policy::Exclusive, Policy::Magm, Policy::Lug, Policy::Rr] {
+        group.bench_function(policy.as_str(), |b| {
+            b.iter(|| {
+                let run = simulate(&trace.tasks, &plan.reservations, "gpumemnet", policy, &cfg)
+                    .expect("simulate");
+                assert_eq!(run.summary.finished + run.summary.failed, 10_000);
+                run.summary.makespan_s
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, scale);
+criterion_main!(benches);

@@ -18,8 +18,7 @@ pub fn run(args: CrdsArgs) -> anyhow::Result<ExitCode> {
     match args.out_dir {
         None => print!("{}", carma_api::crds::all_yaml()?),
         Some(dir) => {
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             for (file, crd) in carma_api::crds::all() {
                 let path = dir.join(file);
                 std::fs::write(&path, carma_api::crds::to_yaml(&crd)?)

@@ -1,12 +1,204 @@
-//! `carma device-plugin` (issue #5).
+//! `carma device-plugin` (issue #5): the per-node DaemonSet process.
+//!
+//! Serves the kubelet device-plugin API on `<--device-plugin-dir>/carma.sock`, registers
+//! `carma.io/gpu` with `--replicas` replicas per GPU, samples the GPUs every `--sample-interval`,
+//! publishes the node's `GpuNode` status and serves `/metrics`, `/healthz` and `/readyz` on
+//! `--metrics-addr`. Without a reachable API server it still serves kubelet and `/metrics`; GpuNode
+//! publishing and pod lookup are then off, and Allocate refuses with that reason.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use carma_device_plugin::config::{
+    self, BackendKind, Config, DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_METRICS_ADDR,
+    DEFAULT_SOCKET_NAME, MpsConfig, SimulatedGpus,
+};
+use tracing::{info, warn};
+
+use super::EXIT_BAD_INPUT;
 
 /// Arguments of `carma device-plugin`.
 #[derive(Debug, clap::Args)]
-pub struct DevicePluginArgs {}
+pub struct DevicePluginArgs {
+    /// GPU backend: `nvml` (NVML; SM activity from GPM on Hopper and newer, else NVML utilization as a
+    /// labelled fallback), `dcgm` (scrape dcgm-exporter for SM activity, occupancy and DRAM
+    /// activity; NVML for inventory and memory where available) or `simulated` (no GPU needed).
+    #[arg(long, env = "CARMA_BACKEND")]
+    pub backend: BackendKind,
+    /// Simulated GPUs as COUNTxSIZE (backend `simulated`).
+    #[arg(long, default_value = "4x40GiB")]
+    pub simulated_gpus: SimulatedGpus,
+    /// Synthetic pods per simulated GPU (namespace `simulated`, labelled simulated="true" in
+    /// metrics) that carry the scripted load; default: 2 without an API server, 0 with one.
+    #[arg(long)]
+    pub simulated_pods: Option<u32>,
+    /// Replicas advertised per GPU (`<UUID>::<k>`): the most pods that can share one GPU.
+    #[arg(long, default_value_t = 8)]
+    pub replicas: u32,
+    /// Kubelet's device-plugin directory (holds kubelet.sock; the plugin's socket is created there).
+    #[arg(long, default_value = DEFAULT_DEVICE_PLUGIN_DIR)]
+    pub device_plugin_dir: PathBuf,
+    /// File name of the plugin's socket in --device-plugin-dir.
+    #[arg(long, default_value = DEFAULT_SOCKET_NAME)]
+    pub socket_name: String,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = DEFAULT_METRICS_ADDR)]
+    pub metrics_addr: SocketAddr,
+    /// This node's name (the DaemonSet sets NODE_NAME from spec.nodeName); default: the hostname.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// dcgm-exporter URL (backend `dcgm`), e.g. http://127.0.0.1:9400/metrics.
+    #[arg(long, env = "CARMA_DCGM_ENDPOINT")]
+    pub dcgm_endpoint: Option<String>,
+    /// Enforce reservations with NVIDIA MPS: Allocate sets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+    /// (`0=<MiB>M,1=<MiB>M,…`) and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (100 / replicas). Needs an MPS
+    /// control daemon on the node. Without it, memory reservations are advisory.
+    #[arg(long)]
+    pub mps: bool,
+    /// MPS pipe directory mounted into containers and exported as CUDA_MPS_PIPE_DIRECTORY (with --mps).
+    #[arg(
+        long,
+        env = "CARMA_MPS_PIPE_DIRECTORY",
+        default_value = "/tmp/nvidia-mps"
+    )]
+    pub mps_pipe_directory: PathBuf,
+    /// Telemetry sampling interval (CARMA: 1s, with a 30-sample window).
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub sample_interval: Duration,
+    /// SM activity cap of the utilization gate, exported as carma_gpu_sm_activity_cap_ratio.
+    #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = 0.8)]
+    pub sm_activity_cap: f64,
+    /// Kubelet's pod-resources socket. Accepted for deployment compatibility; the current plugin
+    /// finds pods through the API server and does not read it.
+    #[arg(long)]
+    pub pod_resources_socket: Option<PathBuf>,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, config::ConfigError> {
+    config::parse_duration("--sample-interval", text)
+}
+
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+impl DevicePluginArgs {
+    fn to_config(&self) -> Result<Config, String> {
+        let node = match self.node_name.as_deref().map(str::trim) {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => {
+                let h = hostname().ok_or(
+                    "--node-name is not given (nor NODE_NAME) and the hostname is unknown",
+                )?;
+                warn!(node = %h, "--node-name not given: using the hostname as node name");
+                h
+            }
+        };
+        let mut c = Config::new(node, self.backend);
+        c.simulated_gpus = self.simulated_gpus;
+        c.simulated_pods = self.simulated_pods;
+        c.replicas = self.replicas;
+        c.device_plugin_dir = self.device_plugin_dir.clone();
+        c.socket_name = self.socket_name.clone();
+        c.metrics_addr = self.metrics_addr;
+        c.dcgm_endpoint = self.dcgm_endpoint.clone();
+        c.mps = self.mps.then(|| MpsConfig {
+            pipe_directory: Some(self.mps_pipe_directory.clone()),
+        });
+        c.sample_interval = self.sample_interval;
+        c.sm_activity_cap = self.sm_activity_cap;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+}
+
+/// A Kubernetes client when an API server is configured and reachable (always when in a cluster,
+/// where it may come up later); `None` otherwise.
+async fn connect_kube() -> Option<kube::Client> {
+    let client = match kube::Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => {
+            info!("no Kubernetes configuration ({e})");
+            return None;
+        }
+    };
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    match tokio::time::timeout(Duration::from_secs(5), client.apiserver_version()).await {
+        Ok(Ok(v)) => {
+            info!(version = %v.git_version, "Kubernetes API server reachable");
+            Some(client)
+        }
+        Ok(Err(e)) if in_cluster => {
+            warn!("Kubernetes API server not reachable yet ({e}); publishing and pod lookup retry");
+            Some(client)
+        }
+        Err(_) if in_cluster => {
+            warn!(
+                "Kubernetes API server did not answer within 5 s; publishing and pod lookup retry"
+            );
+            Some(client)
+        }
+        Ok(Err(e)) => {
+            warn!("Kubernetes API server not reachable ({e})");
+            None
+        }
+        Err(_) => {
+            warn!("Kubernetes API server did not answer within 5 s");
+            None
+        }
+    }
+}
+
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => info!("SIGTERM received: shutting down"),
+                _ = tokio::signal::ctrl_c() => info!("interrupt received: shutting down"),
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    info!("interrupt received: shutting down");
+}
 
 /// Run `carma device-plugin`.
-pub fn run(_args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
-    super::not_landed("device-plugin", 5)
+pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
+    let config = match args.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("carma device-plugin: {e}");
+            return Ok(ExitCode::from(EXIT_BAD_INPUT));
+        }
+    };
+    if let Some(path) = &args.pod_resources_socket {
+        info!(path = %path.display(), "--pod-resources-socket accepted but not used by this version");
+    }
+    let rt = super::runtime()?;
+    rt.block_on(async move {
+        let kube = connect_kube().await;
+        let deps = carma_device_plugin::Dependencies {
+            kube,
+            ..Default::default()
+        };
+        let running = match carma_device_plugin::start(config, deps).await {
+            Ok(r) => r,
+            Err(carma_device_plugin::Error::Config(e)) => {
+                eprintln!("carma device-plugin: {e}");
+                return Ok(ExitCode::from(EXIT_BAD_INPUT));
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("carma device-plugin cannot start")),
+        };
+        terminated().await;
+        running.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
 }

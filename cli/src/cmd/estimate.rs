@@ -1,12 +1,278 @@
-//! `carma estimate` (issue #3).
+//! `carma estimate` (issue #3): a training job's GPU memory with GPUMemNet, or an
+//! evaluation of the shipped model on a GPUMemNet CSV.
+//!
+//! ```text
+//! carma estimate --profile job.json                      # `-` reads stdin
+//! carma estimate --summary resnet18.txt --family cnn --batch-size 64
+//! carma estimate eval --dataset ../shared/data/gpumemnet/mlp_data_step2.csv
+//! ```
+//!
+//! Output is JSON on stdout. Bad input (unreadable file, malformed profile,
+//! summary or CSV) prints a message naming the problem on stderr and exits 2.
 
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use anyhow::Context;
+use carma_estimator::{
+    Estimate, Estimator, Family, Profile, evaluate, parse_profile, parse_torchsummary,
+};
+use serde_json::json;
+
+use super::EXIT_BAD_INPUT;
 
 /// Arguments of `carma estimate`.
 #[derive(Debug, clap::Args)]
-pub struct EstimateArgs {}
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct EstimateArgs {
+    /// The `carma.io/model-profile` JSON of the job (`-` reads stdin).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "summary",
+        conflicts_with = "summary"
+    )]
+    pub profile: Option<PathBuf>,
+    /// A `torchsummary` table of the job's model (`-` reads stdin); needs
+    /// `--family` and `--batch-size`.
+    #[arg(long, value_name = "FILE", requires_all = ["family", "batch_size"])]
+    pub summary: Option<PathBuf>,
+    /// Model family of the `--summary` table: mlp, cnn or transformer.
+    #[arg(long, requires = "summary")]
+    pub family: Option<Family>,
+    /// Training batch size for the `--summary` table.
+    #[arg(long, requires = "summary")]
+    pub batch_size: Option<u32>,
+    /// Evaluate the shipped model instead of estimating one job.
+    #[command(subcommand)]
+    pub action: Option<EstimateAction>,
+}
+
+/// Subcommands of `carma estimate`.
+#[derive(Debug, clap::Subcommand)]
+pub enum EstimateAction {
+    /// Evaluate the shipped MLP model on a CSV in GPUMemNet's schema (step 1 or 2).
+    Eval {
+        /// The CSV file.
+        #[arg(long, value_name = "FILE.csv")]
+        dataset: PathBuf,
+    },
+}
+
+/// Input the user got wrong: reported with exit code 2.
+#[derive(Debug)]
+struct BadInput(String);
 
 /// Run `carma estimate`.
-pub fn run(_args: EstimateArgs) -> anyhow::Result<ExitCode> {
-    super::not_landed("estimate", 3)
+pub fn run(args: EstimateArgs) -> anyhow::Result<ExitCode> {
+    let estimator = Estimator::new().context("loading the embedded GPUMemNet models")?;
+    match execute(&estimator, &args) {
+        Ok(out) => {
+            let text = serde_json::to_string_pretty(&out)?;
+            match writeln!(std::io::stdout().lock(), "{text}") {
+                // a closed pipe (`| head`) is the reader's choice, not an error
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(ExitCode::SUCCESS),
+            }
+        }
+        Err(BadInput(message)) => {
+            eprintln!("carma estimate: {message}");
+            Ok(ExitCode::from(EXIT_BAD_INPUT))
+        }
+    }
+}
+
+fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<serde_json::Value, BadInput> {
+    if let Some(EstimateAction::Eval { dataset }) = &args.action {
+        let eval = evaluate(estimator, dataset)
+            .map_err(|e| BadInput(format!("{}: {e}", dataset.display())))?;
+        let mut out = serde_json::to_value(&eval).map_err(|e| BadInput(e.to_string()))?;
+        out["dataset"] = json!(dataset.display().to_string());
+        return Ok(out);
+    }
+    let profile = read_profile(args)?;
+    let estimate = estimator
+        .estimate(&profile)
+        .map_err(|e| BadInput(e.to_string()))?;
+    Ok(render(&estimate))
+}
+
+fn read_profile(args: &EstimateArgs) -> Result<Profile, BadInput> {
+    match (&args.profile, &args.summary, args.family, args.batch_size) {
+        (Some(path), None, _, _) => {
+            let text = read_input(path)?;
+            parse_profile(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
+        }
+        (None, Some(path), Some(family), Some(batch)) => {
+            let text = read_input(path)?;
+            parse_torchsummary(&text, family, batch)
+                .map_err(|e| BadInput(format!("{}: {e}", path.display())))
+        }
+        (None, Some(_), _, _) => Err(BadInput("--summary needs --family and --batch-size".into())),
+        _ => Err(BadInput(
+            "give --profile FILE, or --summary FILE --family F --batch-size N".into(),
+        )),
+    }
+}
+
+fn read_input(path: &Path) -> Result<String, BadInput> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| BadInput(format!("cannot read stdin: {e}")))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path)
+        .map_err(|e| BadInput(format!("cannot read {}: {e}", path.display())))
+}
+
+/// The JSON printed for one estimate.
+fn render(e: &Estimate) -> serde_json::Value {
+    json!({
+        "estimate_mib": e.mib,
+        "class": e.class,
+        "source": e.source,
+        "probabilities": e.probabilities,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: EstimateArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<EstimateArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("estimate").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    fn temp(content: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), content).unwrap();
+        f
+    }
+
+    #[test]
+    fn flags_are_validated_by_clap() {
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["--profile", "a", "--summary", "b"]).is_err());
+        assert!(parse(&["--summary", "b"]).is_err());
+        assert!(parse(&["--summary", "b", "--family", "cnn"]).is_err());
+        assert!(parse(&["--summary", "b", "--family", "gpu", "--batch-size", "1"]).is_err());
+        assert!(parse(&["--profile", "a", "--batch-size", "1"]).is_err());
+        assert!(parse(&["--profile", "a", "eval", "--dataset", "x"]).is_err());
+        let a = parse(&["--summary", "b", "--family", "cnn", "--batch-size", "8"]).unwrap();
+        assert_eq!((a.family, a.batch_size), (Some(Family::Cnn), Some(8)));
+        assert!(matches!(
+            parse(&["eval", "--dataset", "x.csv"]).unwrap().action,
+            Some(EstimateAction::Eval { .. })
+        ));
+        // a parse error exits 2 as well (clap's usage-error code)
+        assert_eq!(
+            parse(&[]).unwrap_err().exit_code(),
+            i32::from(EXIT_BAD_INPUT)
+        );
+    }
+
+    #[test]
+    fn profile_estimate_prints_the_documented_keys() {
+        let est = Estimator::new().unwrap();
+        let f = temp(
+            r#"{"family":"mlp","batchSize":64,"parameters":100000,"activations":2000,"depth":3}"#,
+        );
+        let out = execute(
+            &est,
+            &parse(&["--profile", f.path().to_str().unwrap()]).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(out["estimate_mib"], 2000);
+        assert_eq!(out["class"], "(1000,2000]");
+        assert_eq!(out["source"], "gpumemnet-mlp");
+        assert_eq!(out["probabilities"].as_array().unwrap().len(), 5);
+    }
+
+    #[test]
+    fn summary_estimate_uses_the_analytic_bound_for_cnn() {
+        let est = Estimator::new().unwrap();
+        let f = temp(
+            "Layer (type)   Output Shape   Param #\n====\nConv2d-1  [-1, 32, 26, 26]  320\nLinear-2  [-1, 10]  1,290\n====\nTotal params: 1,610\n",
+        );
+        let args = parse(&[
+            "--summary",
+            f.path().to_str().unwrap(),
+            "--family",
+            "cnn",
+            "--batch-size",
+            "32",
+        ])
+        .unwrap();
+        let out = execute(&est, &args).unwrap();
+        assert_eq!(out["source"], "analytic-upper-bound");
+        assert!(out["estimate_mib"].as_u64().unwrap() >= 1536);
+    }
+
+    #[test]
+    fn bad_input_is_reported() {
+        let est = Estimator::new().unwrap();
+        let f = temp(
+            r#"{"family":"mlp","batchSize":64,"parameters":1,"activations":2,"depth":3,"gpu":1}"#,
+        );
+        let BadInput(msg) = execute(
+            &est,
+            &parse(&["--profile", f.path().to_str().unwrap()]).unwrap(),
+        )
+        .unwrap_err();
+        assert!(msg.contains("`gpu`"), "{msg}");
+        let BadInput(msg) =
+            execute(&est, &parse(&["--profile", "/nonexistent/p.json"]).unwrap()).unwrap_err();
+        assert!(msg.contains("cannot read"), "{msg}");
+        let f = temp("not a table");
+        let args = parse(&[
+            "--summary",
+            f.path().to_str().unwrap(),
+            "--family",
+            "cnn",
+            "--batch-size",
+            "1",
+        ])
+        .unwrap();
+        assert!(execute(&est, &args).unwrap_err().0.contains("torchsummary"));
+        let f = temp("Depth,Batch Size\n1,2\n");
+        let BadInput(msg) = execute(
+            &est,
+            &parse(&["eval", "--dataset", f.path().to_str().unwrap()]).unwrap(),
+        )
+        .unwrap_err();
+        assert!(msg.contains("Total Parameters"), "{msg}");
+    }
+
+    #[test]
+    fn eval_prints_the_documented_keys() {
+        let est = Estimator::new().unwrap();
+        let f = temp(
+            "Depth,Activation Function,Total Activations,Total Parameters,Batch Size,Max GPU Memory (MiB)\n3,ReLU,2000,100000,64,1600\n5,GELU,30000,40000000,900,3500\n",
+        );
+        let out = execute(
+            &est,
+            &parse(&["eval", "--dataset", f.path().to_str().unwrap()]).unwrap(),
+        )
+        .unwrap();
+        for key in [
+            "rows",
+            "accuracy",
+            "underestimate_rate",
+            "per_class_recall",
+            "mean_over_reservation_mib",
+        ] {
+            assert!(out.get(key).is_some(), "missing {key}: {out}");
+        }
+        assert_eq!(out["rows"], 2);
+    }
 }

@@ -201,7 +201,10 @@ impl SimulateArgs {
                 let dir = path.parent().map(PathBuf::from).unwrap_or_default();
                 let paths = ImportPaths {
                     trace: path.clone(),
-                    workloads: self.workloads.clone().unwrap_or_else(|| dir.join("workloads")),
+                    workloads: self
+                        .workloads
+                        .clone()
+                        .unwrap_or_else(|| dir.join("workloads")),
                     durations: self
                         .durations
                         .clone()
@@ -227,7 +230,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         Ok(t) => t,
         Err(e) => return Ok(bad_input(&e)),
     };
-    tracing::info!(tasks = trace.tasks.len(), policies = args.policy.0.len(), "simulating");
+    tracing::debug!(
+        tasks = trace.tasks.len(),
+        policies = args.policy.0.len(),
+        "simulating"
+    );
     let cmp = match compare(&trace, args.estimator, &args.policy.0, &cfg) {
         Ok(c) => c,
         Err(e @ (SimError::Config(_) | SimError::Parse { .. } | SimError::Input { .. })) => {
@@ -273,7 +280,10 @@ mod tests {
     #[test]
     fn flag_parsers() {
         assert_eq!(parse_policies("all").unwrap().0.len(), 6);
-        assert_eq!(parse_policies("magm, ff,magm").unwrap().0, vec![Policy::Magm, Policy::Ff]);
+        assert_eq!(
+            parse_policies("magm, ff,magm").unwrap().0,
+            vec![Policy::Magm, Policy::Ff]
+        );
         assert!(parse_policies("fastest").is_err());
         assert_eq!(parse_memory("40GiB").unwrap(), 40_960);
         assert_eq!(parse_memory("80Gi").unwrap(), 81_920);

@@ -253,7 +253,7 @@ fn xid_event_set(s: &Shared) -> Option<EventSet<'static>> {
     // A failed registration releases the set, so start over without the GPU that failed.
     for _ in 0..=s.gpus.len() {
         let mut set = match s.nvml.create_event_set() {
-            Ok(set) => set,
+            Ok(set) => Some(set),
             Err(e) => {
                 warn!(
                     "NVML event set unavailable ({e}): XID health events are off; GPU errors still mark GPUs unhealthy"
@@ -274,9 +274,10 @@ fn xid_event_set(s: &Shared) -> Option<EventSet<'static>> {
             if !supported {
                 continue;
             }
-            match dev.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            let Some(current) = set.take() else { break };
+            match dev.register_events(EventTypes::CRITICAL_XID_ERROR, current) {
                 Ok(next) => {
-                    set = next;
+                    set = Some(next);
                     registered += 1;
                 }
                 Err(e) => {
@@ -291,7 +292,7 @@ fn xid_event_set(s: &Shared) -> Option<EventSet<'static>> {
         }
         match failed {
             Some(index) => skip.push(index),
-            None => return (registered > 0).then_some(set),
+            None => return if registered > 0 { set } else { None },
         }
     }
     None

@@ -459,9 +459,17 @@ impl<'a> Engine<'a> {
         };
         let gpus = &self.gpus;
         let by_uuid = &self.gpu_by_uuid;
+        // The ledger checks reservations against capacity only where placement
+        // does: round robin has no memory test (CARMA's RR relies on recovery).
+        let check_capacity = self.pcfg.honor_reservations && self.policy.checks_memory_and_gate();
         if let Err(e) = self.ledger.assume(
             record,
-            |u| by_uuid.get(u).map(|g| gpus[*g].total_mib),
+            |u| {
+                by_uuid
+                    .get(u)
+                    .filter(|_| check_capacity)
+                    .map(|g| gpus[*g].total_mib)
+            },
             self.pcfg.warmup_ms,
             self.now,
         ) {

@@ -30,6 +30,8 @@ pub fn render_json(cmp: &Comparison) -> Value {
                 "finished": s.finished,
                 "failed": s.failed,
                 "tasks": s.tasks,
+                "events": r.events,
+                "ticks": r.ticks,
             });
             let failures: Vec<Value> = r
                 .tasks

@@ -53,7 +53,7 @@ const COLUMNS: [Column; 9] = [
     Column { title: "p95 JCT", value: |s| s.p95_jct_s, show: duration, compare: true },
     Column { title: "mean wait", value: |s| s.mean_wait_s, show: duration, compare: true },
     Column { title: "OOMs", value: |s| s.ooms as f64, show: |v| format!("{v:.0}"), compare: false },
-    Column { title: "lost GPU-h", value: |s| s.lost_gpu_s / 3600.0, show: |v| format!("{v:.1}"), compare: false },
+    Column { title: "GPU time lost", value: |s| s.lost_gpu_s, show: duration, compare: false },
     Column { title: "SM activity", value: |s| s.smact_mean, show: |v| format!("{:.0}%", v * 100.0), compare: true },
     Column { title: "memory used", value: |s| s.mem_used_mean, show: |v| format!("{:.0}%", v * 100.0), compare: true },
     Column { title: "energy kWh", value: |s| s.energy_kwh, show: |v| format!("{v:.1}"), compare: true },
@@ -123,7 +123,7 @@ pub fn render_table(cmp: &Comparison) -> String {
     let mut header = format!("  {}", pad_right("policy", policy_w));
     for (col, (_, w)) in COLUMNS.iter().zip(&widths) {
         header.push_str("  ");
-        header.push_str(&pad_left(col.title, *w));
+        header.push_str(&pad_right(col.title, *w));
     }
     header.push_str("  ");
     header.push_str(&pad_left("done", done_w));

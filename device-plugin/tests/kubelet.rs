@@ -1,0 +1,458 @@
+//! The device plugin against the project's own fake kubelet, over real Unix sockets in a tempdir:
+//! Register, ListAndWatch, GetPreferredAllocation, Allocate, kubelet restart, health change.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use carma_device_plugin::backends::simulated::simulated_uuid;
+use carma_device_plugin::proto::{
+    AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
+    PreferredAllocationRequest,
+};
+use carma_device_plugin::{Dependencies, MpsConfig, start};
+use common::*;
+use tokio_stream::StreamExt;
+
+/// One unary gRPC call with an empty message over a hand-written HTTP/2 connection, with the given
+/// `:authority`; returns the response's header and trailer fields.
+async fn raw_grpc_call(
+    socket: &std::path::Path,
+    authority: &str,
+    path: &str,
+) -> Vec<(String, String)> {
+    use httlib_hpack::{Decoder, Encoder};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+        out.push(kind);
+        out.push(flags);
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+    }
+    let mut conn = tokio::net::UnixStream::connect(socket).await.unwrap();
+    let mut enc = Encoder::default();
+    let mut block = Vec::new();
+    for (n, v) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", authority),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        enc.encode(
+            (
+                n.as_bytes().to_vec(),
+                v.as_bytes().to_vec(),
+                Encoder::WITH_INDEXING | Encoder::HUFFMAN_VALUE,
+            ),
+            &mut block,
+        )
+        .unwrap();
+    }
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frame(&mut out, 0x4, 0, 0, &[]);
+    frame(&mut out, 0x1, 0x4, 1, &block);
+    frame(&mut out, 0x0, 0x1, 1, &[0, 0, 0, 0, 0]);
+    conn.write_all(&out).await.unwrap();
+    let mut dec = Decoder::default();
+    let mut fields = Vec::new();
+    let mut buf = Vec::new();
+    let read = async {
+        loop {
+            while buf.len() >= 9 {
+                let len =
+                    (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
+                if buf.len() < 9 + len {
+                    break;
+                }
+                let (kind, flags) = (buf[3], buf[4]);
+                let mut payload = buf[9..9 + len].to_vec();
+                buf.drain(..9 + len);
+                match kind {
+                    0x4 if flags & 0x1 == 0 => {
+                        let mut ack = Vec::new();
+                        frame(&mut ack, 0x4, 0x1, 0, &[]);
+                        conn.write_all(&ack).await.unwrap();
+                    }
+                    0x1 => {
+                        let mut raw = Vec::new();
+                        dec.decode(&mut payload, &mut raw).unwrap();
+                        fields.extend(raw.into_iter().map(|(n, v, _)| {
+                            (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap())
+                        }));
+                        if flags & 0x1 != 0 {
+                            return;
+                        }
+                    }
+                    0x3 => panic!(
+                        "stream reset by the server (authority {authority:?}), code {payload:?}"
+                    ),
+                    0x7 => panic!("GOAWAY from the server (authority {authority:?})"),
+                    _ => {}
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = conn.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "connection closed before the response");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("no response in time");
+    fields
+}
+
+const NODE: &str = "gpu-node-1";
+const WAIT: Duration = Duration::from_secs(10);
+
+fn alloc(ids: &[String]) -> AllocateRequest {
+    AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest {
+            devices_ids: ids.to_vec(),
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_lists_and_follows_health_and_kubelet_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = FakeKubelet::start(dir.path());
+    let running = start(test_config(NODE, dir.path()), Dependencies::default())
+        .await
+        .unwrap();
+
+    let reg = kubelet.next_registration(WAIT).await;
+    assert_eq!(reg.version, "v1beta1");
+    assert_eq!(reg.resource_name, "carma.io/gpu");
+    assert_eq!(reg.endpoint, "carma.sock");
+    let opts = reg.options.unwrap();
+    assert!(opts.get_preferred_allocation_available);
+    assert!(!opts.pre_start_required);
+
+    let socket = dir.path().join(&reg.endpoint);
+    let mut client = plugin_client(&socket).await;
+    let opts = client
+        .get_device_plugin_options(Empty {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(opts.get_preferred_allocation_available);
+
+    // The full list at once: 4 GPUs × 4 replicas, all healthy, IDs <UUID>::<k>.
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.devices.len(), 16);
+    assert!(first.devices.iter().all(|d| d.health == "Healthy"));
+    let gpu1 = simulated_uuid(NODE, 1);
+    assert!(first.devices.iter().any(|d| d.id == format!("{gpu1}::3")));
+
+    // Health change → a new list with GPU 1's replicas unhealthy.
+    running
+        .simulated()
+        .unwrap()
+        .set_health(1, Some("XID 79 (simulated)"));
+    let next = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let unhealthy: Vec<&str> = next
+        .devices
+        .iter()
+        .filter(|d| d.health == "Unhealthy")
+        .map(|d| d.id.as_str())
+        .collect();
+    assert_eq!(unhealthy.len(), 4);
+    assert!(unhealthy.iter().all(|id| id.starts_with(&gpu1)));
+    running.simulated().unwrap().set_health(1, None);
+    let healed = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(healed.devices.iter().all(|d| d.health == "Healthy"));
+
+    // Any HTTP/2 :authority is accepted: kubelet ≥ 1.26 sends "localhost", older ones the socket
+    // path (which the HTTP/2 server alone would reject with PROTOCOL_ERROR).
+    for authority in ["localhost", "[::]:50051", socket.to_str().unwrap()] {
+        let fields = raw_grpc_call(
+            &socket,
+            authority,
+            "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+        )
+        .await;
+        assert!(
+            fields.contains(&(":status".into(), "200".into())),
+            "{authority}: {fields:?}"
+        );
+        assert!(
+            fields.contains(&("grpc-status".into(), "0".into())),
+            "{authority}: {fields:?}"
+        );
+    }
+
+    // Kubelet restart: sockets wiped, a new kubelet.sock → the plugin serves and registers again,
+    // and the old ListAndWatch stream ends.
+    kubelet.stop_and_wipe(dir.path()).await;
+    let ended = tokio::time::timeout(WAIT, async {
+        while let Some(item) = stream.next().await {
+            if item.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the old ListAndWatch stream must end");
+    let mut kubelet = FakeKubelet::start(dir.path());
+    let again = kubelet.next_registration(WAIT).await;
+    assert_eq!(again.resource_name, "carma.io/gpu");
+    assert!(socket.exists(), "the plugin socket is back");
+    let mut client = plugin_client(&socket).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert_eq!(stream.next().await.unwrap().unwrap().devices.len(), 16);
+
+    // Only the kubelet.sock re-created (plugin socket kept): registers again too.
+    let _ = std::fs::remove_file(dir.path().join("kubelet.sock"));
+    let mut kubelet2 = FakeKubelet::start(dir.path());
+    kubelet2.next_registration(WAIT).await;
+    drop(kubelet);
+
+    // Graceful shutdown removes the socket.
+    running.shutdown().await;
+    assert!(!socket.exists(), "socket removed on shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_chooses_among_pending_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let g: Vec<String> = (0..4).map(|i| simulated_uuid(NODE, i)).collect();
+    let pods = Arc::new(FakePods::default());
+    *pods.pods.lock() = vec![
+        pod_info(
+            "a",
+            NODE,
+            "carma-scheduler",
+            &[&g[0]],
+            "2026-01-01T10:00:05Z",
+            6000,
+            false,
+        ),
+        pod_info(
+            "b",
+            NODE,
+            "carma-scheduler",
+            &[&g[1]],
+            "2026-01-01T10:00:01Z",
+            7000,
+            false,
+        ),
+        pod_info(
+            "c",
+            NODE,
+            "carma-scheduler",
+            &[&g[2]],
+            "2026-01-01T10:00:00Z",
+            5000,
+            true,
+        ),
+        pod_info(
+            "d",
+            NODE,
+            "carma-scheduler",
+            &[&g[0], &g[1]],
+            "2026-01-01T09:00:00Z",
+            4000,
+            false,
+        ),
+        pod_info("e", NODE, "default-scheduler", &[], "", 0, false),
+        pod_info(
+            "f",
+            "other-node",
+            "carma-scheduler",
+            &[&g[3]],
+            "2026-01-01T08:00:00Z",
+            1000,
+            false,
+        ),
+    ];
+    let mut config = test_config(NODE, dir.path());
+    config.mps = Some(MpsConfig {
+        pipe_directory: Some("/tmp/nvidia-mps".into()),
+    });
+    let running = start(
+        config,
+        Dependencies {
+            pods: Some(pods.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let socket = running.socket().to_path_buf();
+    eventually(WAIT, || {
+        let socket = socket.clone();
+        async move { socket.exists().then_some(()) }
+    })
+    .await;
+    let mut client = plugin_client(&socket).await;
+    let all: Vec<String> = g
+        .iter()
+        .flat_map(|u| (0..4).map(move |k| format!("{u}::{k}")))
+        .collect();
+
+    // Preferred allocation for one replica: the oldest pending 1-GPU pod is b → its GPU.
+    let pref = client
+        .get_preferred_allocation(PreferredAllocationRequest {
+            container_requests: vec![ContainerPreferredAllocationRequest {
+                available_device_i_ds: all.clone(),
+                must_include_device_i_ds: vec![],
+                allocation_size: 1,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        pref.container_responses[0].device_i_ds,
+        [format!("{}::0", g[1])]
+    );
+    // For two replicas: d's GPUs.
+    let pref = client
+        .get_preferred_allocation(PreferredAllocationRequest {
+            container_requests: vec![ContainerPreferredAllocationRequest {
+                available_device_i_ds: all.clone(),
+                must_include_device_i_ds: vec![],
+                allocation_size: 2,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        pref.container_responses[0].device_i_ds,
+        [format!("{}::0", g[0]), format!("{}::0", g[1])]
+    );
+
+    // 1 replica of a GPU nobody is assigned: the oldest pending 1-GPU pod (b), never that GPU.
+    let r = client
+        .allocate(alloc(&[format!("{}::2", g[3])]))
+        .await
+        .unwrap()
+        .into_inner();
+    let envs = &r.container_responses[0].envs;
+    assert_eq!(envs["NVIDIA_VISIBLE_DEVICES"], g[1]);
+    assert_eq!(envs["CARMA_ASSIGNED_GPUS"], g[1]);
+    assert_eq!(envs["CARMA_RESERVED_MIB"], "7000");
+    assert_eq!(envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=7000M");
+    assert_eq!(envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
+    assert_eq!(
+        r.container_responses[0].mounts[0].host_path,
+        "/tmp/nvidia-mps"
+    );
+    assert_eq!(pods.annotated.lock().as_slice(), ["ml/b"]);
+
+    // Next 1-replica request naming GPU 0: a (exact match, and b is allocated now).
+    let r = client
+        .allocate(alloc(&[format!("{}::1", g[0])]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+        g[0]
+    );
+
+    // Two replicas: d, both GPUs, in its assignment's order.
+    let r = client
+        .allocate(alloc(&[format!("{}::3", g[1]), format!("{}::3", g[0])]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+        format!("{},{}", g[0], g[1])
+    );
+    assert_eq!(
+        r.container_responses[0].envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+        "0=4000M,1=4000M"
+    );
+    assert_eq!(pods.annotated.lock().as_slice(), ["ml/b", "ml/a", "ml/d"]);
+
+    // Nothing left: a gRPC error that says why, naming the pod of another scheduler.
+    let err = client
+        .allocate(alloc(&[format!("{}::0", g[2])]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    let msg = err.message();
+    assert!(
+        msg.contains(&format!(
+            "no pod on node {NODE} assigned by carma-scheduler awaits allocation of 1 GPU(s)"
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("ml/e (schedulerName default-scheduler)"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("pods scheduled by another scheduler cannot use carma.io/gpu"),
+        "{msg}"
+    );
+
+    // Device IDs that are not carma's.
+    let err = client
+        .allocate(alloc(&["nvidia0".to_string()]))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().contains("not carma.io/gpu replicas"),
+        "{}",
+        err.message()
+    );
+
+    let (code, body) = http_get(running.metrics_addr(), "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("carma_device_plugin_allocations_total{result=\"ok\"} 3"),
+        "{body}"
+    );
+    assert!(
+        body.contains("carma_device_plugin_allocations_total{result=\"no_pod\"} 1"),
+        "{body}"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_without_api_server_says_lookup_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(test_config(NODE, dir.path()), Dependencies::default())
+        .await
+        .unwrap();
+    let socket = running.socket().to_path_buf();
+    eventually(WAIT, || {
+        let socket = socket.clone();
+        async move { socket.exists().then_some(()) }
+    })
+    .await;
+    let mut client = plugin_client(&socket).await;
+    let id = format!("{}::0", simulated_uuid(NODE, 0));
+    let err = client.allocate(alloc(&[id])).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        err.message().contains("pod lookup is off"),
+        "{}",
+        err.message()
+    );
+    // Readiness does not wait for kubelet; /healthz is fine.
+    let (code, _) = http_get(running.metrics_addr(), "/healthz").await;
+    assert_eq!(code, 200);
+    let (code, body) = http_get(running.metrics_addr(), "/readyz").await;
+    assert_eq!(code, 200, "{body}");
+    running.shutdown().await;
+}

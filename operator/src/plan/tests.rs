@@ -1,0 +1,618 @@
+//! Decision tables of the planner: every lifecycle transition, without I/O.
+
+use super::*;
+use crate::status::condition;
+use carma_api::EstimateAnnotation;
+use serde_json::json;
+
+fn t(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
+}
+
+fn task(spec: serde_json::Value) -> TrainingTask {
+    let mut base = json!({
+        "gpus": 1,
+        "template": {"spec": {"containers": [{"name": "train", "image": "pytorch"}]}},
+        "modelProfile": {"family": "cnn", "batchSize": 64, "parameters": 25000000, "activations": 9000000}
+    });
+    if let (Some(b), Some(s)) = (base.as_object_mut(), spec.as_object()) {
+        for (k, v) in s {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "carma.io/v1alpha1",
+        "kind": "TrainingTask",
+        "metadata": {"name": "train", "namespace": "default", "uid": "uid-1", "generation": 1},
+        "spec": base
+    }))
+    .unwrap()
+}
+
+/// An attempt pod as observed.
+fn pod(index: u32, progress: PodProgress) -> ObservedAttempt {
+    ObservedAttempt {
+        index,
+        pod: format!("train-a{index}"),
+        uid: Some(format!("pod-{index}")),
+        node: None,
+        gpus: Vec::new(),
+        requested_mib: None,
+        estimate: None,
+        exclusive: false,
+        created_at: Some(t(0)),
+        finished_at: None,
+        progress,
+        peak_mib: None,
+        gpu_memory_mib: None,
+    }
+}
+
+fn bound(mut o: ObservedAttempt, mib: u64) -> ObservedAttempt {
+    o.node = Some("gpu-node-1".into());
+    o.gpus = vec!["GPU-a".into()];
+    o.estimate = Some(EstimateAnnotation {
+        mib,
+        source: "gpumemnet-cnn".into(),
+        class: Some("(0,8000]".into()),
+    });
+    o.gpu_memory_mib = Some(40960);
+    o
+}
+
+fn oom() -> PodProgress {
+    PodProgress::Finished(Verdict::GpuOutOfMemory {
+        evidence: "torch.OutOfMemoryError: CUDA out of memory".into(),
+    })
+}
+
+fn ended(mut o: ObservedAttempt, at: DateTime<Utc>) -> ObservedAttempt {
+    o.finished_at = Some(at);
+    o
+}
+
+fn step(task: &TrainingTask, pods: &[ObservedAttempt], now: DateTime<Utc>) -> Plan {
+    let defaults = RecoveryConfig::default();
+    plan(&PlanInput {
+        task,
+        pods,
+        now,
+        defaults: &defaults,
+        peak_poll: Duration::from_secs(15),
+    })
+}
+
+/// Write the planned status into the task, as the API server would.
+fn apply(task: &mut TrainingTask, p: &Plan) {
+    if let Some(s) = &p.status {
+        task.status = Some((**s).clone());
+    }
+}
+
+fn st(task: &TrainingTask) -> &TrainingTaskStatus {
+    task.status.as_ref().unwrap()
+}
+
+fn ann(p: &Plan, key: &str) -> Option<String> {
+    p.create_pod
+        .as_ref()?
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .cloned()
+}
+
+fn priority_class(p: &Plan) -> Option<String> {
+    p.create_pod
+        .as_ref()?
+        .spec
+        .as_ref()?
+        .priority_class_name
+        .clone()
+}
+
+fn reasons(p: &Plan) -> Vec<&str> {
+    p.events.iter().map(|e| e.reason.as_str()).collect()
+}
+
+/// A task whose first attempt (8000 MiB estimate) crashed out of GPU memory at t(100).
+fn after_first_oom(spec: serde_json::Value) -> (TrainingTask, Vec<ObservedAttempt>, Plan) {
+    let mut tk = task(spec);
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let pods = vec![ended(bound(pod(1, oom()), 8000), t(100))];
+    let p = step(&tk, &pods, t(101));
+    (tk, pods, p)
+}
+
+#[test]
+fn new_task_creates_attempt_one() {
+    let tk = task(json!({"gpuMemory": "12Gi"}));
+    let p = step(&tk, &[], t(0));
+    let pod = p.create_pod.as_ref().expect("a pod");
+    assert_eq!(pod.metadata.name.as_deref(), Some("train-a1"));
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("12288Mi"));
+    assert!(
+        ann(&p, ANNOTATION_MODEL_PROFILE)
+            .unwrap()
+            .contains("\"family\":\"cnn\"")
+    );
+    assert_eq!(priority_class(&p), None);
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Pending));
+    assert_eq!(s.attempt_count, 1);
+    assert_eq!(s.attempts.len(), 1);
+    assert_eq!(s.attempts[0].pod, "train-a1");
+    assert_eq!(s.attempts[0].reserved_mib, Some(12288));
+    assert_eq!(s.attempts[0].outcome, None);
+    assert_eq!(
+        s.attempts[0].started_at.as_deref(),
+        Some("2027-01-15T08:00:00Z")
+    );
+    assert_eq!(s.estimate.as_ref().unwrap().source, "override");
+    assert_eq!(s.observed_generation, Some(1));
+    assert_eq!(reasons(&p), ["AttemptCreated"]);
+    assert_eq!(p.requeue_after, None);
+}
+
+#[test]
+fn without_override_the_extender_estimates() {
+    let tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY), None);
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.attempts[0].reserved_mib, None);
+    assert_eq!(s.estimate, None);
+}
+
+#[test]
+fn a_repeated_step_changes_nothing() {
+    let mut tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    // The pod exists now, still unscheduled: nothing to write, nothing to create.
+    let pods = [pod(1, PodProgress::Pending)];
+    let p = step(&tk, &pods, t(5));
+    apply(&mut tk, &p);
+    let p = step(&tk, &pods, t(10));
+    assert_eq!(p, Plan::default());
+}
+
+#[test]
+fn running_attempt_records_placement_and_polls_for_its_peak() {
+    let mut tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let mut running = bound(pod(1, PodProgress::Running), 8000);
+    running.peak_mib = Some(6100);
+    let p = step(&tk, std::slice::from_ref(&running), t(30));
+    apply(&mut tk, &p);
+    let s = st(&tk);
+    assert_eq!(s.phase, Some(TaskPhase::Running));
+    assert_eq!(s.node.as_deref(), Some("gpu-node-1"));
+    assert_eq!(s.reserved_mib, Some(8000));
+    assert_eq!(s.estimate.as_ref().unwrap().source, "gpumemnet-cnn");
+    assert_eq!(s.attempts[0].gpus, vec!["GPU-a"]);
+    assert_eq!(s.attempts[0].observed_peak_mib, Some(6100));
+    assert_eq!(condition(s, CONDITION_SCHEDULED).unwrap().status, "True");
+    assert_eq!(condition(s, "Running").unwrap().status, "True");
+    assert_eq!(reasons(&p), ["AttemptRunning"]);
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(15)));
+    assert!(p.observations.is_empty());
+
+    // The peak only grows; no new event while it keeps running.
+    running.peak_mib = Some(5000);
+    let p = step(&tk, std::slice::from_ref(&running), t(45));
+    assert!(p.status.is_none());
+    running.peak_mib = Some(7300);
+    let p = step(&tk, std::slice::from_ref(&running), t(60));
+    assert!(p.events.is_empty());
+    assert_eq!(
+        p.status.as_ref().unwrap().attempts[0].observed_peak_mib,
+        Some(7300)
+    );
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(15)));
+}
+
+#[test]
+fn oom_creates_a_recovery_attempt_with_a_larger_reservation() {
+    let (_, _, p) = after_first_oom(json!({"recovery": {"backoffSeconds": 0}}));
+    let s = p.status.as_ref().unwrap();
+    let a1 = &s.attempts[0];
+    assert_eq!(a1.outcome, Some(AttemptOutcomeKind::GpuOutOfMemory));
+    assert!(a1.reason.as_deref().unwrap().contains("CUDA out of memory"));
+    assert_eq!(a1.finished_at.as_deref(), Some("2027-01-15T08:01:40Z"));
+    assert_eq!(a1.node.as_deref(), Some("gpu-node-1"));
+    assert_eq!(a1.reserved_mib, Some(8000));
+    // Next GPUMemNet class edge above 8000 MiB.
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("16000Mi"));
+    assert_eq!(priority_class(&p).as_deref(), Some(PRIORITY_CLASS_RECOVERY));
+    assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE), None);
+    assert_eq!(
+        p.create_pod.as_ref().unwrap().metadata.name.as_deref(),
+        Some("train-a2")
+    );
+    let a2 = &s.attempts[1];
+    assert_eq!(
+        (a2.index, a2.reserved_mib, a2.outcome),
+        (2, Some(16000), None)
+    );
+    assert_eq!(s.attempt_count, 2);
+    assert_eq!(s.phase, Some(TaskPhase::Recovering));
+    assert_eq!(s.estimate.as_ref().unwrap().source, "recovery");
+    let c = condition(s, "Recovering").unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("True", Some("GpuOutOfMemory"))
+    );
+    assert_eq!(
+        reasons(&p),
+        ["AttemptOutOfMemory", "RecoveryAttemptCreated"]
+    );
+    assert!(p.events[0].warning);
+    assert!(
+        p.events[1].note.contains("16000 MiB"),
+        "{}",
+        p.events[1].note
+    );
+    assert!(p.events[1].note.contains(PRIORITY_CLASS_RECOVERY));
+    assert_eq!(
+        p.observations,
+        vec![
+            Observation::AttemptFinished(AttemptOutcomeKind::GpuOutOfMemory),
+            Observation::OomRecoveryStarted
+        ]
+    );
+}
+
+#[test]
+fn observed_peak_plus_headroom_beats_the_next_edge() {
+    let mut tk = task(json!({"recovery": {"backoffSeconds": 0}}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let mut running = bound(pod(1, PodProgress::Running), 8000);
+    running.peak_mib = Some(15500);
+    let p = step(&tk, &[running], t(10));
+    apply(&mut tk, &p);
+    // Telemetry no longer lists the crashed pod: the recorded peak is used.
+    let crashed = ended(bound(pod(1, oom()), 8000), t(20));
+    let p = step(&tk, &[crashed], t(21));
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("16524Mi"));
+}
+
+#[test]
+fn backoff_waits_then_creates() {
+    let (mut tk, pods, p) = after_first_oom(json!({}));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    // Default backoff 10 s after the crash at t(100).
+    assert_eq!(s.next_attempt_at.as_deref(), Some("2027-01-15T08:01:50Z"));
+    assert_eq!(s.phase, Some(TaskPhase::Recovering));
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(9)));
+    assert_eq!(reasons(&p), ["AttemptOutOfMemory", "RecoveryScheduled"]);
+    assert_eq!(
+        p.observations,
+        vec![Observation::AttemptFinished(
+            AttemptOutcomeKind::GpuOutOfMemory
+        )]
+    );
+    apply(&mut tk, &p);
+
+    // Early wake-up: still waiting, nothing new.
+    let p = step(&tk, &pods, t(105));
+    assert!(p.create_pod.is_none() && p.status.is_none() && p.events.is_empty());
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(5)));
+
+    let p = step(&tk, &pods, t(110));
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("16000Mi"));
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.next_attempt_at, None);
+    assert_eq!(reasons(&p), ["RecoveryAttemptCreated"]);
+    assert_eq!(p.observations, vec![Observation::OomRecoveryStarted]);
+}
+
+#[test]
+fn recovery_duration_is_crash_to_running() {
+    let (mut tk, mut pods, p) = after_first_oom(json!({"recovery": {"backoffSeconds": 0}}));
+    apply(&mut tk, &p);
+    pods.push(bound(pod(2, PodProgress::Pending), 16000));
+    let p = step(&tk, &pods, t(110));
+    apply(&mut tk, &p);
+    assert_eq!(st(&tk).phase, Some(TaskPhase::Recovering));
+    assert!(p.observations.is_empty());
+    pods[1] = bound(pod(2, PodProgress::Running), 16000);
+    let p = step(&tk, &pods, t(145));
+    assert_eq!(
+        p.observations,
+        vec![Observation::RecoveryDuration(Duration::from_secs(45))]
+    );
+    assert_eq!(p.status.as_ref().unwrap().phase, Some(TaskPhase::Running));
+}
+
+#[test]
+fn escalates_to_exclusive_after_the_configured_ooms() {
+    let (mut tk, mut pods, p) = after_first_oom(json!({"recovery": {"backoffSeconds": 0}}));
+    apply(&mut tk, &p);
+    pods.push(ended(bound(pod(2, oom()), 16000), t(200)));
+    let p = step(&tk, &pods, t(201));
+    assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE).as_deref(), Some("true"));
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY), None);
+    assert_eq!(priority_class(&p).as_deref(), Some(PRIORITY_CLASS_RECOVERY));
+    let s = p.status.as_ref().unwrap();
+    assert!(s.attempts[2].exclusive);
+    assert_eq!(s.estimate.as_ref().unwrap().source, "whole-gpu");
+    apply(&mut tk, &p);
+
+    // Out of memory even alone on the GPU: give up.
+    let mut excl = ended(bound(pod(3, oom()), 40960), t(300));
+    excl.exclusive = true;
+    pods.push(excl);
+    let p = step(&tk, &pods, t(301));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Failed));
+    let c = condition(s, "Failed").unwrap();
+    assert_eq!(c.reason.as_deref(), Some("OutOfMemoryOnExclusiveGpu"));
+    assert_eq!(reasons(&p), ["AttemptOutOfMemory", "TaskFailed"]);
+    apply(&mut tk, &p);
+    assert!(is_settled(&tk));
+    assert_eq!(step(&tk, &pods, t(400)), Plan::default());
+}
+
+#[test]
+fn gives_up_after_the_attempt_limit() {
+    let spec =
+        json!({"recovery": {"backoffSeconds": 0, "maxAttempts": 2, "exclusiveAfterOoms": 5}});
+    let (mut tk, mut pods, p) = after_first_oom(spec);
+    apply(&mut tk, &p);
+    pods.push(ended(bound(pod(2, oom()), 16000), t(200)));
+    let p = step(&tk, &pods, t(201));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Failed));
+    assert_eq!(
+        condition(s, "Failed").unwrap().reason.as_deref(),
+        Some("AttemptsExhausted")
+    );
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .contains("2 attempt(s) used of 2")
+    );
+    assert_eq!(condition(s, "Recovering").unwrap().status, "False");
+    assert_eq!(reasons(&p), ["AttemptOutOfMemory", "TaskFailed"]);
+}
+
+#[test]
+fn grown_reservation_that_does_not_fit_goes_exclusive() {
+    let mut tk = task(json!({"recovery": {"backoffSeconds": 0}, "gpuMemory": "24000Mi"}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let mut crashed = ended(bound(pod(1, oom()), 24000), t(10));
+    crashed.gpu_memory_mib = Some(24576);
+    let p = step(&tk, &[crashed], t(11));
+    assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE).as_deref(), Some("true"));
+}
+
+#[test]
+fn other_failures_fail_or_retry_per_spec() {
+    let failed = || {
+        PodProgress::Finished(Verdict::Failed {
+            reason: "exit code 1 (Error): ValueError".into(),
+        })
+    };
+    let mut tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let p = step(&tk, &[ended(bound(pod(1, failed()), 8000), t(10))], t(11));
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Failed));
+    assert_eq!(
+        condition(s, "Failed").unwrap().reason.as_deref(),
+        Some("AttemptFailed")
+    );
+    assert_eq!(reasons(&p), ["AttemptFailed", "TaskFailed"]);
+    assert_eq!(
+        p.observations,
+        vec![Observation::AttemptFinished(AttemptOutcomeKind::Failed)]
+    );
+
+    let mut tk = task(json!({"recovery": {"retriesOnFailure": 1, "backoffSeconds": 0}}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let p = step(&tk, &[ended(bound(pod(1, failed()), 8000), t(10))], t(11));
+    assert!(p.create_pod.is_some());
+    // A plain retry is not a recovery: same reservation, no recovery priority.
+    assert_eq!(priority_class(&p), None);
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("8000Mi"));
+    assert_eq!(
+        condition(p.status.as_ref().unwrap(), "Recovering")
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("AttemptFailed")
+    );
+    assert!(!p.observations.contains(&Observation::OomRecoveryStarted));
+}
+
+#[test]
+fn evictions_rerun_unchanged_and_do_not_count() {
+    let mut tk = task(json!({"recovery": {"maxAttempts": 1}}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let evicted = PodProgress::Finished(Verdict::Evicted {
+        reason: "Preempting".into(),
+    });
+    let pods = [ended(bound(pod(1, evicted), 8000), t(10))];
+    let p = step(&tk, &pods, t(11));
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.attempts[0].outcome, Some(AttemptOutcomeKind::Evicted));
+    assert_eq!(s.phase, Some(TaskPhase::Recovering));
+    assert_eq!(reasons(&p), ["AttemptEvicted", "RecoveryScheduled"]);
+    apply(&mut tk, &p);
+    // Backoff for evictions is the base backoff (10 s).
+    let p = step(&tk, &pods, t(20));
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("8000Mi"));
+    assert_eq!(priority_class(&p), None);
+}
+
+#[test]
+fn a_vanished_pod_counts_as_evicted() {
+    let mut tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let p = step(&tk, &[], t(50));
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.attempts[0].outcome, Some(AttemptOutcomeKind::Evicted));
+    assert!(
+        s.attempts[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("disappeared")
+    );
+    assert!(p.create_pod.is_none());
+}
+
+#[test]
+fn existing_pods_are_adopted_never_duplicated() {
+    // The pod was created but the status write was lost (operator restart).
+    let tk = task(json!({}));
+    let pods = [pod(1, PodProgress::Pending)];
+    let p = step(&tk, &pods, t(5));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.attempts.len(), 1);
+    assert_eq!(s.attempts[0].pod, "train-a1");
+    assert_eq!(
+        s.attempts[0].started_at.as_deref(),
+        Some("2027-01-15T08:00:00Z")
+    );
+    assert_eq!(s.attempt_count, 1);
+    assert_eq!(reasons(&p), ["AttemptAdopted"]);
+
+    // Recovery attempt created, status not written: adopt a2, do not create a3.
+    let (mut tk, mut pods, p) = after_first_oom(json!({"recovery": {"backoffSeconds": 0}}));
+    let mut first = (*p.status.unwrap()).clone();
+    first.attempts.truncate(1);
+    first.attempt_count = 1;
+    tk.status = Some(first);
+    let mut a2 = pod(2, PodProgress::Pending);
+    a2.requested_mib = Some(16000);
+    pods.push(a2);
+    let p = step(&tk, &pods, t(102));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.attempts.len(), 2);
+    assert_eq!(s.attempts[1].reserved_mib, Some(16000));
+    assert_eq!(s.attempt_count, 2);
+}
+
+#[test]
+fn success_settles_the_task() {
+    let mut tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let pods = [ended(
+        bound(pod(1, PodProgress::Finished(Verdict::Succeeded)), 8000),
+        t(60),
+    )];
+    let p = step(&tk, &pods, t(61));
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Succeeded));
+    assert_eq!(condition(s, "Succeeded").unwrap().status, "True");
+    assert_eq!(reasons(&p), ["AttemptSucceeded"]);
+    apply(&mut tk, &p);
+    assert!(is_settled(&tk));
+    assert_eq!(step(&tk, &pods, t(100)), Plan::default());
+}
+
+#[test]
+fn invalid_spec_fails_once_and_recovers_when_fixed() {
+    let mut tk = task(json!({"gpuMemory": "lots"}));
+    let p = step(&tk, &[], t(0));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Failed));
+    assert_eq!(
+        condition(s, "Failed").unwrap().reason.as_deref(),
+        Some("InvalidSpec")
+    );
+    assert!(s.message.as_deref().unwrap().contains("spec.gpuMemory"));
+    assert_eq!(reasons(&p), ["InvalidSpec"]);
+    apply(&mut tk, &p);
+    assert!(!is_settled(&tk));
+    let p = step(&tk, &[], t(10));
+    assert_eq!(p, Plan::default());
+
+    tk.spec.gpu_memory = Some("8Gi".into());
+    tk.metadata.generation = Some(2);
+    let p = step(&tk, &[], t(20));
+    assert!(p.create_pod.is_some());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Pending));
+    assert_eq!(s.observed_generation, Some(2));
+    assert_eq!(condition(s, "Failed").unwrap().status, "False");
+
+    let mut tk = task(json!({}));
+    tk.spec.template.spec = None;
+    let p = step(&tk, &[], t(0));
+    assert!(
+        p.status
+            .unwrap()
+            .message
+            .unwrap()
+            .contains("spec.template.spec")
+    );
+}
+
+#[test]
+fn failure_without_any_text_is_a_plain_failure() {
+    let mut tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let p = step(
+        &tk,
+        &[bound(
+            pod(
+                1,
+                PodProgress::NeedsLogs {
+                    container: "train".into(),
+                },
+            ),
+            8000,
+        )],
+        t(5),
+    );
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.attempts[0].outcome, Some(AttemptOutcomeKind::Failed));
+}
+
+#[test]
+fn records_map_to_the_core() {
+    let mut a = AttemptStatus {
+        outcome: Some(AttemptOutcomeKind::GpuOutOfMemory),
+        reserved_mib: Some(8000),
+        observed_peak_mib: Some(9000),
+        ..AttemptStatus::default()
+    };
+    assert_eq!(
+        record(&a),
+        Some(AttemptRecord {
+            outcome: AttemptOutcome::GpuOutOfMemory {
+                observed_peak_mib: Some(9000)
+            },
+            reservation: Reservation::Mib(8000),
+            exclusive: false,
+        })
+    );
+    a.exclusive = true;
+    assert_eq!(record(&a).unwrap().reservation, Reservation::WholeGpu);
+    a.exclusive = false;
+    a.reserved_mib = None;
+    assert_eq!(record(&a).unwrap().reservation, Reservation::Unknown);
+    a.outcome = None;
+    assert_eq!(record(&a), None);
+}

@@ -1,0 +1,539 @@
+//! Reconcile against a scripted API server (tower-test): every API call the
+//! operator makes is served by an in-memory fake and recorded.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use http::Method;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+
+use carma_api::TrainingTask;
+use carma_operator::reconcile::{Context, error_policy};
+use carma_operator::{Metrics, Settings, reconcile};
+
+use common::{Fake, client};
+
+const OOM_MESSAGE: &str = "Traceback (most recent call last):\n  File \"train.py\", line 80, in <module>\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 39.39 GiB";
+
+fn task_json(recovery: Value) -> Value {
+    json!({
+        "apiVersion": "carma.io/v1alpha1",
+        "kind": "TrainingTask",
+        "metadata": {"name": "train", "namespace": "default", "uid": "task-uid", "generation": 1, "resourceVersion": "1"},
+        "spec": {
+            "gpus": 1,
+            "template": {"spec": {"containers": [{"name": "train", "image": "pytorch", "command": ["python", "train.py"]}]}},
+            "modelProfile": {"family": "cnn", "batchSize": 64, "parameters": 25557032, "activations": 11000000},
+            "recovery": recovery
+        }
+    })
+}
+
+fn at(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
+}
+
+struct Harness {
+    fake: Arc<Mutex<Fake>>,
+    ctx: Arc<Context>,
+    now: Arc<Mutex<DateTime<Utc>>>,
+}
+
+impl Harness {
+    fn new(task: Value) -> Self {
+        let fake = Arc::new(Mutex::new(Fake::with_task(task)));
+        let now = Arc::new(Mutex::new(at(0)));
+        let clock_now = now.clone();
+        let ctx = Context::new(
+            client(fake.clone()),
+            Arc::new(Metrics::new()),
+            Settings::default(),
+            Some("test".into()),
+        )
+        .with_clock(Arc::new(move || *clock_now.lock().unwrap()));
+        Self {
+            fake,
+            ctx: Arc::new(ctx),
+            now,
+        }
+    }
+
+    fn set_now(&self, secs: i64) {
+        *self.now.lock().unwrap() = at(secs);
+    }
+
+    fn task(&self) -> TrainingTask {
+        serde_json::from_value(self.fake.lock().unwrap().task.clone()).unwrap()
+    }
+
+    async fn reconcile(&self) -> Result<Action, carma_operator::Error> {
+        reconcile(Arc::new(self.task()), self.ctx.clone()).await
+    }
+
+    fn status(&self) -> Value {
+        self.fake.lock().unwrap().task["status"].clone()
+    }
+
+    fn pod(&self, name: &str) -> Value {
+        self.fake.lock().unwrap().pods[name].clone()
+    }
+
+    fn pod_count(&self) -> usize {
+        self.fake.lock().unwrap().pods.len()
+    }
+
+    fn with_pod(&self, name: &str, f: impl FnOnce(&mut Value)) {
+        f(self.fake.lock().unwrap().pods.get_mut(name).unwrap())
+    }
+
+    /// The extender bound the pod and kubelet started it.
+    fn run_pod(&self, name: &str, node: &str, estimate_mib: u64) {
+        self.with_pod(name, |p| {
+            p["spec"]["nodeName"] = json!(node);
+            let ann = p["metadata"]["annotations"].as_object_mut().unwrap();
+            ann.insert("carma.io/assigned-gpus".into(), json!("GPU-0"));
+            ann.insert("carma.io/assigned-node".into(), json!(node));
+            ann.insert("carma.io/assigned-at".into(), json!("2027-01-15T08:00:05Z"));
+            ann.insert(
+                "carma.io/estimate".into(),
+                json!(format!("{{\"mib\":{estimate_mib},\"source\":\"gpumemnet-cnn\"}}")),
+            );
+            p["status"] = json!({"phase": "Running", "containerStatuses": [{
+                "name": "train", "image": "pytorch", "imageID": "", "ready": true, "restartCount": 0,
+                "state": {"running": {"startedAt": "2027-01-15T08:00:06Z"}}}]});
+        });
+    }
+
+    fn end_pod(&self, name: &str, exit: i32, message: &str) {
+        self.with_pod(name, |p| {
+            p["status"] = json!({"phase": if exit == 0 { "Succeeded" } else { "Failed" }, "containerStatuses": [{
+                "name": "train", "image": "pytorch", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": exit, "reason": if exit == 0 { "Completed" } else { "Error" },
+                          "message": message, "finishedAt": "2027-01-15T08:01:40Z"}}}]});
+        });
+    }
+
+    fn gpu_node(&self, node: &str, pod: &str, observed_mib: u64) {
+        let uid = self.pod(pod)["metadata"]["uid"].clone();
+        self.fake.lock().unwrap().gpu_nodes.insert(
+            node.into(),
+            json!({"apiVersion": "carma.io/v1alpha1", "kind": "GpuNode", "metadata": {"name": node}, "spec": {},
+                   "status": {"gpus": [{"index": 0, "uuid": "GPU-0", "memoryTotalMiB": 40960, "memoryFreeMiB": 20000,
+                     "pods": [{"namespace": "default", "name": pod, "uid": uid, "reservedMiB": 8000, "observedMiB": observed_mib}]}]}}),
+        );
+    }
+
+    fn calls(&self, method: Method, suffix: &str) -> usize {
+        self.fake.lock().unwrap().calls(&method, suffix).len()
+    }
+
+    fn events(&self) -> Vec<(String, String)> {
+        self.fake.lock().unwrap().events()
+    }
+
+    fn clear_requests(&self) {
+        self.fake.lock().unwrap().requests.clear();
+    }
+
+    fn metrics(&self) -> String {
+        self.ctx.metrics.encode()
+    }
+}
+
+fn has_line(text: &str, line: &str) -> bool {
+    text.lines().any(|l| l == line)
+}
+
+#[tokio::test]
+async fn creates_the_first_attempt() {
+    let h = Harness::new(task_json(json!({})));
+    let action = h.reconcile().await.unwrap();
+    assert_eq!(action, Action::await_change());
+
+    let f = h.fake.lock().unwrap();
+    let order: Vec<(String, String)> = f
+        .requests
+        .iter()
+        .map(|r| (r.method.to_string(), r.path.clone()))
+        .collect();
+    assert_eq!(
+        order[..3],
+        [
+            (
+                "GET".to_string(),
+                "/api/v1/namespaces/default/pods".to_string()
+            ),
+            (
+                "POST".to_string(),
+                "/api/v1/namespaces/default/pods".to_string()
+            ),
+            (
+                "PATCH".to_string(),
+                "/apis/carma.io/v1alpha1/namespaces/default/trainingtasks/train/status".to_string()
+            ),
+        ]
+    );
+    assert_eq!(f.requests[0].query["labelSelector"], "carma.io/task=train");
+
+    let pod = &f.calls(&Method::POST, "/pods")[0].body;
+    assert_eq!(pod["metadata"]["name"], "train-a1");
+    assert_eq!(pod["metadata"]["labels"]["carma.io/task"], "train");
+    assert_eq!(pod["metadata"]["labels"]["carma.io/attempt"], "1");
+    assert_eq!(
+        pod["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "carma-operator"
+    );
+    let profile: Value = serde_json::from_str(
+        pod["metadata"]["annotations"]["carma.io/model-profile"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(profile["family"], "cnn");
+    let owner = &pod["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "TrainingTask");
+    assert_eq!(owner["uid"], "task-uid");
+    assert_eq!(owner["controller"], true);
+    assert_eq!(owner["blockOwnerDeletion"], true);
+    assert_eq!(pod["spec"]["schedulerName"], "carma-scheduler");
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert_eq!(pod["spec"]["priorityClassName"], Value::Null);
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(c["terminationMessagePolicy"], "FallbackToLogsOnError");
+    assert_eq!(c["resources"]["limits"]["carma.io/gpu"], "1");
+
+    let status = &f.task["status"];
+    assert_eq!(status["phase"], "Pending");
+    assert_eq!(status["attemptCount"], 1);
+    assert_eq!(status["attempts"][0]["pod"], "train-a1");
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(
+        f.events(),
+        [("AttemptCreated".to_string(), "Normal".to_string())]
+    );
+    let event = f
+        .requests
+        .iter()
+        .find(|r| r.path.ends_with("/events"))
+        .unwrap();
+    assert_eq!(event.body["regarding"]["kind"], "TrainingTask");
+    assert_eq!(event.body["related"]["name"], "train-a1");
+    assert_eq!(event.body["reportingController"], "carma-operator");
+}
+
+#[tokio::test]
+async fn oom_is_recovered_with_a_larger_reservation_and_the_recovery_class() {
+    let h = Harness::new(task_json(json!({"backoffSeconds": 0})));
+    h.reconcile().await.unwrap();
+
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.gpu_node("gpu-1", "train-a1", 7400);
+    h.set_now(30);
+    let action = h.reconcile().await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(15)));
+    assert_eq!(h.calls(Method::GET, "/gpunodes/gpu-1"), 1);
+    let s = h.status();
+    assert_eq!(s["phase"], "Running");
+    assert_eq!(s["node"], "gpu-1");
+    assert_eq!(s["reservedMiB"], 8000);
+    assert_eq!(s["attempts"][0]["observedPeakMiB"], 7400);
+
+    // The crash: telemetry no longer lists the pod, its message names the OOM.
+    h.fake.lock().unwrap().gpu_nodes.clear();
+    h.end_pod("train-a1", 1, OOM_MESSAGE);
+    h.set_now(101);
+    h.clear_requests();
+    h.reconcile().await.unwrap();
+
+    assert_eq!(
+        h.calls(Method::GET, "/log"),
+        0,
+        "the termination message sufficed"
+    );
+    assert_eq!(h.pod_count(), 2);
+    let a2 = h.pod("train-a2");
+    assert_eq!(
+        a2["metadata"]["annotations"]["carma.io/gpu-memory"],
+        "16000Mi"
+    );
+    assert_eq!(a2["spec"]["priorityClassName"], "carma-recovery");
+    assert_eq!(a2["metadata"]["labels"]["carma.io/attempt"], "2");
+    assert_eq!(
+        a2["metadata"]["annotations"]["carma.io/exclusive"],
+        Value::Null
+    );
+
+    let s = h.status();
+    assert_eq!(s["phase"], "Recovering");
+    assert_eq!(s["attemptCount"], 2);
+    let a1 = &s["attempts"][0];
+    assert_eq!(a1["outcome"], "GpuOutOfMemory");
+    assert!(
+        a1["reason"]
+            .as_str()
+            .unwrap()
+            .contains("CUDA out of memory")
+    );
+    assert_eq!(a1["node"], "gpu-1");
+    assert_eq!(a1["gpus"][0], "GPU-0");
+    assert_eq!(a1["reservedMiB"], 8000);
+    assert_eq!(a1["observedPeakMiB"], 7400);
+    assert_eq!(a1["finishedAt"], "2027-01-15T08:01:40Z");
+    assert_eq!(s["attempts"][1]["reservedMiB"], 16000);
+    assert_eq!(s["estimate"]["source"], "recovery");
+    assert_eq!(s["nextAttemptAt"], Value::Null);
+    let recovering = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Recovering")
+        .unwrap();
+    assert_eq!(recovering["status"], "True");
+    assert_eq!(recovering["reason"], "GpuOutOfMemory");
+    assert_eq!(
+        h.events(),
+        [
+            ("AttemptOutOfMemory".to_string(), "Warning".to_string()),
+            ("RecoveryAttemptCreated".to_string(), "Normal".to_string())
+        ]
+    );
+    let m = h.metrics();
+    assert!(
+        has_line(
+            &m,
+            "carma_operator_attempts_total{outcome=\"GpuOutOfMemory\"} 1"
+        ),
+        "{m}"
+    );
+    assert!(has_line(&m, "carma_operator_oom_recoveries_total 1"), "{m}");
+
+    // The recovery attempt runs 45 s after the crash.
+    h.run_pod("train-a2", "gpu-2", 16000);
+    h.set_now(145);
+    h.reconcile().await.unwrap();
+    assert_eq!(h.status()["phase"], "Running");
+    let m = h.metrics();
+    assert!(
+        has_line(&m, "carma_operator_recovery_duration_seconds_sum 45.0"),
+        "{m}"
+    );
+
+    h.end_pod("train-a2", 0, "");
+    h.set_now(300);
+    assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
+    let s = h.status();
+    assert_eq!(s["phase"], "Succeeded");
+    assert_eq!(s["attempts"][1]["outcome"], "Succeeded");
+    assert!(has_line(
+        &h.metrics(),
+        "carma_operator_attempts_total{outcome=\"Succeeded\"} 1"
+    ));
+
+    // Settled: no API call at all.
+    h.clear_requests();
+    assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
+    assert!(h.fake.lock().unwrap().requests.is_empty());
+}
+
+#[tokio::test]
+async fn the_log_is_read_when_the_termination_message_is_empty() {
+    let h = Harness::new(task_json(json!({"backoffSeconds": 0})));
+    h.reconcile().await.unwrap();
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.end_pod("train-a1", 1, "");
+    h.fake
+        .lock()
+        .unwrap()
+        .logs
+        .insert("train-a1".into(), format!("epoch 1\n{OOM_MESSAGE}\n"));
+    h.set_now(101);
+    h.reconcile().await.unwrap();
+    {
+        let f = h.fake.lock().unwrap();
+        let logs = f.calls(&Method::GET, "/pods/train-a1/log");
+        assert_eq!(logs.len(), 1);
+        assert_eq!(logs[0].query["tailLines"], "50");
+        assert_eq!(logs[0].query["container"], "train");
+    }
+    assert_eq!(h.status()["attempts"][0]["outcome"], "GpuOutOfMemory");
+    assert_eq!(
+        h.pod("train-a2")["metadata"]["annotations"]["carma.io/gpu-memory"],
+        "16000Mi"
+    );
+}
+
+#[tokio::test]
+async fn gives_up_after_the_attempt_limit() {
+    let h = Harness::new(task_json(
+        json!({"backoffSeconds": 0, "maxAttempts": 2, "exclusiveAfterOoms": 5}),
+    ));
+    h.reconcile().await.unwrap();
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.end_pod("train-a1", 1, OOM_MESSAGE);
+    h.set_now(101);
+    h.reconcile().await.unwrap();
+    assert_eq!(h.pod_count(), 2);
+
+    h.run_pod("train-a2", "gpu-1", 16000);
+    h.end_pod(
+        "train-a2",
+        1,
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    );
+    h.clear_requests();
+    assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
+    assert_eq!(h.pod_count(), 2, "no third attempt");
+    assert_eq!(h.calls(Method::POST, "/pods"), 0);
+    let s = h.status();
+    assert_eq!(s["phase"], "Failed");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("2 attempt(s) used of 2")
+    );
+    let failed = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap();
+    assert_eq!(failed["status"], "True");
+    assert_eq!(failed["reason"], "AttemptsExhausted");
+    assert_eq!(
+        h.events(),
+        [
+            ("AttemptOutOfMemory".to_string(), "Warning".to_string()),
+            ("TaskFailed".to_string(), "Warning".to_string())
+        ]
+    );
+    assert!(has_line(
+        &h.metrics(),
+        "carma_operator_attempts_total{outcome=\"GpuOutOfMemory\"} 2"
+    ));
+}
+
+#[tokio::test]
+async fn a_restart_adopts_the_existing_pod_instead_of_duplicating_it() {
+    // First operator: created the pod, then died before writing the status.
+    let h = Harness::new(task_json(json!({})));
+    h.reconcile().await.unwrap();
+    h.fake
+        .lock()
+        .unwrap()
+        .task
+        .as_object_mut()
+        .unwrap()
+        .remove("status");
+
+    // Second operator.
+    h.clear_requests();
+    h.reconcile().await.unwrap();
+    assert_eq!(h.calls(Method::POST, "/pods"), 0);
+    assert_eq!(h.pod_count(), 1);
+    let s = h.status();
+    assert_eq!(s["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(s["attempts"][0]["pod"], "train-a1");
+    assert_eq!(
+        h.events(),
+        [("AttemptAdopted".to_string(), "Normal".to_string())]
+    );
+
+    // Reconciling again and again changes nothing.
+    h.clear_requests();
+    h.reconcile().await.unwrap();
+    h.reconcile().await.unwrap();
+    assert_eq!(h.calls(Method::POST, "/pods"), 0);
+    assert_eq!(h.calls(Method::PATCH, "/status"), 0);
+    assert_eq!(h.pod_count(), 1);
+}
+
+#[tokio::test]
+async fn already_exists_on_create_is_adopted() {
+    let h = Harness::new(task_json(json!({})));
+    h.reconcile().await.unwrap();
+    // A stale read: the list misses the pod and the status was lost.
+    {
+        let mut f = h.fake.lock().unwrap();
+        f.task.as_object_mut().unwrap().remove("status");
+        f.hidden_from_list.push("train-a1".into());
+        f.requests.clear();
+    }
+    h.reconcile().await.unwrap();
+    let f = h.fake.lock().unwrap();
+    assert_eq!(f.calls(&Method::POST, "/pods").len(), 1);
+    assert_eq!(f.calls(&Method::GET, "/pods/train-a1").len(), 1);
+    assert_eq!(f.pods.len(), 1);
+    assert_eq!(f.task["status"]["attempts"][0]["pod"], "train-a1");
+}
+
+#[tokio::test]
+async fn a_foreign_pod_with_the_attempt_name_is_an_error() {
+    let h = Harness::new(task_json(json!({})));
+    {
+        let mut f = h.fake.lock().unwrap();
+        f.pods.insert(
+            "train-a1".into(),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "train-a1", "namespace": "default", "uid": "x",
+                                "labels": {"carma.io/task": "train"},
+                                "ownerReferences": [{"apiVersion": "carma.io/v1alpha1", "kind": "TrainingTask",
+                                                     "name": "train", "uid": "older-task-uid", "controller": true}]},
+                   "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        );
+    }
+    let err = h.reconcile().await.unwrap_err();
+    assert_eq!(err.kind(), "pod_conflict");
+    assert_eq!(h.calls(Method::PATCH, "/status"), 0);
+    assert_eq!(
+        h.events(),
+        [("AttemptCreateFailed".to_string(), "Warning".to_string())]
+    );
+    let action = error_policy(Arc::new(h.task()), &err, h.ctx.clone());
+    assert_eq!(action, Action::requeue(Duration::from_secs(15)));
+    assert!(has_line(
+        &h.metrics(),
+        "carma_operator_reconcile_errors_total{kind=\"pod_conflict\"} 1"
+    ));
+}
+
+#[tokio::test]
+async fn backoff_requeues_until_the_next_attempt_is_due() {
+    let h = Harness::new(task_json(json!({})));
+    h.reconcile().await.unwrap();
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.end_pod("train-a1", 1, OOM_MESSAGE);
+    // The crash was at 2027-01-15T08:01:40Z = at(100); backoff 10 s.
+    let finished: DateTime<Utc> = "2027-01-15T08:01:40Z".parse().unwrap();
+    let offset = (finished - at(0)).num_seconds();
+    h.set_now(offset + 1);
+    let action = h.reconcile().await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(9)));
+    assert_eq!(h.pod_count(), 1);
+    assert_eq!(h.status()["phase"], "Recovering");
+    assert_eq!(h.status()["nextAttemptAt"], "2027-01-15T08:01:50Z");
+
+    h.set_now(offset + 10);
+    h.reconcile().await.unwrap();
+    assert_eq!(h.pod_count(), 2);
+    assert_eq!(h.status()["nextAttemptAt"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_deleted_attempt_pod_is_rerun_as_an_eviction() {
+    let h = Harness::new(task_json(json!({})));
+    h.reconcile().await.unwrap();
+    h.fake.lock().unwrap().pods.clear();
+    h.reconcile().await.unwrap();
+    let s = h.status();
+    assert_eq!(s["attempts"][0]["outcome"], "Evicted");
+    assert_eq!(s["phase"], "Recovering");
+    assert!(has_line(
+        &h.metrics(),
+        "carma_operator_attempts_total{outcome=\"Evicted\"} 1"
+    ));
+}

@@ -1,0 +1,96 @@
+//! What the extender writes, and where it reads pods it has not seen: the
+//! Kubernetes API ([`crate::kube_backend::KubeBackend`]) or a dry run over a
+//! snapshot ([`crate::snapshot::SnapshotBackend`]).
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use thiserror::Error;
+
+/// The pod a bind is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindTarget {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID (a precondition of both writes).
+    pub uid: String,
+    /// Node chosen by kube-scheduler.
+    pub node: String,
+}
+
+/// A pod carma warns about (an Event in a cluster, a log line in a dry run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodWarning {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Event reason, e.g. `InvalidCarmaAnnotation`.
+    pub reason: &'static str,
+    /// Human message naming what to fix.
+    pub note: String,
+}
+
+/// Why a write or read against the cluster failed.
+#[derive(Debug, Error)]
+pub enum BackendError {
+    /// Patching the pod's annotations failed; nothing was bound.
+    #[error("patching the annotations of pod {pod}: {source}")]
+    Patch {
+        /// `namespace/name`.
+        pod: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Creating the Binding failed (the annotations may already be written).
+    #[error("binding pod {pod} to node {node}: {source}")]
+    Binding {
+        /// `namespace/name`.
+        pod: String,
+        /// Node.
+        node: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the pod failed.
+    #[error("reading pod {pod}: {source}")]
+    Get {
+        /// `namespace/name`.
+        pod: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The I/O side of the extender.
+pub trait ClusterBackend: Send + Sync + std::fmt::Debug {
+    /// `true` when nothing is written to a cluster (snapshot mode).
+    fn dry_run(&self) -> bool;
+
+    /// The pod, for a bind whose filter this process did not see (e.g. after a
+    /// restart). `None` when it does not exist.
+    fn get_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Pod>, BackendError>>;
+
+    /// Write the output `annotations` (when given), then create the Binding.
+    fn bind<'a>(
+        &'a self,
+        target: &'a BindTarget,
+        annotations: Option<&'a BTreeMap<String, String>>,
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Tell the pod's owner that carma cannot schedule it. Must not block:
+    /// filter calls it on its hot path.
+    fn warn_pod(&self, warning: PodWarning);
+}

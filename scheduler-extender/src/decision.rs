@@ -1,0 +1,436 @@
+//! Per-pod decisions: how many GPUs, how much memory on each, which policy.
+//!
+//! The reservation is the `carma.io/gpu-memory` override, else the estimator's
+//! answer for the `carma.io/model-profile` annotation, else the whole GPU. It is
+//! computed once per pod and cached by pod UID (with a fingerprint of the inputs,
+//! so that a pod whose annotations are edited while pending is judged again).
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use carma_api::names::{
+    ANNOTATION_EXCLUSIVE, ANNOTATION_GPU_MEMORY, ANNOTATION_MODEL_PROFILE, ANNOTATION_POLICY,
+    RESOURCE_GPU,
+};
+use carma_api::{AnnotationError, PodRequest};
+use carma_core::{Demand, Policy, Reservation};
+use carma_estimator::{EstimateError, Estimator, parse_profile};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use parking_lot::Mutex;
+use thiserror::Error;
+
+/// Source label of a reservation given by `carma.io/gpu-memory`.
+pub const SOURCE_OVERRIDE: &str = "override";
+/// Source label of a whole-GPU reservation (no override, no profile).
+pub const SOURCE_WHOLE_GPU: &str = "whole-gpu";
+/// Source label of a pod that asks for no `carma.io/gpu` at all.
+pub const SOURCE_NO_GPU: &str = "none";
+
+/// Cached decisions beyond this count are dropped all at once (pods normally
+/// leave the cache when they are bound or deleted).
+const CACHE_LIMIT: usize = 100_000;
+
+/// What carma will reserve for one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// GPUs, reservation per GPU, policy, exclusivity. `gpus == 0` means the pod
+    /// asks for no `carma.io/gpu` and carma has nothing to place.
+    pub demand: Demand,
+    /// Where the reservation comes from: `override`, an estimator source such as
+    /// `gpumemnet-mlp` or `analytic-upper-bound`, or `whole-gpu`.
+    pub source: String,
+    /// The estimator's class label, when an estimate was made.
+    pub class: Option<String>,
+}
+
+impl Decision {
+    /// Whether the pod needs GPUs placed at all.
+    pub fn needs_gpus(&self) -> bool {
+        self.demand.gpus > 0
+    }
+}
+
+/// A pod carma cannot judge. The message names the annotation or resource to fix.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecisionError {
+    /// An input annotation is malformed.
+    #[error(transparent)]
+    Annotation(#[from] AnnotationError),
+    /// The model profile annotation is not a usable profile.
+    #[error("annotation {ANNOTATION_MODEL_PROFILE}: {0}")]
+    Profile(String),
+    /// A container's `carma.io/gpu` request is not a whole number.
+    #[error(
+        "resource {RESOURCE_GPU} of container {container:?}: {value:?} is not a whole number of GPUs"
+    )]
+    GpuRequest {
+        /// Container name.
+        container: String,
+        /// The quantity as written.
+        value: String,
+    },
+}
+
+impl DecisionError {
+    /// The Event reason posted on the pod.
+    pub fn event_reason(&self) -> &'static str {
+        match self {
+            DecisionError::GpuRequest { .. } => "InvalidCarmaRequest",
+            _ => "InvalidCarmaAnnotation",
+        }
+    }
+}
+
+/// The decision for one pod, or why there is none.
+pub type DecisionResult = Result<Decision, DecisionError>;
+
+#[derive(Debug)]
+struct Entry {
+    fingerprint: u64,
+    result: Arc<DecisionResult>,
+}
+
+/// Computes and caches per-pod decisions.
+#[derive(Debug)]
+pub struct Decisions {
+    estimator: Estimator,
+    default_policy: Policy,
+    cache: Mutex<HashMap<String, Entry>>,
+}
+
+/// A decision and whether it was just computed (the caller counts fresh
+/// reservations and reports fresh errors once).
+#[derive(Debug, Clone)]
+pub struct Looked {
+    /// The decision.
+    pub result: Arc<DecisionResult>,
+    /// `true` when it was computed by this call.
+    pub fresh: bool,
+}
+
+impl Decisions {
+    /// Decisions with `estimator` and `default_policy` (used when a pod names none).
+    pub fn new(estimator: Estimator, default_policy: Policy) -> Self {
+        Self {
+            estimator,
+            default_policy,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The policy of pods without a `carma.io/policy` annotation.
+    pub fn default_policy(&self) -> Policy {
+        self.default_policy
+    }
+
+    /// The decision for `pod`, from the cache when its inputs are unchanged.
+    pub fn decide(&self, pod: &Pod) -> Looked {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let fingerprint = fingerprint(pod);
+        if !uid.is_empty() {
+            if let Some(e) = self.cache.lock().get(uid) {
+                if e.fingerprint == fingerprint {
+                    return Looked {
+                        result: Arc::clone(&e.result),
+                        fresh: false,
+                    };
+                }
+            }
+        }
+        let result = Arc::new(self.compute(pod));
+        if !uid.is_empty() {
+            let mut cache = self.cache.lock();
+            if cache.len() >= CACHE_LIMIT {
+                tracing::warn!(
+                    entries = cache.len(),
+                    "decision cache full; dropping it (decisions are recomputed on demand)"
+                );
+                cache.clear();
+            }
+            cache.insert(
+                uid.to_string(),
+                Entry {
+                    fingerprint,
+                    result: Arc::clone(&result),
+                },
+            );
+        }
+        Looked {
+            result,
+            fresh: true,
+        }
+    }
+
+    /// The cached decision of a pod, if filter has seen it.
+    pub fn cached(&self, uid: &str) -> Option<Arc<DecisionResult>> {
+        self.cache.lock().get(uid).map(|e| Arc::clone(&e.result))
+    }
+
+    /// Drop a pod's decision (bound or deleted).
+    pub fn forget(&self, uid: &str) {
+        self.cache.lock().remove(uid);
+    }
+
+    /// Number of cached decisions.
+    pub fn len(&self) -> usize {
+        self.cache.lock().len()
+    }
+
+    /// Whether no decision is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Compute a decision without the cache.
+    pub fn compute(&self, pod: &Pod) -> DecisionResult {
+        let empty = Default::default();
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+        let request = PodRequest::from_annotations(annotations)?;
+        let gpus = gpu_request(pod)?;
+        let policy = request.policy.unwrap_or(self.default_policy);
+        let (reservation, source, class) = if gpus == 0 {
+            (Reservation::WholeGpu, SOURCE_NO_GPU.to_string(), None)
+        } else if let Some(mib) = request.gpu_memory_mib {
+            (Reservation::Mib(mib), SOURCE_OVERRIDE.to_string(), None)
+        } else if let Some(raw) = &request.model_profile {
+            let profile = parse_profile(raw).map_err(|e| DecisionError::Profile(e.to_string()))?;
+            match self.estimator.estimate(&profile) {
+                Ok(e) => (
+                    Reservation::Mib(e.mib),
+                    e.source.as_str().to_string(),
+                    Some(e.class),
+                ),
+                Err(EstimateError::InvalidProfile(e)) => {
+                    return Err(DecisionError::Profile(e.to_string()));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        pod = %pod_key(pod),
+                        error = %e,
+                        "estimator failed; reserving whole GPUs for this pod"
+                    );
+                    (Reservation::WholeGpu, SOURCE_WHOLE_GPU.to_string(), None)
+                }
+            }
+        } else {
+            (Reservation::WholeGpu, SOURCE_WHOLE_GPU.to_string(), None)
+        };
+        Ok(Decision {
+            demand: Demand {
+                gpus,
+                reservation,
+                policy,
+                exclusive: request.exclusive,
+            },
+            source,
+            class,
+        })
+    }
+}
+
+/// `namespace/name` of a pod, for logs and messages.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// The pod's `carma.io/gpu` count: the sum over its containers (limit, else
+/// request), or the largest init container's when that is more.
+pub fn gpu_request(pod: &Pod) -> Result<u32, DecisionError> {
+    let Some(spec) = &pod.spec else {
+        return Ok(0);
+    };
+    let mut sum: u32 = 0;
+    for c in &spec.containers {
+        sum = sum.saturating_add(container_gpus(c)?);
+    }
+    let mut init_max = 0;
+    for c in spec.init_containers.iter().flatten() {
+        init_max = init_max.max(container_gpus(c)?);
+    }
+    Ok(sum.max(init_max))
+}
+
+fn container_gpus(c: &Container) -> Result<u32, DecisionError> {
+    let Some(res) = &c.resources else {
+        return Ok(0);
+    };
+    let q = res
+        .limits
+        .as_ref()
+        .and_then(|l| l.get(RESOURCE_GPU))
+        .or_else(|| res.requests.as_ref().and_then(|r| r.get(RESOURCE_GPU)));
+    match q {
+        None => Ok(0),
+        Some(q) => {
+            q.0.trim()
+                .parse::<u32>()
+                .map_err(|_| DecisionError::GpuRequest {
+                    container: c.name.clone(),
+                    value: q.0.clone(),
+                })
+        }
+    }
+}
+
+/// A hash of everything a decision depends on.
+fn fingerprint(pod: &Pod) -> u64 {
+    let mut h = DefaultHasher::new();
+    if let Some(a) = &pod.metadata.annotations {
+        for key in [
+            ANNOTATION_GPU_MEMORY,
+            ANNOTATION_POLICY,
+            ANNOTATION_EXCLUSIVE,
+            ANNOTATION_MODEL_PROFILE,
+        ] {
+            a.get(key).hash(&mut h);
+        }
+    }
+    if let Some(spec) = &pod.spec {
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            if let Some(r) = &c.resources {
+                r.limits
+                    .as_ref()
+                    .and_then(|l| l.get(RESOURCE_GPU))
+                    .map(|q| &q.0)
+                    .hash(&mut h);
+                r.requests
+                    .as_ref()
+                    .and_then(|l| l.get(RESOURCE_GPU))
+                    .map(|q| &q.0)
+                    .hash(&mut h);
+            }
+        }
+    }
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use std::collections::BTreeMap;
+
+    fn pod(annotations: &[(&str, &str)], gpus: &[&str]) -> Pod {
+        let containers = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| Container {
+                name: format!("c{i}"),
+                resources: Some(ResourceRequirements {
+                    limits: Some(BTreeMap::from([(
+                        RESOURCE_GPU.to_string(),
+                        Quantity(g.to_string()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let mut p = Pod {
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        p.metadata.uid = Some("u1".into());
+        p.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p
+    }
+
+    fn decisions() -> Decisions {
+        Decisions::new(Estimator::new().unwrap(), Policy::Magm)
+    }
+
+    #[test]
+    fn override_beats_profile_and_policy_annotation_beats_default() {
+        let d = decisions()
+            .compute(&pod(
+                &[
+                    (ANNOTATION_GPU_MEMORY, "12Gi"),
+                    (ANNOTATION_MODEL_PROFILE, "not even json"),
+                    (ANNOTATION_POLICY, "bf"),
+                ],
+                &["1"],
+            ))
+            .unwrap();
+        assert_eq!(d.demand.reservation, Reservation::Mib(12288));
+        assert_eq!(d.demand.policy, Policy::Bf);
+        assert_eq!(d.source, SOURCE_OVERRIDE);
+    }
+
+    #[test]
+    fn no_inputs_means_whole_gpu_and_gpus_are_summed() {
+        let d = decisions().compute(&pod(&[], &["1", "2"])).unwrap();
+        assert_eq!(d.demand.reservation, Reservation::WholeGpu);
+        assert_eq!(d.demand.gpus, 3);
+        assert_eq!(d.demand.policy, Policy::Magm);
+        assert_eq!(d.source, SOURCE_WHOLE_GPU);
+    }
+
+    #[test]
+    fn profile_goes_through_the_estimator() {
+        let profile = r#"{"family":"mlp","batchSize":256,"parameters":2000000,"activations":6000,"depth":5,"activation":"ReLU","layers":{"linear":5}}"#;
+        let d = decisions()
+            .compute(&pod(&[(ANNOTATION_MODEL_PROFILE, profile)], &["1"]))
+            .unwrap();
+        assert!(matches!(d.demand.reservation, Reservation::Mib(m) if m > 0));
+        assert_eq!(d.source, "gpumemnet-mlp");
+        assert!(d.class.is_some());
+    }
+
+    #[test]
+    fn bad_inputs_name_what_to_fix() {
+        let ds = decisions();
+        let cases: [(&[(&str, &str)], &[&str], &str); 4] = [
+            (
+                &[(ANNOTATION_MODEL_PROFILE, "{\"family\":\"mlp\",\"bogus\":1}")],
+                &["1"],
+                ANNOTATION_MODEL_PROFILE,
+            ),
+            (
+                &[(ANNOTATION_GPU_MEMORY, "lots")],
+                &["1"],
+                ANNOTATION_GPU_MEMORY,
+            ),
+            (&[(ANNOTATION_POLICY, "fastest")], &["1"], ANNOTATION_POLICY),
+            (&[], &["half"], RESOURCE_GPU),
+        ];
+        for (ann, gpus, needle) in cases {
+            let err = ds.compute(&pod(ann, gpus)).unwrap_err();
+            assert!(err.to_string().contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn cache_is_keyed_by_uid_and_inputs() {
+        let ds = decisions();
+        let p = pod(&[(ANNOTATION_GPU_MEMORY, "8Gi")], &["1"]);
+        assert!(ds.decide(&p).fresh);
+        assert!(!ds.decide(&p).fresh);
+        let edited = pod(&[(ANNOTATION_GPU_MEMORY, "9Gi")], &["1"]);
+        let again = ds.decide(&edited);
+        assert!(again.fresh);
+        assert_eq!(
+            again.result.as_ref().as_ref().unwrap().demand.reservation,
+            Reservation::Mib(9216)
+        );
+        ds.forget("u1");
+        assert!(ds.cached("u1").is_none());
+    }
+}

@@ -1,0 +1,290 @@
+//! The HTTP server: routes, request decoding, metrics per verb, TLS, shutdown.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use axum_server::tls_rustls::RustlsConfig;
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+
+use crate::extender::Extender;
+use crate::wire::{BadRequest, ExtenderArgs, ExtenderBindingArgs};
+
+/// Largest request body accepted: a `NodeList` of thousands of full node objects
+/// (`nodeCacheCapable: false`) is tens of MiB.
+pub const BODY_LIMIT: usize = 256 * 1024 * 1024;
+
+/// How long in-flight requests may finish after SIGTERM.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Marks a verb's answer with its metric outcome.
+#[derive(Debug, Clone, Copy)]
+struct Outcome(&'static str);
+
+/// A request body decoded from JSON whatever its content type, with a 400
+/// answer naming the problem when it is not the expected JSON.
+#[derive(Debug)]
+pub struct Wire<T>(pub T);
+
+/// Why a request body was refused.
+#[derive(Debug)]
+pub struct WireRejection {
+    status: StatusCode,
+    message: String,
+}
+
+impl IntoResponse for WireRejection {
+    fn into_response(self) -> Response {
+        let mut r = (
+            self.status,
+            Json(BadRequest {
+                error: self.message,
+            }),
+        )
+            .into_response();
+        r.extensions_mut().insert(Outcome("bad-request"));
+        r
+    }
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Wire<T> {
+    type Rejection = WireRejection;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let path = req.uri().path().to_string();
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| WireRejection {
+                status: e.status(),
+                message: format!("cannot read the {path} request body: {}", e.body_text()),
+            })?;
+        serde_json::from_slice(&bytes)
+            .map(Wire)
+            .map_err(|e| WireRejection {
+                status: StatusCode::BAD_REQUEST,
+                message: format!("malformed {path} request: {e}"),
+            })
+    }
+}
+
+fn answer<T: serde::Serialize>(body: T, outcome: &'static str) -> Response {
+    let mut r = Json(body).into_response();
+    r.extensions_mut().insert(Outcome(outcome));
+    r
+}
+
+async fn filter(
+    State(ext): State<Arc<Extender>>,
+    body: Result<Wire<ExtenderArgs>, WireRejection>,
+) -> Response {
+    let args = match body {
+        Ok(Wire(a)) => a,
+        Err(r) => return r.into_response(),
+    };
+    let result = ext.filter(&args);
+    let outcome = if result.error.is_empty() {
+        "success"
+    } else {
+        "error"
+    };
+    answer(result, outcome)
+}
+
+async fn prioritize(
+    State(ext): State<Arc<Extender>>,
+    body: Result<Wire<ExtenderArgs>, WireRejection>,
+) -> Response {
+    match body {
+        Ok(Wire(args)) => answer(ext.prioritize(&args), "success"),
+        Err(r) => r.into_response(),
+    }
+}
+
+async fn bind(
+    State(ext): State<Arc<Extender>>,
+    body: Result<Wire<ExtenderBindingArgs>, WireRejection>,
+) -> Response {
+    let args = match body {
+        Ok(Wire(a)) => a,
+        Err(r) => return r.into_response(),
+    };
+    let result = ext.bind(&args).await;
+    let outcome = if result.error.is_empty() {
+        "success"
+    } else {
+        "error"
+    };
+    answer(result, outcome)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(ext): State<Arc<Extender>>) -> Response {
+    if ext.cluster().is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster caches have not synced yet\n",
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(ext): State<Arc<Extender>>) -> Response {
+    ext.refresh_gauges();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        ext.metrics().encode(),
+    )
+        .into_response()
+}
+
+/// Counts and times every verb request.
+async fn track(State(ext): State<Arc<Extender>>, req: Request, next: Next) -> Response {
+    let verb = match req.uri().path().trim_start_matches('/') {
+        "filter" => "filter",
+        "prioritize" => "prioritize",
+        "bind" => "bind",
+        _ => return next.run(req).await,
+    };
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let outcome = resp.extensions().get::<Outcome>().map_or("error", |o| o.0);
+    ext.metrics()
+        .request(verb, outcome, start.elapsed().as_secs_f64());
+    resp
+}
+
+/// The extender's routes: `POST /filter`, `/prioritize`, `/bind`; `GET /healthz`,
+/// `/readyz`, `/metrics`.
+pub fn router(ext: Arc<Extender>) -> Router {
+    Router::new()
+        .route("/filter", post(filter))
+        .route("/prioritize", post(prioritize))
+        .route("/bind", post(bind))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&ext), track))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(ext)
+}
+
+/// Certificate and key files (PEM) for HTTPS.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
+}
+
+/// Why the server stopped with an error.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// The certificate or key cannot be loaded.
+    #[error("loading TLS certificate {cert} and key {key}: {source}")]
+    Tls {
+        /// Certificate file.
+        cert: PathBuf,
+        /// Key file.
+        key: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Socket errors.
+    #[error("serving HTTP: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Install rustls' ring crypto provider for the process (idempotent).
+pub fn install_crypto_provider() {
+    // Fails only when a provider is already installed, which is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Serve `router` on `listener` (HTTPS when `tls` is given) until `shutdown`
+/// completes, then let in-flight requests finish for up to [`SHUTDOWN_GRACE`].
+pub async fn serve(
+    listener: std::net::TcpListener,
+    router: Router,
+    tls: Option<TlsFiles>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    listener.set_nonblocking(true)?;
+    let handle = axum_server::Handle::new();
+    let on_signal = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        on_signal.graceful_shutdown(Some(SHUTDOWN_GRACE));
+    });
+    let service = router.into_make_service();
+    match tls {
+        None => {
+            axum_server::from_tcp(listener)?
+                .handle(handle)
+                .serve(service)
+                .await?
+        }
+        Some(files) => {
+            install_crypto_provider();
+            let config = RustlsConfig::from_pem_file(&files.cert, &files.key)
+                .await
+                .map_err(|source| ServeError::Tls {
+                    cert: files.cert.clone(),
+                    key: files.key.clone(),
+                    source,
+                })?;
+            axum_server::from_tcp_rustls(listener, config)?
+                .handle(handle)
+                .serve(service)
+                .await?
+        }
+    }
+    Ok(())
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,106 @@
+//! Many binds at once never double-book a GPU; the losers get an `Error`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use carma_api::names::ANNOTATION_GPU_MEMORY;
+use carma_core::{PlacementConfig, Policy};
+use carma_scheduler_extender::router;
+use carma_scheduler_extender::synthetic::{self, GPU_MIB, pod_json};
+use common::*;
+use serde_json::Value;
+
+async fn storm(cfg: PlacementConfig, pods: usize, mib: &str) -> (usize, Arc<carma_scheduler_extender::Extender>) {
+    // 2 nodes × 4 idle GPUs.
+    let mut snap = synthetic::cluster(2, 4);
+    for g in &mut snap.gpu_nodes {
+        for gpu in &mut g.status.as_mut().unwrap().gpus {
+            gpu.processes = 0;
+            gpu.memory_free_mib = GPU_MIB - 400;
+            gpu.sm_activity = Some(0.1);
+        }
+    }
+    let rec = Arc::new(Recorder {
+        delay: Some(Duration::from_millis(3)),
+        ..Recorder::default()
+    });
+    let ext = extender_with(&snap, Policy::Magm, cfg, rec.clone());
+    let r = router(ext.clone());
+    let nodes = [synthetic::node_name(0), synthetic::node_name(1)];
+    let node_refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let mut bodies = Vec::new();
+    for i in 0..pods {
+        let pod = pod_json("ml", &format!("p{i}"), &format!("uid-{i}"), 1, &[(ANNOTATION_GPU_MEMORY, mib)]);
+        post(&r, "/filter", &args_names(&pod, &node_refs)).await;
+        bodies.push(bind_args(&pod, node_refs[i % 2]));
+    }
+    let tasks: Vec<_> = bodies
+        .into_iter()
+        .map(|b| {
+            let r = r.clone();
+            tokio::spawn(async move { post(&r, "/bind", &b).await.1 })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        let out: Value = t.await.unwrap();
+        let err = out["Error"].as_str().unwrap();
+        if err.is_empty() {
+            ok += 1;
+        } else {
+            assert!(
+                err.contains("no longer fits") || err.contains("warm-up") || err.contains("exceeds"),
+                "{err}"
+            );
+        }
+    }
+    assert_eq!(rec.binds.lock().len(), ok, "one write per successful bind");
+    (ok, ext)
+}
+
+fn check_no_overbooking(ext: &carma_scheduler_extender::Extender) -> HashMap<String, u64> {
+    let ledger = ext.cluster().ledger_snapshot();
+    let mut per_gpu: HashMap<String, u64> = HashMap::new();
+    for r in ledger.records() {
+        for g in &r.gpus {
+            *per_gpu.entry(g.clone()).or_default() += r.reserved_mib;
+        }
+    }
+    for (gpu, mib) in &per_gpu {
+        assert!(*mib <= GPU_MIB, "{gpu}: {mib} MiB reserved on a {GPU_MIB} MiB GPU");
+    }
+    per_gpu
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_binds_respect_the_warm_up_lock() {
+    let (ok, ext) = storm(PlacementConfig::default(), 64, "6Gi").await;
+    // Eight GPUs, each takes one pod until its memory shows in telemetry.
+    assert_eq!(ok, 8);
+    let per_gpu = check_no_overbooking(&ext);
+    assert_eq!(per_gpu.len(), 8);
+    assert!(per_gpu.values().all(|m| *m == 6144));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_binds_never_exceed_gpu_memory() {
+    // Without the warm-up lock only the memory rules and the ledger's capacity
+    // check stand between the racing binds and an over-committed GPU.
+    let cfg = PlacementConfig {
+        warmup_ms: 0,
+        ..PlacementConfig::default()
+    };
+    let (ok, ext) = storm(cfg, 120, "7Gi").await;
+    let per_gpu = check_no_overbooking(&ext);
+    // usable = 40560 − 512 − in-flight must stay ≥ 7168 + 2048 for each new pod:
+    // 40048 − 4 × 7168 = 11376 admits a fifth, 40048 − 5 × 7168 = 4208 no sixth.
+    assert!(per_gpu.values().all(|m| *m == 5 * 7168), "{per_gpu:?}");
+    assert_eq!(ok, 40, "{per_gpu:?}");
+    let (_, metrics) = get(&router(ext.clone()), "/metrics").await;
+    assert!(metrics.contains(r#"carma_extender_binds_total{result="recorded"} 40"#), "{metrics}");
+    assert!(metrics.contains(r#"carma_extender_binds_total{result="conflict"} 80"#), "{metrics}");
+    assert!(metrics.contains("carma_extender_placements_in_flight 40"), "{metrics}");
+}

@@ -1,0 +1,178 @@
+//! Every rejection reason reaches kube-scheduler with a readable reason, in the
+//! right map, and is counted under its code.
+
+mod common;
+
+use std::sync::Arc;
+
+use carma_api::GpuPodStatus;
+use carma_api::names::*;
+use carma_core::{PlacementConfig, Policy};
+use carma_scheduler_extender::router;
+use carma_scheduler_extender::snapshot::Snapshot;
+use carma_scheduler_extender::synthetic::{gpu, gpu_node, node, pod_json};
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
+/// A pod bound to `node` and assigned `gpu` by carma at `at`.
+fn assigned(name: &str, node_name: &str, gpu_uuid: &str, mib: u64, at: &str, exclusive: bool) -> Pod {
+    let est = format!(r#"{{"mib":{mib},"source":"override"}}"#);
+    let mut ann = vec![
+        (ANNOTATION_ASSIGNED_GPUS, gpu_uuid),
+        (ANNOTATION_ASSIGNED_AT, at),
+        (ANNOTATION_ASSIGNED_NODE, node_name),
+        (ANNOTATION_ESTIMATE, est.as_str()),
+    ];
+    if exclusive {
+        ann.push((ANNOTATION_EXCLUSIVE, "true"));
+    }
+    let mut v = pod_json("ml", name, &format!("uid-{name}"), 1, &ann);
+    v["spec"]["nodeName"] = json!(node_name);
+    v["status"]["phase"] = json!("Running");
+    serde_json::from_value(v).unwrap()
+}
+
+fn visible(name: &str, mib: u64) -> GpuPodStatus {
+    GpuPodStatus {
+        namespace: "ml".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        reserved_mib: mib,
+        observed_mib: Some(mib / 2),
+    }
+}
+
+/// One single-GPU node per GPU rule, plus node-level cases.
+fn cluster() -> Snapshot {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut s = Snapshot::default();
+    let mut add = |name: &str, g: carma_api::GpuStatus| {
+        s.nodes.push(node(name, 1));
+        s.gpu_nodes.push(gpu_node(name, vec![g]));
+    };
+    let busy = |uuid: &str| gpu(uuid, 0, 30_000, 0.2, 1);
+
+    let mut g = busy("GPU-unhealthy");
+    g.healthy = false;
+    add("unhealthy", g);
+    add("exclusive", busy("GPU-exclusive"));
+    add("warmup", busy("GPU-warmup"));
+    add("memory", gpu("GPU-memory", 0, 6_000, 0.2, 1));
+    let mut g = gpu("GPU-reserved", 0, 38_000, 0.2, 1);
+    g.pods = vec![visible("r1", 20_000), visible("r2", 16_000)];
+    add("reserved", g);
+    let mut g = busy("GPU-gate");
+    g.sm_activity = Some(0.9);
+    g.sm_occupancy = Some(0.6);
+    add("gate", g);
+    let mut g = busy("GPU-cold");
+    g.sm_activity = None;
+    add("cold", g);
+    add("fits", busy("GPU-fits"));
+    // A Kubernetes node without a GpuNode.
+    s.nodes.push(node("no-gpunode", 0));
+
+    let mut g = busy("GPU-exclusive");
+    g.pods = vec![visible("holder", 30_000)];
+    s.gpu_nodes[1] = gpu_node("exclusive", vec![g]);
+    s.pods.push(assigned("holder", "exclusive", "GPU-exclusive", 30_000, "2026-01-01T00:00:00.000Z", true));
+    s.pods.push(assigned("fresh", "warmup", "GPU-warmup", 4_000, &now, false));
+    s.pods.push(assigned("r1", "reserved", "GPU-reserved", 20_000, "2026-01-01T00:00:00.000Z", false));
+    s.pods.push(assigned("r2", "reserved", "GPU-reserved", 16_000, "2026-01-01T00:00:00.000Z", false));
+    s
+}
+
+#[tokio::test]
+async fn every_rule_has_its_reason_and_code() {
+    let rec = Arc::new(Recorder::default());
+    let ext = extender_with(&cluster(), Policy::Magm, PlacementConfig::default(), rec);
+    let r = router(ext);
+    let pod = pod_json("ml", "p", "uid-p", 1, &[(ANNOTATION_GPU_MEMORY, "8Gi")]);
+    let nodes = [
+        "unhealthy", "exclusive", "warmup", "memory", "reserved", "gate", "cold", "fits",
+        "no-gpunode", "unknown",
+    ];
+    let (_, out) = post(&r, "/filter", &args_names(&pod, &nodes)).await;
+    assert_eq!(passing(&out), vec!["fits"], "{out:#}");
+    let failed = &out["FailedNodes"];
+    let expect = [
+        ("unhealthy", "is unhealthy"),
+        ("exclusive", "is held exclusively by uid-holder"),
+        ("warmup", "is in its warm-up lock: pod uid-fresh"),
+        ("memory", "needs 8192 + 2048 margin"),
+        ("reserved", "has 36000 MiB of 40960 MiB reserved by 2 pod(s)"),
+        ("gate", "fails the utilization gate"),
+        ("cold", "telemetry window still filling"),
+    ];
+    for (n, needle) in expect {
+        let reason = failed[n].as_str().unwrap_or_else(|| panic!("{n} not in FailedNodes: {out:#}"));
+        assert!(reason.contains(needle), "{n}: {reason}");
+        assert!(reason.starts_with(&format!("node {n}:")), "{reason}");
+    }
+    let unresolvable = &out["FailedAndUnresolvableNodes"];
+    for n in ["no-gpunode", "unknown"] {
+        assert_eq!(unresolvable[n], format!("node {n} reports no carma GPUs"));
+    }
+
+    // Too few GPUs for a two-GPU pod: unresolvable.
+    let two = pod_json("ml", "two", "uid-two", 2, &[(ANNOTATION_GPU_MEMORY, "8Gi")]);
+    let (_, out) = post(&r, "/filter", &args_nodes(&two, &["fits"])).await;
+    assert_eq!(
+        out["FailedAndUnresolvableNodes"]["fits"],
+        "node fits has 1 GPU(s), the pod needs 2 on one node"
+    );
+
+    // An exclusive pod on a GPU that is in use.
+    let excl = pod_json("ml", "x", "uid-x", 1, &[(ANNOTATION_POLICY, "exclusive")]);
+    let (_, out) = post(&r, "/filter", &args_names(&excl, &["fits"])).await;
+    let reason = out["FailedNodes"]["fits"].as_str().unwrap();
+    assert!(reason.contains("is not idle") && reason.contains("exclusively"), "{reason}");
+
+    let (_, metrics) = get(&r, "/metrics").await;
+    for code in [
+        "unhealthy", "exclusively-held", "warm-up-lock", "insufficient-memory", "over-reserved",
+        "utilization-gate", "telemetry-warming-up", "not-idle",
+    ] {
+        assert!(
+            metrics.contains(&format!(r#"carma_extender_rejections_total{{reason="{code}"}} 1"#)),
+            "{code}: {metrics}"
+        );
+    }
+    assert!(metrics.contains(r#"carma_extender_rejections_total{reason="no-gpus"} 2"#), "{metrics}");
+    assert!(metrics.contains(r#"carma_extender_rejections_total{reason="too-few-gpus"} 1"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn every_malformed_input_names_what_to_fix() {
+    let rec = Arc::new(Recorder::default());
+    let ext = extender_with(&cluster(), Policy::Magm, PlacementConfig::default(), rec.clone());
+    let r = router(ext);
+    let cases: [(&str, u32, &[(&str, &str)], &str); 5] = [
+        ("m1", 1, &[(ANNOTATION_GPU_MEMORY, "-3Gi")], ANNOTATION_GPU_MEMORY),
+        ("m2", 1, &[(ANNOTATION_POLICY, "fastest")], ANNOTATION_POLICY),
+        ("m3", 1, &[(ANNOTATION_EXCLUSIVE, "yes")], ANNOTATION_EXCLUSIVE),
+        ("m4", 1, &[(ANNOTATION_MODEL_PROFILE, r#"{"family":"mlp","batchSize":"big"}"#)], "batchSize"),
+        ("m5", 1, &[(ANNOTATION_MODEL_PROFILE, r#"{"family":"mlp","flops":1}"#)], "flops"),
+    ];
+    for (name, gpus, ann, needle) in cases {
+        let pod = pod_json("ml", name, &format!("uid-{name}"), gpus, ann);
+        let (_, out) = post(&r, "/filter", &args_names(&pod, &["fits", "memory"])).await;
+        assert!(passing(&out).is_empty(), "{name}");
+        for n in ["fits", "memory"] {
+            let reason = out["FailedAndUnresolvableNodes"][n].as_str().unwrap();
+            assert!(reason.contains(needle), "{name}: {reason}");
+        }
+    }
+    // A GPU request that is not a whole number.
+    let mut pod = pod_json("ml", "m6", "uid-m6", 1, &[]);
+    pod["spec"]["containers"][0]["resources"]["limits"][RESOURCE_GPU] = json!("500m");
+    let (_, out) = post(&r, "/filter", &args_names(&pod, &["fits"])).await;
+    let reason = out["FailedAndUnresolvableNodes"]["fits"].as_str().unwrap();
+    assert!(reason.contains(RESOURCE_GPU) && reason.contains("500m"), "{reason}");
+
+    let warnings = rec.warnings.lock();
+    assert_eq!(warnings.len(), 6);
+    assert_eq!(warnings[5].reason, "InvalidCarmaRequest");
+    assert!(warnings[..5].iter().all(|w| w.reason == "InvalidCarmaAnnotation"));
+}
