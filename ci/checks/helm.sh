@@ -7,6 +7,8 @@
 #      rejects bad values
 #   5. deploy/rendered/carma.yaml is the current default render                      tools/render-chart.sh --check
 #   6. the values table in charts/carma/README.md is current                         tools/values-table.py --check
+#   7. when the carma binary exists (CARMA_BIN, default target/debug/carma): every carma container's
+#      arguments in both renders parse with it (`carma <args> --help`)
 # Installs Helm into .tools/ (tools/install-helm.sh) when missing. Exits non-zero on any failure.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -42,6 +44,10 @@ else failures+=("helm template default"); echo "FAIL: helm template (default val
 if "$HELM" template carma "$CHART" -n carma-system --include-crds --kube-version 1.30.0 -f "$NONDEFAULT" > "$tmp/nondefault.yaml"; then
   echo "PASS: helm template ($NONDEFAULT, kube 1.30): $(count "$tmp/nondefault.yaml") objects"
 else failures+=("helm template nondefault"); echo "FAIL: helm template ($NONDEFAULT)"; fi
+
+if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.33.1 -f e2e/kind/values-kind.yaml > "$tmp/kind.yaml"; then
+  echo "PASS: helm template (e2e/kind/values-kind.yaml): $(count "$tmp/kind.yaml") objects"
+else failures+=("helm template kind"); echo "FAIL: helm template (e2e/kind/values-kind.yaml)"; fi
 
 # Every optional branch must appear in the non-default render.
 for kind in PodDisruptionBudget ServiceMonitor PrometheusRule ValidatingAdmissionPolicy PriorityClass DaemonSet; do
@@ -92,6 +98,15 @@ for path in sys.argv[1:]:
 print("\n".join(bad) if bad else "checked RBAC rules, container resources and security contexts")
 sys.exit(1 if bad else 0)
 PY
+
+step "the carma binary accepts every argument the chart passes (default + non-default values)"
+CARMA_BIN="${CARMA_BIN:-target/debug/carma}"
+if [[ -x "$CARMA_BIN" ]]; then
+  run "chart arguments parse with $CARMA_BIN" "$PY" ci/checks/lib/check_chart_args.py "$CARMA_BIN" \
+    "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/kind.yaml"
+else
+  echo "SKIP: $CARMA_BIN not built (cargo build -p carma); ci/checks/prometheus.sh requires it anyway"
+fi
 
 step "values.schema.json rejects bad values"
 expect_reject() { # expect_reject <description> <helm args...>

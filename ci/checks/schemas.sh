@@ -7,7 +7,7 @@
 #   * deploy/rendered/carma.yaml the same way;
 #   * every example under deploy/examples/ (TrainingTasks, the plain pod, the cluster snapshot) against
 #     the generated CRD schemas in crds/ with check-jsonschema, and built-in kinds with kubernetes-validate;
-#   * the e2e/kind manifests.
+#   * the e2e/kind manifests and the chart rendered with e2e/kind/values-kind.yaml.
 # Python tools live in the venv .tools/venv-ci (tools/install-ci-venv.sh); promtool comes from the
 # Debian package (tools/install-prometheus.sh). Exits non-zero on any failure.
 set -uo pipefail
@@ -50,7 +50,11 @@ validate() { # validate <description> <kube version> <files...>
 "$HELM" template carma charts/carma -n carma-system --include-crds --kube-version 1.35.0 \
   -f ci/checks/values-nondefault.yaml > "$tmp/nondefault-1.35.yaml" || failures+=("helm template nondefault 1.35")
 
+"$HELM" template carma charts/carma -n carma-system --include-crds --kube-version 1.33.1 \
+  -f e2e/kind/values-kind.yaml > "$tmp/kind-1.33.yaml" || failures+=("helm template kind values")
+
 validate "chart, default values, Kubernetes 1.35" 1.35.0 "$tmp/default-1.35.yaml"
+validate "chart, e2e/kind/values-kind.yaml, Kubernetes 1.33" 1.33.0 "$tmp/kind-1.33.yaml"
 validate "chart, non-default values, Kubernetes 1.30" 1.30.0 "$tmp/nondefault-1.30.yaml"
 validate "chart, non-default values, Kubernetes 1.35" 1.35.0 "$tmp/nondefault-1.35.yaml"
 validate "deploy/rendered/carma.yaml" 1.35.0 deploy/rendered/carma.yaml

@@ -347,14 +347,14 @@ impl Allocator {
             .pods_on_node(ALLOCATE_MAX_AGE)
             .await
             .map_err(lookup_err)?;
-        let mut selected = select_pod(&pods, &self.node, ids, &skip).map(Clone::clone);
+        let mut selected = select_pod(&pods, &self.node, ids, &skip).cloned();
         if selected.is_err() {
             // The pod may have been bound a moment ago: look again with a fresh list.
             pods = lookup
                 .pods_on_node(Duration::ZERO)
                 .await
                 .map_err(lookup_err)?;
-            selected = select_pod(&pods, &self.node, ids, &skip).map(Clone::clone);
+            selected = select_pod(&pods, &self.node, ids, &skip).cloned();
         }
         let pod = selected.map_err(|e| ("no_pod", e.0))?;
         let Some(assignment) = pod.assignment().cloned() else {

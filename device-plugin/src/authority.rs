@@ -46,7 +46,7 @@ pub fn authority_is_valid(value: &[u8]) -> bool {
 }
 
 /// Rewrites the client-to-server bytes of one connection.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct HeaderRewriter {
     decoder: Decoder<'static>,
     encoder: Encoder<'static>,
@@ -55,18 +55,6 @@ pub struct HeaderRewriter {
     preface_seen: bool,
     /// How many `:authority` values were replaced.
     pub rewritten: u64,
-}
-
-impl Default for HeaderRewriter {
-    fn default() -> Self {
-        Self {
-            decoder: Decoder::default(),
-            encoder: Encoder::default(),
-            pending: None,
-            preface_seen: false,
-            rewritten: 0,
-        }
-    }
 }
 
 fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
@@ -273,10 +261,9 @@ mod tests {
         out
     }
 
-    fn decode_frames(
-        bytes: &[u8],
-        dec: &mut Decoder<'static>,
-    ) -> Vec<(u8, u8, Vec<(String, String)>)> {
+    type Frame = (u8, u8, Vec<(String, String)>);
+
+    fn decode_frames(bytes: &[u8], dec: &mut Decoder<'static>) -> Vec<Frame> {
         let mut at = 0;
         let mut out = Vec::new();
         while at + 9 <= bytes.len() {

@@ -171,6 +171,10 @@ fn family(
         let mut m = metric.encode_family(labels)?;
         match kind {
             MetricType::Counter => m.encode_counter::<NoLabelSet, f64, f64>(value, None)?,
+            // Whole numbers (bytes, counts, flags) are written as integers.
+            _ if value.fract() == 0.0 && value.abs() < 9.0e15 => {
+                m.encode_gauge(&(*value as i64))?
+            }
             _ => m.encode_gauge(value)?,
         }
     }

@@ -109,10 +109,11 @@ impl RunningPlugin {
     }
 }
 
+/// A backend, and the same backend as simulated one when it is.
+type Backends = (Arc<dyn GpuBackend>, Option<Arc<SimulatedBackend>>);
+
 /// Build the backend `config` names.
-fn build_backend(
-    config: &Config,
-) -> Result<(Arc<dyn GpuBackend>, Option<Arc<SimulatedBackend>>), BackendError> {
+fn build_backend(config: &Config) -> Result<Backends, BackendError> {
     match config.backend {
         BackendKind::Nvml => Ok((Arc::new(NvmlBackend::new("/proc")?), None)),
         BackendKind::Dcgm => {

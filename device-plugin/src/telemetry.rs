@@ -499,7 +499,7 @@ mod tests {
         let snap = t.update(vec![sample(0, 0.1)], &[], Utc::now());
         assert_eq!(snap.gpus.len(), 2);
         assert!(!snap.gpus[1].sample.healthy);
-        assert_eq!(snap.advertised()[1].healthy, false);
+        assert!(!snap.advertised()[1].healthy);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 
 use std::hint::black_box;
 
-use carma_estimator::{EMBEDDED_MODELS, Estimator, Family, Profile, parse_profile, parse_torchsummary};
+use carma_estimator::{
+    EMBEDDED_MODELS, Estimator, Family, Profile, parse_profile, parse_torchsummary,
+};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn mlp(i: u64) -> Profile {
@@ -28,11 +30,19 @@ fn summary_table() -> String {
     );
     let mut n = 0;
     for block in 0..20 {
-        for (kind, params) in [("Conv2d", 36_864), ("BatchNorm2d", 128), ("ReLU", 0), ("Identity", 0)] {
+        for (kind, params) in [
+            ("Conv2d", 36_864),
+            ("BatchNorm2d", 128),
+            ("ReLU", 0),
+            ("Identity", 0),
+        ] {
             n += 1;
             let c = 64 << (block / 5);
             let hw = 32 >> (block / 5);
-            t.push_str(&format!("{:>20}-{n}  [-1, {c}, {hw}, {hw}]  {params:>14}\n", kind));
+            t.push_str(&format!(
+                "{:>20}-{n}  [-1, {c}, {hw}, {hw}]  {params:>14}\n",
+                kind
+            ));
         }
     }
     t.push_str("            Linear-81                  [-1, 100]          51,300\n================================================================\nTotal params: 11,227,812\n");
@@ -45,22 +55,30 @@ fn benches(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("estimate");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("mlp_single", |b| b.iter(|| est.estimate(black_box(&one)).unwrap()));
+    g.bench_function("mlp_single", |b| {
+        b.iter(|| est.estimate(black_box(&one)).unwrap())
+    });
     let cnn = parse_profile(
         r#"{"family":"cnn","batchSize":64,"parameters":11000000,"activations":2000000,"depth":60}"#,
     )
     .unwrap();
-    g.bench_function("cnn_analytic_single", |b| b.iter(|| est.estimate(black_box(&cnn)).unwrap()));
+    g.bench_function("cnn_analytic_single", |b| {
+        b.iter(|| est.estimate(black_box(&cnn)).unwrap())
+    });
     for n in [64u64, 1024] {
         let batch: Vec<Profile> = (0..n).map(mlp).collect();
         g.throughput(Throughput::Elements(n));
-        g.bench_function(format!("mlp_batch_{n}"), |b| b.iter(|| est.estimate_batch(black_box(&batch))));
+        g.bench_function(format!("mlp_batch_{n}"), |b| {
+            b.iter(|| est.estimate_batch(black_box(&batch)))
+        });
     }
     g.finish();
 
     let mut g = c.benchmark_group("parse");
     let json = serde_json::to_string(&one).unwrap();
-    g.bench_function("profile_json", |b| b.iter(|| parse_profile(black_box(&json)).unwrap()));
+    g.bench_function("profile_json", |b| {
+        b.iter(|| parse_profile(black_box(&json)).unwrap())
+    });
     let table = summary_table();
     g.bench_function("torchsummary_81_rows", |b| {
         b.iter(|| parse_torchsummary(black_box(&table), Family::Cnn, 64).unwrap())
@@ -69,7 +87,9 @@ fn benches(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("load");
     g.sample_size(10);
-    g.bench_function("mlp_model", |b| b.iter(|| Estimator::from_parts(black_box(EMBEDDED_MODELS)).unwrap()));
+    g.bench_function("mlp_model", |b| {
+        b.iter(|| Estimator::from_parts(black_box(EMBEDDED_MODELS)).unwrap())
+    });
     g.finish();
 }
 

@@ -60,7 +60,9 @@ pub fn analytic_upper_bound_mib(p: &Profile) -> u64 {
         bytes = bytes.saturating_add(scores);
     }
     let mib = u128::from(CONTEXT_MIB).saturating_add(bytes.div_ceil(MIB));
-    let rounded = mib.div_ceil(u128::from(ROUNDING_MIB)).saturating_mul(u128::from(ROUNDING_MIB));
+    let rounded = mib
+        .div_ceil(u128::from(ROUNDING_MIB))
+        .saturating_mul(u128::from(ROUNDING_MIB));
     u64::try_from(rounded).unwrap_or(u64::MAX)
 }
 

@@ -159,7 +159,9 @@ impl Estimator {
             }
             *s = Some(Model::load(p.family, p.onnx, p.sidecar)?);
         }
-        Ok(Estimator { inner: Arc::new(Inner { models }) })
+        Ok(Estimator {
+            inner: Arc::new(Inner { models }),
+        })
     }
 
     /// The loaded model for `family`, if one was trained.
@@ -175,7 +177,9 @@ impl Estimator {
         };
         let mut row = Vec::with_capacity(model.meta().features.len());
         model.features_into(p, &mut row);
-        let probabilities = model.probabilities(&row).map_err(|e| inference(p.family, e))?;
+        let probabilities = model
+            .probabilities(&row)
+            .map_err(|e| inference(p.family, e))?;
         Ok(decide(model, p, probabilities))
     }
 
@@ -226,7 +230,10 @@ impl Estimator {
                 Err(e) => {
                     let message = format!("{e:#}");
                     for i in valid {
-                        out[i] = Some(Err(EstimateError::Inference { family, message: message.clone() }));
+                        out[i] = Some(Err(EstimateError::Inference {
+                            family,
+                            message: message.clone(),
+                        }));
                     }
                 }
             }
@@ -245,7 +252,10 @@ impl Estimator {
 }
 
 fn inference(family: Family, e: tract_onnx::prelude::TractError) -> EstimateError {
-    EstimateError::Inference { family, message: format!("{e:#}") }
+    EstimateError::Inference {
+        family,
+        message: format!("{e:#}"),
+    }
 }
 
 fn analytic(p: &Profile, probabilities: Vec<f32>) -> Estimate {

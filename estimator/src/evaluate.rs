@@ -99,8 +99,10 @@ pub enum EvaluateError {
 
 /// Evaluates `estimator`'s MLP model on the CSV at `csv_path`.
 pub fn evaluate(estimator: &Estimator, csv_path: &Path) -> Result<Evaluation, EvaluateError> {
-    let text = std::fs::read_to_string(csv_path)
-        .map_err(|source| EvaluateError::Io { path: csv_path.display().to_string(), source })?;
+    let text = std::fs::read_to_string(csv_path).map_err(|source| EvaluateError::Io {
+        path: csv_path.display().to_string(),
+        source,
+    })?;
     evaluate_csv(estimator, &text)
 }
 
@@ -144,9 +146,14 @@ pub fn read_mlp_csv(text: &str) -> Result<Vec<LabelledRow>, EvaluateError> {
         }
         let num = |i: usize| -> Result<f64, EvaluateError> {
             let v = rec[i].trim();
-            v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0).ok_or_else(|| {
-                EvaluateError::BadValue { line, column: header[i].clone(), value: v.to_string() }
-            })
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .ok_or_else(|| EvaluateError::BadValue {
+                    line,
+                    column: header[i].clone(),
+                    value: v.to_string(),
+                })
         };
         let int = |i: usize| -> Result<u64, EvaluateError> {
             let v = num(i)?;
@@ -182,7 +189,11 @@ pub fn read_mlp_csv(text: &str) -> Result<Vec<LabelledRow>, EvaluateError> {
             },
             seq_length: None,
         };
-        rows.push(LabelledRow { line, profile, measured_mib: num(memory)? });
+        rows.push(LabelledRow {
+            line,
+            profile,
+            measured_mib: num(memory)?,
+        });
     }
     if rows.is_empty() {
         return Err(EvaluateError::Empty);
@@ -192,7 +203,9 @@ pub fn read_mlp_csv(text: &str) -> Result<Vec<LabelledRow>, EvaluateError> {
 
 /// Evaluates `estimator`'s MLP model on CSV text (see [`evaluate`]).
 pub fn evaluate_csv(estimator: &Estimator, text: &str) -> Result<Evaluation, EvaluateError> {
-    let model = estimator.model(Family::Mlp).ok_or(EvaluateError::NoModel(Family::Mlp))?;
+    let model = estimator
+        .model(Family::Mlp)
+        .ok_or(EvaluateError::NoModel(Family::Mlp))?;
     let meta = model.meta();
     let rows = read_mlp_csv(text)?;
     let n_classes = meta.classes.len();
@@ -206,13 +219,19 @@ pub fn evaluate_csv(estimator: &Estimator, text: &str) -> Result<Evaluation, Eva
         let profiles: Vec<Profile> = chunk.iter().map(|r| r.profile.clone()).collect();
         let estimates = estimator.estimate_batch(&profiles);
         for (row, est) in chunk.iter().zip(estimates) {
-            let est = est.map_err(|source| EvaluateError::Estimate { line: row.line, source })?;
+            let est = est.map_err(|source| EvaluateError::Estimate {
+                line: row.line,
+                source,
+            })?;
             let truth = meta.class_of_mib(row.measured_mib);
             let predicted = if est.source == crate::EstimateSource::AnalyticUpperBound {
                 analytic_rows += 1;
                 meta.class_of_mib(est.mib as f64)
             } else {
-                meta.classes.iter().position(|c| c.label == est.class).unwrap_or(n_classes - 1)
+                meta.classes
+                    .iter()
+                    .position(|c| c.label == est.class)
+                    .unwrap_or(n_classes - 1)
             };
             confusion[truth][predicted] += 1;
             if predicted == truth {
@@ -261,7 +280,11 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, Vec<String>)>, EvaluateError> {
     let mut line = 1usize;
     let mut start_line = 1usize;
     let mut quoted_field = false;
-    let mut chars = text.strip_prefix('\u{feff}').unwrap_or(text).chars().peekable();
+    let mut chars = text
+        .strip_prefix('\u{feff}')
+        .unwrap_or(text)
+        .chars()
+        .peekable();
     while let Some(c) = chars.next() {
         if in_quotes {
             match c {
@@ -284,7 +307,10 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, Vec<String>)>, EvaluateError> {
                 quoted_field = true;
             }
             '"' => {
-                return Err(EvaluateError::Csv { line, message: "stray quote in a field".into() });
+                return Err(EvaluateError::Csv {
+                    line,
+                    message: "stray quote in a field".into(),
+                });
             }
             ',' => {
                 fields.push(std::mem::take(&mut field));
@@ -314,7 +340,10 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, Vec<String>)>, EvaluateError> {
         }
     }
     if in_quotes {
-        return Err(EvaluateError::Csv { line: start_line, message: "unterminated quoted field".into() });
+        return Err(EvaluateError::Csv {
+            line: start_line,
+            message: "unterminated quoted field".into(),
+        });
     }
     if !field.is_empty() || !fields.is_empty() || quoted_field {
         fields.push(field);
@@ -337,9 +366,18 @@ mod tests {
 
     #[test]
     fn csv_errors() {
-        assert!(matches!(parse_csv("a,b\n\"open,1\n"), Err(EvaluateError::Csv { .. })));
-        assert!(matches!(parse_csv("a,b\nx\"y,1\n"), Err(EvaluateError::Csv { line: 2, .. })));
-        assert!(matches!(parse_csv("a,b\n\"x\"y,1\n"), Err(EvaluateError::Csv { line: 2, .. })));
+        assert!(matches!(
+            parse_csv("a,b\n\"open,1\n"),
+            Err(EvaluateError::Csv { .. })
+        ));
+        assert!(matches!(
+            parse_csv("a,b\nx\"y,1\n"),
+            Err(EvaluateError::Csv { line: 2, .. })
+        ));
+        assert!(matches!(
+            parse_csv("a,b\n\"x\"y,1\n"),
+            Err(EvaluateError::Csv { line: 2, .. })
+        ));
     }
 
     #[test]
@@ -353,16 +391,28 @@ mod tests {
         let step2 = "Depth,Activation Function,Total Activations,Total Parameters,Batch Size,Batch Normalization Layers,Dropout Layers,Max GPU Memory (MiB)\n\
                      3,GELU,100,2000,32,2,1,1500\n";
         let rows = read_mlp_csv(step2).unwrap();
-        assert_eq!((rows[0].profile.layers.batch_norm, rows[0].profile.layers.dropout), (2, 1));
+        assert_eq!(
+            (
+                rows[0].profile.layers.batch_norm,
+                rows[0].profile.layers.dropout
+            ),
+            (2, 1)
+        );
     }
 
     #[test]
     fn bad_rows_name_line_and_column() {
         let h = "Depth,Activation Function,Total Activations,Total Parameters,Batch Size,Max GPU Memory (MiB)\n";
         let e = read_mlp_csv(&format!("{h}3,ReLU,100,-5,32,1500\n")).unwrap_err();
-        assert!(matches!(&e, EvaluateError::BadValue { line: 2, column, .. } if column == "Total Parameters"), "{e}");
+        assert!(
+            matches!(&e, EvaluateError::BadValue { line: 2, column, .. } if column == "Total Parameters"),
+            "{e}"
+        );
         let e = read_mlp_csv(&format!("{h}3,ReLU,100,5,32.5,1500\n")).unwrap_err();
-        assert!(matches!(&e, EvaluateError::BadValue { column, .. } if column == "Batch Size"), "{e}");
+        assert!(
+            matches!(&e, EvaluateError::BadValue { column, .. } if column == "Batch Size"),
+            "{e}"
+        );
         let e = read_mlp_csv(&format!("{h}3,ReLU,100\n")).unwrap_err();
         assert!(matches!(e, EvaluateError::Csv { line: 2, .. }));
         assert!(matches!(read_mlp_csv(h), Err(EvaluateError::Empty)));

@@ -78,15 +78,24 @@ pub fn default_feature_names(family: Family) -> &'static [&'static str] {
 /// `ReLU`. Returns the index, or `None` when the name is not in the list.
 pub fn activation_index(name: &str, known: &[impl AsRef<str>]) -> Option<usize> {
     let n = name.trim();
-    let n = if n.eq_ignore_ascii_case("relu6") { "ReLU" } else { n };
-    known.iter().position(|k| k.as_ref().eq_ignore_ascii_case(n))
+    let n = if n.eq_ignore_ascii_case("relu6") {
+        "ReLU"
+    } else {
+        n
+    };
+    known
+        .iter()
+        .position(|k| k.as_ref().eq_ignore_ascii_case(n))
 }
 
 /// `(sin(iπ/N), cos(iπ/N))` for the activation's index `i` in `known` (length N).
 /// Unknown names count as `ReLU` (GPUMemNet's default), with a warning.
 pub fn encode_activation(name: &str, known: &[impl AsRef<str>]) -> (f64, f64) {
     let i = activation_index(name, known).unwrap_or_else(|| {
-        tracing::warn!(activation = name, "unknown activation function; counting it as ReLU");
+        tracing::warn!(
+            activation = name,
+            "unknown activation function; counting it as ReLU"
+        );
         activation_index("ReLU", known).unwrap_or(0)
     });
     let angle = i as f64 * std::f64::consts::PI / known.len().max(1) as f64;
@@ -149,7 +158,11 @@ mod tests {
             activations: 50,
             depth: Some(3),
             activation: Some(act.to_string()),
-            layers: Layers { batch_norm: 2, dropout: 1, ..Layers::default() },
+            layers: Layers {
+                batch_norm: 2,
+                dropout: 1,
+                ..Layers::default()
+            },
             seq_length: None,
         }
     }
@@ -161,8 +174,14 @@ mod tests {
         let (s, c) = encode_activation("relu", &MLP_ACTIVATIONS);
         let a = 6.0 * std::f64::consts::PI / 11.0;
         assert!((s - a.sin()).abs() < 1e-12 && (c - a.cos()).abs() < 1e-12);
-        assert_eq!(encode_activation("ReLU6", &MLP_ACTIVATIONS), encode_activation("ReLU", &MLP_ACTIVATIONS));
-        assert_eq!(encode_activation("Swishy", &MLP_ACTIVATIONS), encode_activation("ReLU", &MLP_ACTIVATIONS));
+        assert_eq!(
+            encode_activation("ReLU6", &MLP_ACTIVATIONS),
+            encode_activation("ReLU", &MLP_ACTIVATIONS)
+        );
+        assert_eq!(
+            encode_activation("Swishy", &MLP_ACTIVATIONS),
+            encode_activation("ReLU", &MLP_ACTIVATIONS)
+        );
         // CNN list has no Identity: ReLU is index 5 of 10.
         let (s, _) = encode_activation("ReLU", &CNN_ACTIVATIONS);
         assert!((s - (5.0 * std::f64::consts::PI / 10.0).sin()).abs() < 1e-12);
@@ -170,8 +189,10 @@ mod tests {
 
     #[test]
     fn mlp_row_is_in_gpumemnet_order() {
-        let names: Vec<String> =
-            default_feature_names(Family::Mlp).iter().map(|s| s.to_string()).collect();
+        let names: Vec<String> = default_feature_names(Family::Mlp)
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let mut row = Vec::new();
         feature_row(&mlp("Tanh"), &names, &MLP_ACTIVATIONS, &mut row);
         assert_eq!(&row[..6], &[3.0, 64.0, 1000.0, 50.0, 2.0, 1.0]);
@@ -184,7 +205,10 @@ mod tests {
     fn every_default_name_is_known() {
         for f in Family::ALL {
             for n in default_feature_names(f) {
-                assert!(feature_value(&mlp("ReLU"), n, &MLP_ACTIVATIONS).is_some(), "{n}");
+                assert!(
+                    feature_value(&mlp("ReLU"), n, &MLP_ACTIVATIONS).is_some(),
+                    "{n}"
+                );
             }
         }
         assert!(feature_value(&mlp("ReLU"), "colour", &MLP_ACTIVATIONS).is_none());

@@ -40,8 +40,7 @@ mod summary;
 
 pub use analytic::analytic_upper_bound_mib;
 pub use estimator::{
-    EMBEDDED_MODELS, Estimate, EstimateError, EstimateSource, Estimator, EstimatorError,
-    ModelParts,
+    EMBEDDED_MODELS, Estimate, EstimateError, EstimateSource, Estimator, EstimatorError, ModelParts,
 };
 pub use evaluate::{
     ClassRecall, EvaluateError, Evaluation, LabelledRow, evaluate, evaluate_csv, read_mlp_csv,

@@ -162,7 +162,10 @@ impl ModelMeta {
         let bad = |message: String| ModelError::Sidecar { family, message };
         let meta: ModelMeta = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
         if meta.schema_version != 1 {
-            return Err(bad(format!("unsupported schema_version {}", meta.schema_version)));
+            return Err(bad(format!(
+                "unsupported schema_version {}",
+                meta.schema_version
+            )));
         }
         if meta.family != family {
             return Err(bad(format!("sidecar is for family {}", meta.family)));
@@ -176,9 +179,12 @@ impl ModelMeta {
                 return Err(bad(format!("unknown feature `{f}`")));
             }
         }
-        if meta.features.iter().any(|f| f.starts_with("act_")) && meta.activation_functions.is_empty()
+        if meta.features.iter().any(|f| f.starts_with("act_"))
+            && meta.activation_functions.is_empty()
         {
-            return Err(bad("activation features without an activation_functions list".into()));
+            return Err(bad(
+                "activation features without an activation_functions list".into(),
+            ));
         }
         for k in meta.training_max.keys() {
             if k != "batch_x_activations" && !meta.features.contains(k) {
@@ -229,7 +235,10 @@ impl ModelMeta {
 }
 
 fn onnx_err(family: Family) -> impl Fn(TractError) -> ModelError {
-    move |e| ModelError::Onnx { family, message: format!("{e:#}") }
+    move |e| ModelError::Onnx {
+        family,
+        message: format!("{e:#}"),
+    }
 }
 
 impl Model {
@@ -241,7 +250,9 @@ impl Model {
         let meta = ModelMeta::parse(family, sidecar)?;
         let width = meta.features.len();
         let err = onnx_err(family);
-        let proto = tract_onnx::onnx().model_for_read(&mut std::io::Cursor::new(onnx)).map_err(&err)?;
+        let proto = tract_onnx::onnx()
+            .model_for_read(&mut std::io::Cursor::new(onnx))
+            .map_err(&err)?;
         if proto.inputs.len() != 1 || proto.outputs.len() != 1 {
             return Err(ModelError::Onnx {
                 family,
@@ -261,10 +272,16 @@ impl Model {
             .filter(|_| dims.len() == 2)
             .ok_or_else(|| ModelError::Onnx {
                 family,
-                message: format!("input must be [N, features] with a fixed width, found {declared:?}"),
+                message: format!(
+                    "input must be [N, features] with a fixed width, found {declared:?}"
+                ),
             })?;
         if model_width != width {
-            return Err(ModelError::WidthMismatch { family, model_width, features: width });
+            return Err(ModelError::WidthMismatch {
+                family,
+                model_width,
+                features: width,
+            });
         }
         let plan = |rows: TDim| -> Result<Arc<TypedRunnableModel>, ModelError> {
             let typed = proto
@@ -273,7 +290,11 @@ impl Model {
                 .and_then(|m| m.into_optimized())
                 .map_err(&err)?;
             let out = typed.output_fact(0).map_err(&err)?;
-            let out_width = out.shape.last().and_then(|d| d.to_usize().ok()).unwrap_or(0);
+            let out_width = out
+                .shape
+                .last()
+                .and_then(|d| d.to_usize().ok())
+                .unwrap_or(0);
             if out.shape.len() != 2 || out_width != meta.classes.len() {
                 return Err(ModelError::ClassMismatch {
                     family,
@@ -292,7 +313,11 @@ impl Model {
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "loaded GPUMemNet model"
         );
-        Ok(Model { meta, single, batch })
+        Ok(Model {
+            meta,
+            single,
+            batch,
+        })
     }
 
     /// The sidecar.
@@ -305,7 +330,10 @@ impl Model {
     pub fn probabilities(&self, features: &[f32]) -> TractResult<Vec<f32>> {
         let width = self.meta.features.len();
         if features.is_empty() || features.len() % width != 0 {
-            bail!("expected a non-empty multiple of {width} feature values, got {}", features.len());
+            bail!(
+                "expected a non-empty multiple of {width} feature values, got {}",
+                features.len()
+            );
         }
         let rows = features.len() / width;
         let input = Tensor::from_shape(&[rows, width], features)?;

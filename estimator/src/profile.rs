@@ -152,7 +152,10 @@ impl Profile {
     /// Checks the values a valid job must have; errors name the key.
     pub fn validate(&self) -> Result<(), ProfileError> {
         let invalid = |key: &str, reason: &str| {
-            Err(ProfileError::Invalid { key: key.to_string(), reason: reason.to_string() })
+            Err(ProfileError::Invalid {
+                key: key.to_string(),
+                reason: reason.to_string(),
+            })
         };
         if self.batch_size == 0 {
             return invalid("batchSize", "must be at least 1");
@@ -169,7 +172,11 @@ impl Profile {
                 "must be at least 1 (give `depth`, or the layer counts it is derived from)",
             );
         }
-        if self.activation.as_deref().is_some_and(|a| a.trim().is_empty()) {
+        if self
+            .activation
+            .as_deref()
+            .is_some_and(|a| a.trim().is_empty())
+        {
             return invalid("activation", "must not be empty");
         }
         if self.seq_length == Some(0) {
@@ -189,7 +196,10 @@ pub enum ProfileError {
         message: String,
     },
     /// A key the schema does not know.
-    #[error("model profile has unknown key `{key}`{}; expected {expected}", at(path))]
+    #[error(
+        "model profile has unknown key `{key}`{}; expected {expected}",
+        at(path)
+    )]
     UnknownKey {
         /// The unknown key.
         key: String,
@@ -225,7 +235,11 @@ pub enum ProfileError {
 }
 
 fn at(path: &str) -> String {
-    if path.is_empty() { String::new() } else { format!(" (in `{path}`)") }
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!(" (in `{path}`)")
+    }
 }
 
 /// Deserialises a struct only from a JSON object (serde's derive also accepts an
@@ -262,42 +276,49 @@ pub fn parse_profile(json: &str) -> Result<Profile, ProfileError> {
     let mut track = serde_path_to_error::Track::new();
     let parsed: Result<Profile, _> =
         map_only(serde_path_to_error::Deserializer::new(&mut de, &mut track));
-    let profile: Profile = match parsed.map_err(|e| serde_path_to_error::Error::new(track.path(), e)) {
-        Ok(p) => p,
-        Err(e) => {
-            let path = e.path().to_string();
-            let path = if path == "." { String::new() } else { path };
-            let inner = e.into_inner();
-            let message = inner.to_string();
-            return Err(match inner.classify() {
-                Category::Data => {
-                    if message.starts_with("unknown field") {
-                        let key = quoted(&message).unwrap_or("?").to_string();
-                        let expected = message
-                            .split_once("expected ")
-                            .map(|(_, rest)| rest.split(" at line").next().unwrap_or(rest))
-                            .unwrap_or("no other keys")
-                            .to_string();
-                        // path_to_error reports the unknown key itself as the last segment.
-                        let parent = path
-                            .strip_suffix(key.as_str())
-                            .map(|p| p.trim_end_matches('.').to_string())
-                            .unwrap_or(path);
-                        ProfileError::UnknownKey { key, path: parent, expected }
-                    } else if message.starts_with("missing field") {
-                        let key = quoted(&message).unwrap_or("?").to_string();
-                        ProfileError::MissingKey { key, path }
-                    } else if path.is_empty() {
-                        ProfileError::Syntax { message }
-                    } else {
-                        ProfileError::WrongType { key: path, message }
+    let profile: Profile =
+        match parsed.map_err(|e| serde_path_to_error::Error::new(track.path(), e)) {
+            Ok(p) => p,
+            Err(e) => {
+                let path = e.path().to_string();
+                let path = if path == "." { String::new() } else { path };
+                let inner = e.into_inner();
+                let message = inner.to_string();
+                return Err(match inner.classify() {
+                    Category::Data => {
+                        if message.starts_with("unknown field") {
+                            let key = quoted(&message).unwrap_or("?").to_string();
+                            let expected = message
+                                .split_once("expected ")
+                                .map(|(_, rest)| rest.split(" at line").next().unwrap_or(rest))
+                                .unwrap_or("no other keys")
+                                .to_string();
+                            // path_to_error reports the unknown key itself as the last segment.
+                            let parent = path
+                                .strip_suffix(key.as_str())
+                                .map(|p| p.trim_end_matches('.').to_string())
+                                .unwrap_or(path);
+                            ProfileError::UnknownKey {
+                                key,
+                                path: parent,
+                                expected,
+                            }
+                        } else if message.starts_with("missing field") {
+                            let key = quoted(&message).unwrap_or("?").to_string();
+                            ProfileError::MissingKey { key, path }
+                        } else if path.is_empty() {
+                            ProfileError::Syntax { message }
+                        } else {
+                            ProfileError::WrongType { key: path, message }
+                        }
                     }
-                }
-                _ => ProfileError::Syntax { message },
-            });
-        }
-    };
-    de.end().map_err(|e| ProfileError::Syntax { message: e.to_string() })?;
+                    _ => ProfileError::Syntax { message },
+                });
+            }
+        };
+    de.end().map_err(|e| ProfileError::Syntax {
+        message: e.to_string(),
+    })?;
     profile.validate()?;
     Ok(profile)
 }

@@ -72,7 +72,9 @@ pub fn parse_torchsummary(
     let lines: Vec<&str> = text.lines().collect();
     let header = lines
         .iter()
-        .position(|l| l.contains("Layer (type)") && l.contains("Output Shape") && l.contains("Param #"))
+        .position(|l| {
+            l.contains("Layer (type)") && l.contains("Output Shape") && l.contains("Param #")
+        })
         .ok_or(SummaryError::MissingHeader)?;
 
     let mut layers = Layers::default();
@@ -118,13 +120,14 @@ pub fn parse_torchsummary(
             text: line.to_string(),
             reason: reason.to_string(),
         };
-        let (name, shape, params) = split_row(line).ok_or_else(|| {
-            bad("expected `Type-N  [output shape]  params`")
-        })?;
+        let (name, shape, params) =
+            split_row(line).ok_or_else(|| bad("expected `Type-N  [output shape]  params`"))?;
         let kind = layer_type(name).ok_or_else(|| bad("layer name must look like `Type-N`"))?;
         let per_sample = per_sample_size(shape).map_err(|r| bad(r))?;
         let p = parse_count(params).ok_or_else(|| bad("parameter count is not a number"))?;
-        activations = activations.checked_add(per_sample).ok_or_else(|| bad("activations overflow"))?;
+        activations = activations
+            .checked_add(per_sample)
+            .ok_or_else(|| bad("activations overflow"))?;
         row_params = row_params.saturating_add(p);
         count_layer(kind, &mut layers);
         if let Some(a) = activation_index(kind, known) {
@@ -225,7 +228,9 @@ fn per_sample_size(shape: &str) -> Result<u64, &'static str> {
         }
         let mut size: u64 = 1;
         for d in &dims[1..] {
-            let v: u64 = d.parse().map_err(|_| "output dimension is not a non-negative integer")?;
+            let v: u64 = d
+                .parse()
+                .map_err(|_| "output dimension is not a non-negative integer")?;
             size = size.checked_mul(v).ok_or("output shape overflows")?;
         }
         total = total.checked_add(size).ok_or("output shape overflows")?;

@@ -55,7 +55,11 @@ fn beyond_training_range_falls_back_to_the_analytic_bound() {
     assert_eq!(e.source, EstimateSource::AnalyticUpperBound);
     assert!(e.mib > 40_000, "{e:?}");
     assert_eq!(e.class, format!("(0,{}]", e.mib));
-    assert_eq!(e.probabilities.len(), 5, "the model's view is still reported");
+    assert_eq!(
+        e.probabilities.len(),
+        5,
+        "the model's view is still reported"
+    );
 }
 
 #[test]
@@ -88,7 +92,9 @@ fn invalid_profiles_are_errors_not_panics() {
 #[test]
 fn batch_equals_single() {
     let est = Estimator::new().unwrap();
-    let mut profiles: Vec<_> = (0..50u64).map(|i| mlp(4 + 20 * i as u32, 10_000 + 3_000_000 * i, 100 + 1_000 * i)).collect();
+    let mut profiles: Vec<_> = (0..50u64)
+        .map(|i| mlp(4 + 20 * i as u32, 10_000 + 3_000_000 * i, 100 + 1_000 * i))
+        .collect();
     profiles.push(parse_profile(r#"{"family":"transformer","batchSize":8,"parameters":1000,"activations":10,"depth":2}"#).unwrap());
     let mut bad = mlp(8, 1000, 100);
     bad.parameters = 0;
@@ -98,7 +104,10 @@ fn batch_equals_single() {
     for (p, b) in profiles.iter().zip(&batch) {
         match (est.estimate(p), b) {
             (Ok(single), Ok(b)) => {
-                assert_eq!((single.mib, &single.class, single.source), (b.mib, &b.class, b.source));
+                assert_eq!(
+                    (single.mib, &single.class, single.source),
+                    (b.mib, &b.class, b.source)
+                );
                 for (x, y) in single.probabilities.iter().zip(&b.probabilities) {
                     assert!((x - y).abs() < 1e-5);
                 }
@@ -133,42 +142,84 @@ fn load_checks_input_width_against_the_sidecar() {
     let onnx = EMBEDDED_MODELS[0].onnx;
     let sidecar = sidecar_with(|v| {
         v["features"].as_array_mut().unwrap().pop();
-        v["training_max"].as_object_mut().unwrap().remove("dropout_layers");
+        v["training_max"]
+            .as_object_mut()
+            .unwrap()
+            .remove("dropout_layers");
     });
     // act_cos removed: 7 features for an 8-wide model
-    let parts = [ModelParts { family: Family::Mlp, onnx, sidecar: &sidecar }];
+    let parts = [ModelParts {
+        family: Family::Mlp,
+        onnx,
+        sidecar: &sidecar,
+    }];
     let err = Estimator::from_parts(&parts).unwrap_err();
     assert!(
-        matches!(err, EstimatorError::Model(ModelError::WidthMismatch { model_width: 8, features: 7, .. })),
+        matches!(
+            err,
+            EstimatorError::Model(ModelError::WidthMismatch {
+                model_width: 8,
+                features: 7,
+                ..
+            })
+        ),
         "{err:?}"
     );
-    assert!(err.to_string().contains("8 features") && err.to_string().contains("lists 7"), "{err}");
+    assert!(
+        err.to_string().contains("8 features") && err.to_string().contains("lists 7"),
+        "{err}"
+    );
 }
 
 #[test]
 fn load_checks_classes_and_sidecar_consistency() {
     let onnx = EMBEDDED_MODELS[0].onnx;
-    let load = |s: String| Estimator::from_parts(&[ModelParts { family: Family::Mlp, onnx, sidecar: &s }]);
+    let load = |s: String| {
+        Estimator::from_parts(&[ModelParts {
+            family: Family::Mlp,
+            onnx,
+            sidecar: &s,
+        }])
+    };
     let e = load(sidecar_with(|v| {
         v["classes"].as_array_mut().unwrap().pop();
     }))
     .unwrap_err();
-    assert!(matches!(e, EstimatorError::Model(ModelError::ClassMismatch { model_width: 5, classes: 4, .. })), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            EstimatorError::Model(ModelError::ClassMismatch {
+                model_width: 5,
+                classes: 4,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
     let e = load(sidecar_with(|v| v["features"][0] = "colour".into())).unwrap_err();
     assert!(e.to_string().contains("colour"), "{e}");
     let e = load(sidecar_with(|v| v["family"] = "cnn".into())).unwrap_err();
-    assert!(matches!(e, EstimatorError::Model(ModelError::Sidecar { .. })), "{e:?}");
+    assert!(
+        matches!(e, EstimatorError::Model(ModelError::Sidecar { .. })),
+        "{e:?}"
+    );
     let e = load(sidecar_with(|v| v["decision"]["threshold"] = 1.5.into())).unwrap_err();
     assert!(e.to_string().contains("threshold"), "{e}");
     let e = load("{}".into()).unwrap_err();
-    assert!(matches!(e, EstimatorError::Model(ModelError::Sidecar { .. })), "{e:?}");
+    assert!(
+        matches!(e, EstimatorError::Model(ModelError::Sidecar { .. })),
+        "{e:?}"
+    );
     let bad_onnx = Estimator::from_parts(&[ModelParts {
         family: Family::Mlp,
         onnx: b"not an onnx file",
         sidecar: EMBEDDED_MODELS[0].sidecar,
     }])
     .unwrap_err();
-    assert!(matches!(bad_onnx, EstimatorError::Model(ModelError::Onnx { .. })), "{bad_onnx:?}");
+    assert!(
+        matches!(bad_onnx, EstimatorError::Model(ModelError::Onnx { .. })),
+        "{bad_onnx:?}"
+    );
     let dup = Estimator::from_parts(&[EMBEDDED_MODELS[0], EMBEDDED_MODELS[0]]).unwrap_err();
     assert!(matches!(dup, EstimatorError::DuplicateFamily(Family::Mlp)));
 }

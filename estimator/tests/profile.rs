@@ -23,18 +23,26 @@ fn full_profile_parses() {
     assert_eq!(p.seq_length, Some(512));
     // round trip through serde keeps camelCase
     let json = serde_json::to_string(&p).unwrap();
-    assert!(json.contains("\"batchSize\":16") && json.contains("\"layerNorm\":25"), "{json}");
+    assert!(
+        json.contains("\"batchSize\":16") && json.contains("\"layerNorm\":25"),
+        "{json}"
+    );
     assert_eq!(parse_profile(&json).unwrap(), p);
 }
 
 #[test]
 fn minimal_profile_uses_documented_defaults() {
-    let p = parse_profile(r#"{"family":"cnn","batchSize":32,"parameters":5,"activations":7,
-        "layers":{"conv2d":3,"batchNorm":2,"linear":1,"adaptiveAvgPool":1,"dropout":1}}"#)
+    let p = parse_profile(
+        r#"{"family":"cnn","batchSize":32,"parameters":5,"activations":7,
+        "layers":{"conv2d":3,"batchNorm":2,"linear":1,"adaptiveAvgPool":1,"dropout":1}}"#,
+    )
     .unwrap();
     assert_eq!(p.activation_name(), "ReLU");
     assert_eq!(p.effective_depth(), 8); // conv2d + bn + dropout + pool + linear
-    let p = parse_profile(r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"layers":{"linear":4}}"#).unwrap();
+    let p = parse_profile(
+        r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"layers":{"linear":4}}"#,
+    )
+    .unwrap();
     assert_eq!(p.effective_depth(), 4);
 }
 
@@ -44,12 +52,24 @@ fn err(json: &str) -> ProfileError {
 
 #[test]
 fn unknown_keys_are_named() {
-    let e = err(r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"depth":2,"gpus":1}"#);
-    assert!(matches!(&e, ProfileError::UnknownKey { key, path, .. } if key == "gpus" && path.is_empty()), "{e:?}");
+    let e =
+        err(r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"depth":2,"gpus":1}"#);
+    assert!(
+        matches!(&e, ProfileError::UnknownKey { key, path, .. } if key == "gpus" && path.is_empty()),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("`gpus`"), "{e}");
-    let e = err(r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"depth":2,"layers":{"lstm":1}}"#);
-    assert!(matches!(&e, ProfileError::UnknownKey { key, path, .. } if key == "lstm" && path == "layers"), "{e:?}");
-    assert!(e.to_string().contains("`lstm`") && e.to_string().contains("layers"), "{e}");
+    let e = err(
+        r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"depth":2,"layers":{"lstm":1}}"#,
+    );
+    assert!(
+        matches!(&e, ProfileError::UnknownKey { key, path, .. } if key == "lstm" && path == "layers"),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("`lstm`") && e.to_string().contains("layers"),
+        "{e}"
+    );
     // snake_case is not the schema
     let e = err(r#"{"family":"mlp","batch_size":1,"parameters":5,"activations":7,"depth":2}"#);
     assert!(e.to_string().contains("`batch_size`"), "{e}");
@@ -58,19 +78,52 @@ fn unknown_keys_are_named() {
 #[test]
 fn wrong_types_are_named() {
     for (json, key) in [
-        (r#"{"family":"mlp","batchSize":"32","parameters":5,"activations":7,"depth":2}"#, "batchSize"),
-        (r#"{"family":"mlp","batchSize":32.5,"parameters":5,"activations":7,"depth":2}"#, "batchSize"),
-        (r#"{"family":"mlp","batchSize":-1,"parameters":5,"activations":7,"depth":2}"#, "batchSize"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":5e99,"activations":7,"depth":2}"#, "parameters"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":null,"depth":2}"#, "activations"),
-        (r#"{"family":"gpu","batchSize":1,"parameters":5,"activations":7,"depth":2}"#, "family"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"activation":3}"#, "activation"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"layers":{"conv2d":"x"}}"#, "layers.conv2d"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"layers":[1]}"#, "layers"),
-        (r#"{"family":"mlp","batchSize":4294967296,"parameters":5,"activations":7,"depth":2}"#, "batchSize"),
+        (
+            r#"{"family":"mlp","batchSize":"32","parameters":5,"activations":7,"depth":2}"#,
+            "batchSize",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":32.5,"parameters":5,"activations":7,"depth":2}"#,
+            "batchSize",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":-1,"parameters":5,"activations":7,"depth":2}"#,
+            "batchSize",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":5e99,"activations":7,"depth":2}"#,
+            "parameters",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":null,"depth":2}"#,
+            "activations",
+        ),
+        (
+            r#"{"family":"gpu","batchSize":1,"parameters":5,"activations":7,"depth":2}"#,
+            "family",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"activation":3}"#,
+            "activation",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"layers":{"conv2d":"x"}}"#,
+            "layers.conv2d",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"layers":[1]}"#,
+            "layers",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":4294967296,"parameters":5,"activations":7,"depth":2}"#,
+            "batchSize",
+        ),
     ] {
         let e = err(json);
-        assert!(matches!(&e, ProfileError::WrongType { key: k, .. } if k == key), "{json}: {e:?}");
+        assert!(
+            matches!(&e, ProfileError::WrongType { key: k, .. } if k == key),
+            "{json}: {e:?}"
+        );
         assert!(e.to_string().contains(&format!("`{key}`")), "{e}");
     }
 }
@@ -78,7 +131,10 @@ fn wrong_types_are_named() {
 #[test]
 fn missing_keys_are_named() {
     let e = err(r#"{"family":"mlp","batchSize":1,"activations":7,"depth":2}"#);
-    assert!(matches!(&e, ProfileError::MissingKey { key, .. } if key == "parameters"), "{e:?}");
+    assert!(
+        matches!(&e, ProfileError::MissingKey { key, .. } if key == "parameters"),
+        "{e:?}"
+    );
     let e = err(r#"{"batchSize":1,"parameters":1,"activations":7,"depth":2}"#);
     assert!(e.to_string().contains("`family`"), "{e}");
 }
@@ -86,23 +142,58 @@ fn missing_keys_are_named() {
 #[test]
 fn invalid_values_are_named() {
     for (json, key) in [
-        (r#"{"family":"mlp","batchSize":0,"parameters":5,"activations":7,"depth":2}"#, "batchSize"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":0,"activations":7,"depth":2}"#, "parameters"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":0,"depth":2}"#, "activations"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7}"#, "depth"),
-        (r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"depth":2,"activation":" "}"#, "activation"),
-        (r#"{"family":"transformer","batchSize":1,"parameters":5,"activations":7,"depth":2,"seqLength":0}"#, "seqLength"),
+        (
+            r#"{"family":"mlp","batchSize":0,"parameters":5,"activations":7,"depth":2}"#,
+            "batchSize",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":0,"activations":7,"depth":2}"#,
+            "parameters",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":0,"depth":2}"#,
+            "activations",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7}"#,
+            "depth",
+        ),
+        (
+            r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"depth":2,"activation":" "}"#,
+            "activation",
+        ),
+        (
+            r#"{"family":"transformer","batchSize":1,"parameters":5,"activations":7,"depth":2,"seqLength":0}"#,
+            "seqLength",
+        ),
     ] {
         let e = err(json);
-        assert!(matches!(&e, ProfileError::Invalid { key: k, .. } if k == key), "{json}: {e:?}");
+        assert!(
+            matches!(&e, ProfileError::Invalid { key: k, .. } if k == key),
+            "{json}: {e:?}"
+        );
     }
 }
 
 #[test]
 fn syntax_errors() {
-    for json in ["", "{", "[1,2]", "42", "\"mlp\"", r#"{"family":"mlp"} trailing"#, "{'family':'mlp'}"] {
+    for json in [
+        "",
+        "{",
+        "[1,2]",
+        "42",
+        "\"mlp\"",
+        r#"{"family":"mlp"} trailing"#,
+        "{'family':'mlp'}",
+    ] {
         let e = err(json);
-        assert!(matches!(e, ProfileError::Syntax { .. } | ProfileError::MissingKey { .. }), "{json}: {e:?}");
+        assert!(
+            matches!(
+                e,
+                ProfileError::Syntax { .. } | ProfileError::MissingKey { .. }
+            ),
+            "{json}: {e:?}"
+        );
     }
     let e = err(r#"{"family":"mlp","batchSize":1,"parameters":5,"activations":7,"depth":2} x"#);
     assert!(matches!(e, ProfileError::Syntax { .. }), "{e:?}");

@@ -23,7 +23,10 @@ fn mnist_cnn_by_hand() {
     assert_eq!(p.parameters, 1_199_882);
     // 32·26·26 + 64·24·24 + 64·12·12 + 128 + 128 + 10
     assert_eq!(p.activations, 21_632 + 36_864 + 9_216 + 128 + 128 + 10);
-    assert_eq!((p.layers.conv2d, p.layers.dropout, p.layers.linear), (2, 2, 2));
+    assert_eq!(
+        (p.layers.conv2d, p.layers.dropout, p.layers.linear),
+        (2, 2, 2)
+    );
     assert_eq!(p.depth, Some(6));
     assert_eq!(p.activation.as_deref(), Some("ReLU")); // none listed: the default
     assert_eq!(p.batch_size, 64);
@@ -46,7 +49,8 @@ fn every_shared_summary_parses_and_estimates() {
     let est = Estimator::new().unwrap();
     for name in FILES {
         let text = read(name);
-        let p = parse_torchsummary(&text, Family::Cnn, 32).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let p =
+            parse_torchsummary(&text, Family::Cnn, 32).unwrap_or_else(|e| panic!("{name}: {e}"));
         let total: u64 = text
             .lines()
             .find_map(|l| l.strip_prefix("Total params:"))
@@ -55,7 +59,11 @@ fn every_shared_summary_parses_and_estimates() {
         assert_eq!(p.parameters, total, "{name}");
         assert!(p.activations > 0 && p.layers.conv2d > 0, "{name}: {p:?}");
         let e = est.estimate(&p).unwrap();
-        assert_eq!(e.source, EstimateSource::AnalyticUpperBound, "{name}: no CNN model yet");
+        assert_eq!(
+            e.source,
+            EstimateSource::AnalyticUpperBound,
+            "{name}: no CNN model yet"
+        );
         assert!(e.mib >= 1536 && e.probabilities.is_empty(), "{name}: {e:?}");
     }
     // EfficientNet/MobileNet (timm) use SiLU
@@ -66,12 +74,24 @@ fn every_shared_summary_parses_and_estimates() {
 #[test]
 fn malformed_tables_are_rejected() {
     let good = read("mnist_cnn_64.model");
-    assert_eq!(parse_torchsummary("", Family::Cnn, 1), Err(SummaryError::MissingHeader));
-    assert_eq!(parse_torchsummary("hello\nworld", Family::Cnn, 1), Err(SummaryError::MissingHeader));
-    assert_eq!(parse_torchsummary(&good, Family::Cnn, 0), Err(SummaryError::BadBatchSize));
+    assert_eq!(
+        parse_torchsummary("", Family::Cnn, 1),
+        Err(SummaryError::MissingHeader)
+    );
+    assert_eq!(
+        parse_torchsummary("hello\nworld", Family::Cnn, 1),
+        Err(SummaryError::MissingHeader)
+    );
+    assert_eq!(
+        parse_torchsummary(&good, Family::Cnn, 0),
+        Err(SummaryError::BadBatchSize)
+    );
 
     let header_only: String = good.lines().take(3).collect::<Vec<_>>().join("\n");
-    assert_eq!(parse_torchsummary(&header_only, Family::Cnn, 1), Err(SummaryError::NoLayers));
+    assert_eq!(
+        parse_torchsummary(&header_only, Family::Cnn, 1),
+        Err(SummaryError::NoLayers)
+    );
 
     for (from, to) in [
         ("[-1, 32, 26, 26]", "[-1, 32, x, 26]"),
@@ -82,14 +102,25 @@ fn malformed_tables_are_rejected() {
     ] {
         let bad = good.replacen(from, to, 1);
         let e = parse_torchsummary(&bad, Family::Cnn, 1).unwrap_err();
-        assert!(matches!(e, SummaryError::BadRow { .. }), "{from} -> {to}: {e:?}");
+        assert!(
+            matches!(e, SummaryError::BadRow { .. }),
+            "{from} -> {to}: {e:?}"
+        );
         assert!(e.to_string().contains("line"), "{e}");
     }
     let bad = good.replace("Total params: 1,199,882", "Total params: lots");
-    assert!(matches!(parse_torchsummary(&bad, Family::Cnn, 1), Err(SummaryError::BadTotal { .. })));
+    assert!(matches!(
+        parse_torchsummary(&bad, Family::Cnn, 1),
+        Err(SummaryError::BadTotal { .. })
+    ));
     // without the Total line, the rows are summed
     let no_total = good.replace("Total params: 1,199,882", "");
-    assert_eq!(parse_torchsummary(&no_total, Family::Cnn, 1).unwrap().parameters, 1_199_882);
+    assert_eq!(
+        parse_torchsummary(&no_total, Family::Cnn, 1)
+            .unwrap()
+            .parameters,
+        1_199_882
+    );
     // truncated in the middle of the table still yields the rows read so far
     let cut: String = good.lines().take(6).collect::<Vec<_>>().join("\n");
     let p = parse_torchsummary(&cut, Family::Cnn, 1).unwrap();
@@ -110,7 +141,15 @@ fn multi_output_rows_and_explicit_batch_dimension() {
     let p = parse_torchsummary(t, Family::Transformer, 32).unwrap();
     assert_eq!(p.activations, 100 + (160 + 640) + 20 + 20 + 20 + 20);
     assert_eq!(p.parameters, 78_500 + 1_000 + 40 + 420);
-    assert_eq!((p.layers.linear, p.layers.attention, p.layers.layer_norm, p.layers.dropout), (1, 1, 1, 1));
+    assert_eq!(
+        (
+            p.layers.linear,
+            p.layers.attention,
+            p.layers.layer_norm,
+            p.layers.dropout
+        ),
+        (1, 1, 1, 1)
+    );
     assert_eq!(p.activation.as_deref(), Some("GELU"));
     assert_eq!(p.depth, Some(4));
 }

@@ -404,6 +404,8 @@ impl Step<'_, '_> {
         };
         self.st.node.clone_from(&a.node);
         self.st.reserved_mib = a.reserved_mib;
+        // An adopted recovery attempt ends the backoff its creator was waiting out.
+        self.st.next_attempt_at = None;
         if let Some(e) = &o.estimate {
             self.st.estimate = Some(EstimateStatus {
                 mib: Some(e.mib),

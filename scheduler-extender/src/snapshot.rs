@@ -207,3 +207,36 @@ impl ClusterBackend for SnapshotBackend {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lists_and_yaml_documents_are_read() {
+        let json = r#"{"apiVersion":"v1","kind":"List","items":[
+            {"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}},
+            {"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"skipped"}},
+            {"apiVersion":"carma.io/v1alpha1","kind":"GpuNode","metadata":{"name":"n1"},"spec":{}}]}"#;
+        let s = Snapshot::parse(json).unwrap();
+        assert_eq!((s.nodes.len(), s.gpu_nodes.len(), s.pods.len()), (1, 1, 0));
+        let yaml = "kind: Pod\napiVersion: v1\nmetadata:\n  name: p\n---\nkind: PodList\nitems:\n- kind: Pod\n  metadata:\n    name: q\n";
+        let s = Snapshot::parse(yaml).unwrap();
+        assert_eq!(s.pods.len(), 2);
+    }
+
+    #[test]
+    fn errors_say_where() {
+        let err = Snapshot::parse("kind: List\nitems:\n- kind: Pod\n  spec: 3\n").unwrap_err();
+        assert!(err.contains("document 1, item 0 (Pod)"), "{err}");
+        let err = Snapshot::parse("metadata: {}\n").unwrap_err();
+        assert!(err.contains("without `kind`"), "{err}");
+        let err = Snapshot::parse("kind: List\n").unwrap_err();
+        assert!(err.contains("items"), "{err}");
+        let err = Snapshot::load(Path::new("/nonexistent/snapshot.yaml")).unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/snapshot.yaml"),
+            "{err}"
+        );
+    }
+}

@@ -224,3 +224,27 @@ pub fn pod_json(
         }
     })
 }
+
+/// The model profile of the benchmark pod (an MLP, estimated by GPUMemNet).
+pub const BENCH_PROFILE: &str = r#"{"family":"mlp","batchSize":256,"parameters":2000000,"activations":6000,"depth":5,"activation":"ReLU","layers":{"linear":5}}"#;
+
+/// kube-scheduler's filter/prioritize body for one single-GPU pod (with
+/// [`BENCH_PROFILE`]) against the first `nodes` nodes of [`cluster`]:
+/// `NodeNames` (`nodeCacheCapable: true`) or full `Nodes` objects.
+pub fn extender_args_body(nodes: usize, node_cache_capable: bool) -> Vec<u8> {
+    let pod = pod_json(
+        "ml",
+        "bench-pod",
+        "00000000-0000-4000-8000-00000000beef",
+        1,
+        &[(carma_api::names::ANNOTATION_MODEL_PROFILE, BENCH_PROFILE)],
+    );
+    let body = if node_cache_capable {
+        let names: Vec<String> = (0..nodes).map(node_name).collect();
+        json!({ "Pod": pod, "Nodes": null, "NodeNames": names })
+    } else {
+        let items: Vec<Value> = (0..nodes).map(|i| node_json(&node_name(i), 8)).collect();
+        json!({ "Pod": pod, "Nodes": { "metadata": {}, "items": items }, "NodeNames": null })
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}

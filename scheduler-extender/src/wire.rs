@@ -311,3 +311,61 @@ pub struct BadRequest {
     #[serde(rename = "Error")]
     pub error: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn filter_result_is_written_like_go_writes_it() {
+        let r = ExtenderFilterResult {
+            node_names: Some(vec!["a".into()]),
+            failed_nodes: ReasonMap(vec![("b".into(), "why".into())]),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({
+                "Nodes": null, "NodeNames": ["a"], "FailedNodes": {"b": "why"},
+                "FailedAndUnresolvableNodes": {}, "Error": ""
+            })
+        );
+    }
+
+    #[test]
+    fn go_nulls_and_lowercase_keys_are_read() {
+        let r: ExtenderFilterResult = serde_json::from_value(json!({
+            "nodes": null, "nodenames": ["a"], "failedNodes": null, "error": "x"
+        }))
+        .unwrap();
+        assert_eq!(r.node_names, Some(vec!["a".to_string()]));
+        assert!(r.failed_nodes.is_empty());
+        assert_eq!(r.error, "x");
+        let b: ExtenderBindingArgs = serde_json::from_value(json!({
+            "podName": "p", "podNamespace": "ns", "podUID": "u", "node": "n"
+        }))
+        .unwrap();
+        assert_eq!(b.pod_uid, "u");
+    }
+
+    #[test]
+    fn node_list_keeps_each_node_verbatim() {
+        let args: ExtenderArgs = serde_json::from_value(json!({
+            "Pod": {"metadata": {"name": "p"}},
+            "Nodes": {"items": [{"metadata": {"name": "n1", "labels": {"x": "y"}}, "status": {}}]},
+        }))
+        .unwrap();
+        assert_eq!(args.candidate_names(), vec!["n1"]);
+        let list = args.nodes.unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(list.items[0].raw.get()).unwrap(),
+            json!({"metadata": {"name": "n1", "labels": {"x": "y"}}, "status": {}})
+        );
+        let err = serde_json::from_value::<ExtenderArgs>(json!({
+            "Pod": {}, "Nodes": {"items": [{"metadata": {}}]}
+        }))
+        .unwrap_err();
+        assert!(err.to_string().contains("name"), "{err}");
+    }
+}

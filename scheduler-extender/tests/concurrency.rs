@@ -13,7 +13,11 @@ use carma_scheduler_extender::synthetic::{self, GPU_MIB, pod_json};
 use common::*;
 use serde_json::Value;
 
-async fn storm(cfg: PlacementConfig, pods: usize, mib: &str) -> (usize, Arc<carma_scheduler_extender::Extender>) {
+async fn storm(
+    cfg: PlacementConfig,
+    pods: usize,
+    mib: &str,
+) -> (usize, Arc<carma_scheduler_extender::Extender>) {
     // 2 nodes × 4 idle GPUs.
     let mut snap = synthetic::cluster(2, 4);
     for g in &mut snap.gpu_nodes {
@@ -33,7 +37,13 @@ async fn storm(cfg: PlacementConfig, pods: usize, mib: &str) -> (usize, Arc<carm
     let node_refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let mut bodies = Vec::new();
     for i in 0..pods {
-        let pod = pod_json("ml", &format!("p{i}"), &format!("uid-{i}"), 1, &[(ANNOTATION_GPU_MEMORY, mib)]);
+        let pod = pod_json(
+            "ml",
+            &format!("p{i}"),
+            &format!("uid-{i}"),
+            1,
+            &[(ANNOTATION_GPU_MEMORY, mib)],
+        );
         post(&r, "/filter", &args_names(&pod, &node_refs)).await;
         bodies.push(bind_args(&pod, node_refs[i % 2]));
     }
@@ -52,7 +62,9 @@ async fn storm(cfg: PlacementConfig, pods: usize, mib: &str) -> (usize, Arc<carm
             ok += 1;
         } else {
             assert!(
-                err.contains("no longer fits") || err.contains("warm-up") || err.contains("exceeds"),
+                err.contains("no longer fits")
+                    || err.contains("warm-up")
+                    || err.contains("exceeds"),
                 "{err}"
             );
         }
@@ -70,7 +82,10 @@ fn check_no_overbooking(ext: &carma_scheduler_extender::Extender) -> HashMap<Str
         }
     }
     for (gpu, mib) in &per_gpu {
-        assert!(*mib <= GPU_MIB, "{gpu}: {mib} MiB reserved on a {GPU_MIB} MiB GPU");
+        assert!(
+            *mib <= GPU_MIB,
+            "{gpu}: {mib} MiB reserved on a {GPU_MIB} MiB GPU"
+        );
     }
     per_gpu
 }
@@ -100,7 +115,16 @@ async fn concurrent_binds_never_exceed_gpu_memory() {
     assert!(per_gpu.values().all(|m| *m == 5 * 7168), "{per_gpu:?}");
     assert_eq!(ok, 40, "{per_gpu:?}");
     let (_, metrics) = get(&router(ext.clone()), "/metrics").await;
-    assert!(metrics.contains(r#"carma_extender_binds_total{result="recorded"} 40"#), "{metrics}");
-    assert!(metrics.contains(r#"carma_extender_binds_total{result="conflict"} 80"#), "{metrics}");
-    assert!(metrics.contains("carma_extender_placements_in_flight 40"), "{metrics}");
+    assert!(
+        metrics.contains(r#"carma_extender_binds_total{result="recorded"} 40"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"carma_extender_binds_total{result="conflict"} 80"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("carma_extender_placements_in_flight 40"),
+        "{metrics}"
+    );
 }

@@ -16,7 +16,14 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 /// A pod bound to `node` and assigned `gpu` by carma at `at`.
-fn assigned(name: &str, node_name: &str, gpu_uuid: &str, mib: u64, at: &str, exclusive: bool) -> Pod {
+fn assigned(
+    name: &str,
+    node_name: &str,
+    gpu_uuid: &str,
+    mib: u64,
+    at: &str,
+    exclusive: bool,
+) -> Pod {
     let est = format!(r#"{{"mib":{mib},"source":"override"}}"#);
     let mut ann = vec![
         (ANNOTATION_ASSIGNED_GPUS, gpu_uuid),
@@ -76,10 +83,38 @@ fn cluster() -> Snapshot {
     let mut g = busy("GPU-exclusive");
     g.pods = vec![visible("holder", 30_000)];
     s.gpu_nodes[1] = gpu_node("exclusive", vec![g]);
-    s.pods.push(assigned("holder", "exclusive", "GPU-exclusive", 30_000, "2026-01-01T00:00:00.000Z", true));
-    s.pods.push(assigned("fresh", "warmup", "GPU-warmup", 4_000, &now, false));
-    s.pods.push(assigned("r1", "reserved", "GPU-reserved", 20_000, "2026-01-01T00:00:00.000Z", false));
-    s.pods.push(assigned("r2", "reserved", "GPU-reserved", 16_000, "2026-01-01T00:00:00.000Z", false));
+    s.pods.push(assigned(
+        "holder",
+        "exclusive",
+        "GPU-exclusive",
+        30_000,
+        "2026-01-01T00:00:00.000Z",
+        true,
+    ));
+    s.pods.push(assigned(
+        "fresh",
+        "warmup",
+        "GPU-warmup",
+        4_000,
+        &now,
+        false,
+    ));
+    s.pods.push(assigned(
+        "r1",
+        "reserved",
+        "GPU-reserved",
+        20_000,
+        "2026-01-01T00:00:00.000Z",
+        false,
+    ));
+    s.pods.push(assigned(
+        "r2",
+        "reserved",
+        "GPU-reserved",
+        16_000,
+        "2026-01-01T00:00:00.000Z",
+        false,
+    ));
     s
 }
 
@@ -90,8 +125,16 @@ async fn every_rule_has_its_reason_and_code() {
     let r = router(ext);
     let pod = pod_json("ml", "p", "uid-p", 1, &[(ANNOTATION_GPU_MEMORY, "8Gi")]);
     let nodes = [
-        "unhealthy", "exclusive", "warmup", "memory", "reserved", "gate", "cold", "fits",
-        "no-gpunode", "unknown",
+        "unhealthy",
+        "exclusive",
+        "warmup",
+        "memory",
+        "reserved",
+        "gate",
+        "cold",
+        "fits",
+        "no-gpunode",
+        "unknown",
     ];
     let (_, out) = post(&r, "/filter", &args_names(&pod, &nodes)).await;
     assert_eq!(passing(&out), vec!["fits"], "{out:#}");
@@ -101,12 +144,17 @@ async fn every_rule_has_its_reason_and_code() {
         ("exclusive", "is held exclusively by uid-holder"),
         ("warmup", "is in its warm-up lock: pod uid-fresh"),
         ("memory", "needs 8192 + 2048 margin"),
-        ("reserved", "has 36000 MiB of 40960 MiB reserved by 2 pod(s)"),
+        (
+            "reserved",
+            "has 36000 MiB of 40960 MiB reserved by 2 pod(s)",
+        ),
         ("gate", "fails the utilization gate"),
         ("cold", "telemetry window still filling"),
     ];
     for (n, needle) in expect {
-        let reason = failed[n].as_str().unwrap_or_else(|| panic!("{n} not in FailedNodes: {out:#}"));
+        let reason = failed[n]
+            .as_str()
+            .unwrap_or_else(|| panic!("{n} not in FailedNodes: {out:#}"));
         assert!(reason.contains(needle), "{n}: {reason}");
         assert!(reason.starts_with(&format!("node {n}:")), "{reason}");
     }
@@ -127,33 +175,83 @@ async fn every_rule_has_its_reason_and_code() {
     let excl = pod_json("ml", "x", "uid-x", 1, &[(ANNOTATION_POLICY, "exclusive")]);
     let (_, out) = post(&r, "/filter", &args_names(&excl, &["fits"])).await;
     let reason = out["FailedNodes"]["fits"].as_str().unwrap();
-    assert!(reason.contains("is not idle") && reason.contains("exclusively"), "{reason}");
+    assert!(
+        reason.contains("is not idle") && reason.contains("exclusively"),
+        "{reason}"
+    );
 
     let (_, metrics) = get(&r, "/metrics").await;
     for code in [
-        "unhealthy", "exclusively-held", "warm-up-lock", "insufficient-memory", "over-reserved",
-        "utilization-gate", "telemetry-warming-up", "not-idle",
+        "unhealthy",
+        "exclusively-held",
+        "warm-up-lock",
+        "insufficient-memory",
+        "over-reserved",
+        "utilization-gate",
+        "telemetry-warming-up",
+        "not-idle",
     ] {
         assert!(
-            metrics.contains(&format!(r#"carma_extender_rejections_total{{reason="{code}"}} 1"#)),
+            metrics.contains(&format!(
+                r#"carma_extender_rejections_total{{reason="{code}"}} 1"#
+            )),
             "{code}: {metrics}"
         );
     }
-    assert!(metrics.contains(r#"carma_extender_rejections_total{reason="no-gpus"} 2"#), "{metrics}");
-    assert!(metrics.contains(r#"carma_extender_rejections_total{reason="too-few-gpus"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"carma_extender_rejections_total{reason="no-gpus"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"carma_extender_rejections_total{reason="too-few-gpus"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
 async fn every_malformed_input_names_what_to_fix() {
     let rec = Arc::new(Recorder::default());
-    let ext = extender_with(&cluster(), Policy::Magm, PlacementConfig::default(), rec.clone());
+    let ext = extender_with(
+        &cluster(),
+        Policy::Magm,
+        PlacementConfig::default(),
+        rec.clone(),
+    );
     let r = router(ext);
     let cases: [(&str, u32, &[(&str, &str)], &str); 5] = [
-        ("m1", 1, &[(ANNOTATION_GPU_MEMORY, "-3Gi")], ANNOTATION_GPU_MEMORY),
-        ("m2", 1, &[(ANNOTATION_POLICY, "fastest")], ANNOTATION_POLICY),
-        ("m3", 1, &[(ANNOTATION_EXCLUSIVE, "yes")], ANNOTATION_EXCLUSIVE),
-        ("m4", 1, &[(ANNOTATION_MODEL_PROFILE, r#"{"family":"mlp","batchSize":"big"}"#)], "batchSize"),
-        ("m5", 1, &[(ANNOTATION_MODEL_PROFILE, r#"{"family":"mlp","flops":1}"#)], "flops"),
+        (
+            "m1",
+            1,
+            &[(ANNOTATION_GPU_MEMORY, "-3Gi")],
+            ANNOTATION_GPU_MEMORY,
+        ),
+        (
+            "m2",
+            1,
+            &[(ANNOTATION_POLICY, "fastest")],
+            ANNOTATION_POLICY,
+        ),
+        (
+            "m3",
+            1,
+            &[(ANNOTATION_EXCLUSIVE, "yes")],
+            ANNOTATION_EXCLUSIVE,
+        ),
+        (
+            "m4",
+            1,
+            &[(
+                ANNOTATION_MODEL_PROFILE,
+                r#"{"family":"mlp","batchSize":"big"}"#,
+            )],
+            "batchSize",
+        ),
+        (
+            "m5",
+            1,
+            &[(ANNOTATION_MODEL_PROFILE, r#"{"family":"mlp","flops":1}"#)],
+            "flops",
+        ),
     ];
     for (name, gpus, ann, needle) in cases {
         let pod = pod_json("ml", name, &format!("uid-{name}"), gpus, ann);
@@ -169,10 +267,17 @@ async fn every_malformed_input_names_what_to_fix() {
     pod["spec"]["containers"][0]["resources"]["limits"][RESOURCE_GPU] = json!("500m");
     let (_, out) = post(&r, "/filter", &args_names(&pod, &["fits"])).await;
     let reason = out["FailedAndUnresolvableNodes"]["fits"].as_str().unwrap();
-    assert!(reason.contains(RESOURCE_GPU) && reason.contains("500m"), "{reason}");
+    assert!(
+        reason.contains(RESOURCE_GPU) && reason.contains("500m"),
+        "{reason}"
+    );
 
     let warnings = rec.warnings.lock();
     assert_eq!(warnings.len(), 6);
     assert_eq!(warnings[5].reason, "InvalidCarmaRequest");
-    assert!(warnings[..5].iter().all(|w| w.reason == "InvalidCarmaAnnotation"));
+    assert!(
+        warnings[..5]
+            .iter()
+            .all(|w| w.reason == "InvalidCarmaAnnotation")
+    );
 }

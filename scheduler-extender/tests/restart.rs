@@ -56,8 +56,14 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
     let pending: Vec<Pod> = ["p1", "p2", "p3"]
         .iter()
         .map(|n| {
-            serde_json::from_value(pod_json("ml", n, &format!("uid-{n}"), 1, &[(ANNOTATION_GPU_MEMORY, "10Gi")]))
-                .unwrap()
+            serde_json::from_value(pod_json(
+                "ml",
+                n,
+                &format!("uid-{n}"),
+                1,
+                &[(ANNOTATION_GPU_MEMORY, "10Gi")],
+            ))
+            .unwrap()
         })
         .collect();
     for (pod, node) in pending.iter().zip([A, A, B]) {
@@ -67,7 +73,11 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
         assert_eq!(out["Error"], "", "{out}");
     }
     let before = ext.cluster().ledger_snapshot();
-    assert_eq!(before.len(), 4 + 3, "four pods from the snapshot, three new");
+    assert_eq!(
+        before.len(),
+        4 + 3,
+        "four pods from the snapshot, three new"
+    );
 
     // Restart: a fresh state from the cluster as it now is (the telemetry does
     // not show the new pods yet). Pods first, then GpuNodes, as watchers may deliver.
@@ -90,14 +100,28 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
     let rebuilt = cluster.ledger_snapshot();
     assert_eq!(rebuilt.len(), before.len());
     for r in before.records() {
-        let back = rebuilt.get(&r.pod).unwrap_or_else(|| panic!("{} lost", r.pod));
-        assert_eq!((&back.node, &back.gpus, back.reserved_mib), (&r.node, &r.gpus, r.reserved_mib));
+        let back = rebuilt
+            .get(&r.pod)
+            .unwrap_or_else(|| panic!("{} lost", r.pod));
+        assert_eq!(
+            (&back.node, &back.gpus, back.reserved_mib),
+            (&r.node, &r.gpus, r.reserved_mib)
+        );
         assert_eq!(back.visible, r.visible, "{}", r.pod);
         // Assignment times survive to the millisecond, so the warm-up lock does too.
         assert_eq!(back.assigned_at, r.assigned_at, "{}", r.pod);
     }
-    assert_eq!(cluster.in_flight(), 4, "three new pods and mlp-sweep-7 are in flight");
-    assert!(rebuilt.get("55555555-5555-4555-8555-555555555555").is_none(), "finished pod holds nothing");
+    assert_eq!(
+        cluster.in_flight(),
+        4,
+        "three new pods and mlp-sweep-7 are in flight"
+    );
+    assert!(
+        rebuilt
+            .get("55555555-5555-4555-8555-555555555555")
+            .is_none(),
+        "finished pod holds nothing"
+    );
 
     // The restarted extender refuses what the old one would have refused.
     let rec2 = Arc::new(Recorder::default());
@@ -108,7 +132,13 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
     };
     let ext2 = extender_with(&all, Policy::Magm, PlacementConfig::default(), rec2);
     let r2 = router(ext2.clone());
-    let probe = pod_json("ml", "probe", "uid-probe", 1, &[(ANNOTATION_GPU_MEMORY, "10Gi")]);
+    let probe = pod_json(
+        "ml",
+        "probe",
+        "uid-probe",
+        1,
+        &[(ANNOTATION_GPU_MEMORY, "10Gi")],
+    );
     let (_, old) = post(&r, "/filter", &args_names(&probe, &[A, B])).await;
     let (_, new) = post(&r2, "/filter", &args_names(&probe, &[A, B])).await;
     assert_eq!(passing(&old), passing(&new));
@@ -116,7 +146,13 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
 
     // Fill every GPU the restarted extender will give out; never over capacity.
     for i in 0..16 {
-        let p = pod_json("ml", &format!("q{i}"), &format!("uid-q{i}"), 1, &[(ANNOTATION_GPU_MEMORY, "10Gi")]);
+        let p = pod_json(
+            "ml",
+            &format!("q{i}"),
+            &format!("uid-q{i}"),
+            1,
+            &[(ANNOTATION_GPU_MEMORY, "10Gi")],
+        );
         post(&r2, "/filter", &args_names(&p, &[A, B])).await;
         for node in [A, B] {
             let (_, out) = post(&r2, "/bind", &bind_args(&p, node)).await;
@@ -131,7 +167,10 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
     }
     // Every GPU that received a pod before the restart took no second pod (warm-up lock).
     let now = carma_scheduler_extender::cluster::now_ms();
-    let locked: Vec<_> = before.records().filter(|r| r.in_warmup(30_000, now)).collect();
+    let locked: Vec<_> = before
+        .records()
+        .filter(|r| r.in_warmup(30_000, now))
+        .collect();
     assert_eq!(locked.len(), 3, "the three pods bound a moment ago");
     for r in locked {
         for g in &r.gpus {
@@ -145,7 +184,10 @@ async fn telemetry_confirms_in_flight_pods_whatever_the_order() {
     let snap = fixture();
     let mut gpu_nodes = snap.gpu_nodes.clone();
     // Telemetry now shows mlp-sweep-7 on gpu-node-b GPU 0.
-    let b = gpu_nodes.iter_mut().find(|g| g.metadata.name.as_deref() == Some(B)).unwrap();
+    let b = gpu_nodes
+        .iter_mut()
+        .find(|g| g.metadata.name.as_deref() == Some(B))
+        .unwrap();
     b.status.as_mut().unwrap().gpus[0].pods[0].observed_mib = Some(1500);
     let uid = "77777777-7777-4777-8777-777777777777";
 
@@ -189,8 +231,11 @@ async fn telemetry_confirms_in_flight_pods_whatever_the_order() {
 async fn relist_drops_pods_that_vanished_but_keeps_binds_in_progress() {
     let (ext, _) = fixture_extender();
     let snap = fixture();
-    let mut uids: std::collections::HashSet<String> =
-        snap.pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    let mut uids: std::collections::HashSet<String> = snap
+        .pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
     uids.remove("33333333-3333-4333-8333-333333333333");
     ext.retain_pods(&uids);
     let ledger = ext.cluster().ledger_snapshot();
@@ -198,7 +243,8 @@ async fn relist_drops_pods_that_vanished_but_keeps_binds_in_progress() {
     assert!(ledger.get("99999999-9999-4999-8999-999999999999").is_some());
     // An unbound pod with stale annotations books nothing (a failed bind).
     let mut stale = pod_json("ml", "stale", "uid-stale", 1, &[]);
-    stale["metadata"]["annotations"] = fixture_pod("mlp-sweep-7")["metadata"]["annotations"].clone();
+    stale["metadata"]["annotations"] =
+        fixture_pod("mlp-sweep-7")["metadata"]["annotations"].clone();
     let stale: Pod = serde_json::from_value(stale).unwrap();
     assert!(!ext.cluster().apply_pod(&stale));
 }

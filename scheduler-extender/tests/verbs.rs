@@ -21,7 +21,12 @@ const GPU_A1: &str = "GPU-0a000000-0000-4000-8000-000000000001";
 async fn filter_with_node_names_answers_node_names() {
     let (ext, _) = fixture_extender();
     let r = router(ext);
-    let (status, out) = post(&r, "/filter", &args_names(&fixture_pod("pending-override"), &[A, B])).await;
+    let (status, out) = post(
+        &r,
+        "/filter",
+        &args_names(&fixture_pod("pending-override"), &[A, B]),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(passing(&out), vec![A, B]);
     assert_eq!(out["Error"], "");
@@ -40,9 +45,15 @@ async fn filter_with_node_objects_hands_back_the_objects_unchanged() {
     assert_eq!(out["NodeNames"], Value::Null);
     // Two idle GPUs only on node a; node b has one idle GPU (one unhealthy, two in use).
     assert_eq!(passing(&out), vec![A]);
-    assert_eq!(out["Nodes"]["items"][0], body["Nodes"]["items"][0], "node object echoed as sent");
+    assert_eq!(
+        out["Nodes"]["items"][0], body["Nodes"]["items"][0],
+        "node object echoed as sent"
+    );
     let reason = out["FailedNodes"][B].as_str().unwrap();
-    assert!(reason.contains("needs 2 GPU(s) exclusively, 1 pass"), "{reason}");
+    assert!(
+        reason.contains("needs 2 GPU(s) exclusively, 1 pass"),
+        "{reason}"
+    );
     assert!(reason.contains("unhealthy"), "{reason}");
 }
 
@@ -64,7 +75,13 @@ async fn prioritize_scores_every_candidate() {
     let (ext, _) = fixture_extender();
     let r = router(ext);
     // 30 GiB on one GPU: only idle GPUs or node a's GPU 0 (30660 free) could ever fit.
-    let pod = pod_json("ml", "big", "uid-big", 1, &[(ANNOTATION_GPU_MEMORY, "30Gi")]);
+    let pod = pod_json(
+        "ml",
+        "big",
+        "uid-big",
+        1,
+        &[(ANNOTATION_GPU_MEMORY, "30Gi")],
+    );
     let (status, out) = post(&r, "/prioritize", &args_names(&pod, &[A, B, "gpu-node-x"])).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
@@ -90,7 +107,11 @@ async fn bind_picks_gpus_and_writes_annotations_then_holds_them() {
     let (status, out) = post(&r, "/bind", &bind_args(&pod, A)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(out["Error"], "", "{out}");
-    assert_eq!(out["Decision"]["GPUs"], json!([GPU_A1]), "first idle GPU on node a");
+    assert_eq!(
+        out["Decision"]["GPUs"],
+        json!([GPU_A1]),
+        "first idle GPU on node a"
+    );
     assert_eq!(out["Decision"]["ReservedMiB"], 10240);
     assert_eq!(out["Decision"]["Source"], "override");
     assert_eq!(out["Decision"]["DryRun"], true);
@@ -98,7 +119,14 @@ async fn bind_picks_gpus_and_writes_annotations_then_holds_them() {
     let binds = rec.binds.lock();
     assert_eq!(binds.len(), 1);
     let (target, ann) = &binds[0];
-    assert_eq!((target.namespace.as_str(), target.name.as_str(), target.node.as_str()), ("ml", "pending-override", A));
+    assert_eq!(
+        (
+            target.namespace.as_str(),
+            target.name.as_str(),
+            target.node.as_str()
+        ),
+        ("ml", "pending-override", A)
+    );
     let ann = ann.as_ref().unwrap();
     assert_eq!(ann[ANNOTATION_ASSIGNED_GPUS], GPU_A1);
     assert_eq!(ann[ANNOTATION_ASSIGNED_NODE], A);
@@ -113,11 +141,22 @@ async fn bind_picks_gpus_and_writes_annotations_then_holds_them() {
     assert!(!record.visible);
     assert_eq!(record.gpus, vec![GPU_A1]);
     // The next whole-GPU pod cannot have GPU 1 any more: node a has only GPU 3 idle now.
-    let (_, f) = post(&r, "/filter", &args_names(&fixture_pod("pending-two-gpus"), &[A])).await;
+    let (_, f) = post(
+        &r,
+        "/filter",
+        &args_names(&fixture_pod("pending-two-gpus"), &[A]),
+    )
+    .await;
     assert!(passing(&f).is_empty(), "{f}");
     // A second bind of the same pod is refused (it already holds GPUs).
     let (_, again) = post(&r, "/bind", &bind_args(&pod, A)).await;
-    assert!(again["Error"].as_str().unwrap().contains("already has a placement"), "{again}");
+    assert!(
+        again["Error"]
+            .as_str()
+            .unwrap()
+            .contains("already has a placement"),
+        "{again}"
+    );
 }
 
 #[tokio::test]
@@ -128,8 +167,12 @@ async fn bind_estimates_from_the_profile_and_counts_reservation_sources() {
     let (_, out) = post(&r, "/bind", &bind_args(&pod, B)).await;
     assert_eq!(out["Error"], "", "{out}");
     assert_eq!(out["Decision"]["Source"], "gpumemnet-mlp");
-    let est: Value =
-        serde_json::from_str(out["Decision"]["Annotations"][ANNOTATION_ESTIMATE].as_str().unwrap()).unwrap();
+    let est: Value = serde_json::from_str(
+        out["Decision"]["Annotations"][ANNOTATION_ESTIMATE]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
     assert!(est["class"].is_string(), "{est}");
     let whole = fixture_pod("pending-two-gpus");
     let (_, out) = post(&r, "/bind", &bind_args(&whole, A)).await;
@@ -139,11 +182,23 @@ async fn bind_estimates_from_the_profile_and_counts_reservation_sources() {
     assert_eq!(out["Decision"]["ReservedMiB"], 40960);
     assert_eq!(out["Decision"]["GPUs"].as_array().unwrap().len(), 2);
     let (_, metrics) = get(&r, "/metrics").await;
-    assert!(metrics.contains(r#"carma_extender_reservations_total{source="gpumemnet-mlp"} 1"#), "{metrics}");
-    assert!(metrics.contains(r#"carma_extender_reservations_total{source="whole-gpu"} 1"#), "{metrics}");
-    assert!(metrics.contains(r#"carma_extender_binds_total{result="recorded"} 2"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"carma_extender_reservations_total{source="gpumemnet-mlp"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"carma_extender_reservations_total{source="whole-gpu"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"carma_extender_binds_total{result="recorded"} 2"#),
+        "{metrics}"
+    );
     // Two new placements in flight plus mlp-sweep-7 from the snapshot.
-    assert!(metrics.contains("carma_extender_placements_in_flight 3"), "{metrics}");
+    assert!(
+        metrics.contains("carma_extender_placements_in_flight 3"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -169,13 +224,31 @@ async fn bad_annotation_fails_every_node_and_warns_once() {
     assert!(warnings[0].note.contains(ANNOTATION_GPU_MEMORY));
     drop(warnings);
     let (_, out) = post(&r, "/prioritize", &args_names(&pod, &[A, B])).await;
-    assert_eq!(out, json!([{ "Host": A, "Score": 0 }, { "Host": B, "Score": 0 }]));
+    assert_eq!(
+        out,
+        json!([{ "Host": A, "Score": 0 }, { "Host": B, "Score": 0 }])
+    );
     let (_, out) = post(&r, "/bind", &bind_args(&pod, A)).await;
-    assert!(out["Error"].as_str().unwrap().contains(ANNOTATION_GPU_MEMORY), "{out}");
+    assert!(
+        out["Error"]
+            .as_str()
+            .unwrap()
+            .contains(ANNOTATION_GPU_MEMORY),
+        "{out}"
+    );
     let (_, metrics) = get(&r, "/metrics").await;
-    assert!(metrics.contains(r#"carma_extender_rejections_total{reason="invalid-annotation"} 6"#), "{metrics}");
-    assert!(metrics.contains(r#"carma_extender_binds_total{result="error"} 1"#), "{metrics}");
-    assert!(metrics.contains(r#"carma_extender_requests_total{verb="bind",outcome="error"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"carma_extender_rejections_total{reason="invalid-annotation"} 6"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"carma_extender_binds_total{result="error"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"carma_extender_requests_total{verb="bind",outcome="error"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -202,7 +275,13 @@ async fn bind_of_an_unknown_pod_is_an_error() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert!(out["Error"].as_str().unwrap().contains("ml/ghost not found"), "{out}");
+    assert!(
+        out["Error"]
+            .as_str()
+            .unwrap()
+            .contains("ml/ghost not found"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
@@ -219,9 +298,15 @@ async fn bind_of_a_pod_that_no_longer_fits_is_a_conflict() {
     let (_, ok) = post(&r, "/bind", &bind_args(&p1, B)).await;
     assert_eq!(ok["Error"], "");
     let (_, lost) = post(&r, "/bind", &bind_args(&p2, B)).await;
-    assert!(lost["Error"].as_str().unwrap().contains("no longer fits"), "{lost}");
+    assert!(
+        lost["Error"].as_str().unwrap().contains("no longer fits"),
+        "{lost}"
+    );
     let (_, metrics) = get(&r, "/metrics").await;
-    assert!(metrics.contains(r#"carma_extender_binds_total{result="conflict"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"carma_extender_binds_total{result="conflict"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -237,12 +322,26 @@ async fn malformed_json_is_a_400_with_a_message() {
     // Valid JSON of the wrong shape is a 400 too, naming the field.
     let (status, out) = post(&r, "/bind", &json!({ "PodName": "x" })).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(out["Error"].as_str().unwrap().contains("PodNamespace"), "{out}");
-    let (status, out) = post(&r, "/filter", &json!({ "Pod": { "spec": { "containers": 3 } } })).await;
+    assert!(
+        out["Error"].as_str().unwrap().contains("PodNamespace"),
+        "{out}"
+    );
+    let (status, out) = post(
+        &r,
+        "/filter",
+        &json!({ "Pod": { "spec": { "containers": 3 } } }),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
     let (_, metrics) = get(&r, "/metrics").await;
-    assert!(metrics.contains(r#"carma_extender_requests_total{verb="filter",outcome="bad-request"} 2"#), "{metrics}");
-    assert!(metrics.contains("carma_extender_request_duration_seconds_bucket"), "{metrics}");
+    assert!(
+        metrics.contains(r#"carma_extender_requests_total{verb="filter",outcome="bad-request"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("carma_extender_request_duration_seconds_bucket"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -265,6 +364,14 @@ async fn health_and_readiness() {
     ));
     let r = router(unsynced);
     assert_eq!(get(&r, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
-    let (_, out) = post(&r, "/filter", &args_names(&fixture_pod("pending-override"), &[A])).await;
-    assert!(out["Error"].as_str().unwrap().contains("not synced"), "{out}");
+    let (_, out) = post(
+        &r,
+        "/filter",
+        &args_names(&fixture_pod("pending-override"), &[A]),
+    )
+    .await;
+    assert!(
+        out["Error"].as_str().unwrap().contains("not synced"),
+        "{out}"
+    );
 }

@@ -66,15 +66,15 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
     let config = match config(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("carma operator: {e}");
+            eprintln!("carma operator: {e:#}");
             return Ok(ExitCode::from(EXIT_BAD_INPUT));
         }
     };
     let rt = super::runtime()?;
     rt.block_on(async move {
-        let client = kube::Client::try_default()
-            .await
-            .context("connecting to the Kubernetes API (in-cluster service account or kubeconfig)")?;
+        let client = kube::Client::try_default().await.context(
+            "connecting to the Kubernetes API (in-cluster service account or kubeconfig)",
+        )?;
         carma_operator::run(client, config, shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)
     })

@@ -317,7 +317,7 @@ mod tests {
         assert!(sm.value > 0.0);
         assert!(energy[1] > energy[0]);
         // Deterministic.
-        let again = b.sample_at(10, &ctx, &mut vec![0.0; 2], &BTreeMap::new());
+        let again = b.sample_at(10, &ctx, &mut [0.0; 2], &BTreeMap::new());
         assert_eq!(again[1].memory_used_bytes, s.memory_used_bytes);
     }
 

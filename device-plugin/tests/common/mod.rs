@@ -132,75 +132,89 @@ impl PodLookup for FakePods {
     }
 }
 
-/// A pod JSON as the API server returns it.
-pub fn pod_json(
-    name: &str,
-    node: &str,
-    scheduler: &str,
-    gpus: &[&str],
-    assigned_at: &str,
-    mib: u64,
-    allocated: bool,
-    phase: &str,
-) -> serde_json::Value {
-    let mut annotations = serde_json::Map::new();
-    if !gpus.is_empty() {
-        annotations.insert("carma.io/assigned-gpus".into(), gpus.join(",").into());
-        annotations.insert("carma.io/assigned-at".into(), assigned_at.into());
-        annotations.insert(
-            "carma.io/estimate".into(),
-            format!("{{\"mib\":{mib},\"source\":\"override\"}}").into(),
-        );
-    }
-    if allocated {
-        annotations.insert("carma.io/allocated".into(), "true".into());
-    }
-    let request = if gpus.is_empty() { 1 } else { gpus.len() };
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "uid": format!("00000000-0000-4000-8000-{:012x}", name.bytes().fold(0u64, |h, b| h * 31 + u64::from(b)) & 0xffff_ffff_ffff),
-            "labels": { "carma.io/task": format!("task-{name}") },
-            "annotations": annotations,
-        },
-        "spec": {
-            "nodeName": node,
-            "schedulerName": scheduler,
-            "containers": [{
-                "name": "train",
-                "image": "pytorch",
-                "resources": { "limits": { "carma.io/gpu": request.to_string() } }
-            }]
-        },
-        "status": { "phase": phase }
-    })
+/// A test pod in namespace `ml`.
+#[derive(Debug, Clone)]
+pub struct TestPod<'a> {
+    pub name: &'a str,
+    pub node: &'a str,
+    pub scheduler: &'a str,
+    /// Assigned GPUs; empty: no carma assignment (requests one carma.io/gpu anyway).
+    pub gpus: &'a [&'a str],
+    pub assigned_at: &'a str,
+    pub mib: u64,
+    pub allocated: bool,
+    pub phase: &'a str,
 }
 
-/// [`pod_json`] read as a [`PodInfo`].
-pub fn pod_info(
-    name: &str,
-    node: &str,
-    scheduler: &str,
-    gpus: &[&str],
-    assigned_at: &str,
-    mib: u64,
-    allocated: bool,
-) -> PodInfo {
-    let pod: Pod = serde_json::from_value(pod_json(
-        name,
-        node,
-        scheduler,
-        gpus,
-        assigned_at,
-        mib,
-        allocated,
-        "Pending",
-    ))
-    .unwrap();
-    PodInfo::from_pod(&pod)
+impl<'a> TestPod<'a> {
+    /// A pending pod of carma-scheduler assigned `gpus` at `assigned_at`, reserving `mib`.
+    pub fn new(
+        name: &'a str,
+        node: &'a str,
+        gpus: &'a [&'a str],
+        assigned_at: &'a str,
+        mib: u64,
+    ) -> Self {
+        Self {
+            name,
+            node,
+            scheduler: "carma-scheduler",
+            gpus,
+            assigned_at,
+            mib,
+            allocated: false,
+            phase: "Pending",
+        }
+    }
+
+    /// The pod as the API server returns it.
+    pub fn json(&self) -> serde_json::Value {
+        let mut annotations = serde_json::Map::new();
+        if !self.gpus.is_empty() {
+            annotations.insert("carma.io/assigned-gpus".into(), self.gpus.join(",").into());
+            annotations.insert("carma.io/assigned-at".into(), self.assigned_at.into());
+            annotations.insert(
+                "carma.io/estimate".into(),
+                format!("{{\"mib\":{},\"source\":\"override\"}}", self.mib).into(),
+            );
+        }
+        if self.allocated {
+            annotations.insert("carma.io/allocated".into(), "true".into());
+        }
+        let request = self.gpus.len().max(1);
+        let uid = self
+            .name
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+            & 0xffff_ffff_ffff;
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": self.name,
+                "namespace": "ml",
+                "uid": format!("00000000-0000-4000-8000-{uid:012x}"),
+                "labels": { "carma.io/task": format!("task-{}", self.name) },
+                "annotations": annotations,
+            },
+            "spec": {
+                "nodeName": self.node,
+                "schedulerName": self.scheduler,
+                "containers": [{
+                    "name": "train",
+                    "image": "pytorch",
+                    "resources": { "limits": { "carma.io/gpu": request.to_string() } }
+                }]
+            },
+            "status": { "phase": self.phase }
+        })
+    }
+
+    /// The pod read as a [`PodInfo`].
+    pub fn info(&self) -> PodInfo {
+        let pod: Pod = serde_json::from_value(self.json()).unwrap();
+        PodInfo::from_pod(&pod)
+    }
 }
 
 /// A simulated-backend configuration for tests: fast sampling and directory polling, an ephemeral

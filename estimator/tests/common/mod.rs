@@ -21,13 +21,19 @@ pub fn shared_dir() -> PathBuf {
 /// A file under `../shared/data/`, which must exist.
 pub fn shared_file(rel: &str) -> PathBuf {
     let p = shared_dir().join("data").join(rel);
-    assert!(p.is_file(), "missing shared data file {} (needed by this test)", p.display());
+    assert!(
+        p.is_file(),
+        "missing shared data file {} (needed by this test)",
+        p.display()
+    );
     p
 }
 
 /// A file under `estimator/models/`.
 pub fn model_file(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name)
 }
 
 /// The MLP sidecar as JSON.

@@ -511,6 +511,24 @@ fn existing_pods_are_adopted_never_duplicated() {
 }
 
 #[test]
+fn adopting_the_recovery_attempt_ends_the_backoff() {
+    let (mut tk, mut pods, p) = after_first_oom(json!({}));
+    apply(&mut tk, &p);
+    assert!(st(&tk).next_attempt_at.is_some());
+    // Another replica created train-a2 at the due time, then lost its status write.
+    let mut a2 = pod(2, PodProgress::Pending);
+    a2.requested_mib = Some(16000);
+    pods.push(a2);
+    let p = step(&tk, &pods, t(111));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.next_attempt_at, None);
+    assert_eq!(s.attempts.len(), 2);
+    assert_eq!(s.phase, Some(TaskPhase::Recovering));
+    assert_eq!(reasons(&p), ["AttemptAdopted"]);
+}
+
+#[test]
 fn success_settles_the_task() {
     let mut tk = task(json!({}));
     let p = step(&tk, &[], t(0));

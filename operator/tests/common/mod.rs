@@ -102,7 +102,13 @@ impl Fake {
         });
         let seg: Vec<&str> = path.trim_matches('/').split('/').collect();
         match (&method, seg.as_slice()) {
-            (&Method::GET, ["api", "v1", "namespaces", _, "pods"]) => {
+            (&Method::GET, ["apis", "carma.io", "v1alpha1", "trainingtasks"]) => (
+                StatusCode::OK,
+                json!({"apiVersion": "carma.io/v1alpha1", "kind": "TrainingTaskList",
+                       "metadata": {"resourceVersion": "1"}, "items": [self.task.clone()]}),
+            ),
+            (&Method::GET, ["api", "v1", "pods"])
+            | (&Method::GET, ["api", "v1", "namespaces", _, "pods"]) => {
                 let selector = query.get("labelSelector").cloned().unwrap_or_default();
                 let items: Vec<Value> = self
                     .pods
@@ -345,7 +351,13 @@ pub fn client(fake: Arc<Mutex<Fake>>) -> Client {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     tokio::spawn(async move {
         let mut handle = std::pin::pin!(handle);
+        // Watches are never answered: they stay open, as on a quiet cluster.
+        let mut open_watches = Vec::new();
         while let Some((req, send)) = handle.next_request().await {
+            if req.uri().query().is_some_and(|q| q.contains("watch=true")) {
+                open_watches.push(send);
+                continue;
+            }
             let (parts, body) = req.into_parts();
             let bytes = body.collect_bytes().await.unwrap_or_default();
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

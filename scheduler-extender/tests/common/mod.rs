@@ -73,7 +73,9 @@ impl ClusterBackend for Recorder {
             if let Some(d) = self.delay {
                 tokio::time::sleep(d).await;
             }
-            self.binds.lock().push((target.clone(), annotations.cloned()));
+            self.binds
+                .lock()
+                .push((target.clone(), annotations.cloned()));
             Ok(())
         })
     }
@@ -104,7 +106,12 @@ pub fn extender_with(
 /// The fixture's extender (magm) and its recorder.
 pub fn fixture_extender() -> (Arc<Extender>, Arc<Recorder>) {
     let rec = Arc::new(Recorder::default());
-    let ext = extender_with(&fixture(), Policy::Magm, PlacementConfig::default(), rec.clone());
+    let ext = extender_with(
+        &fixture(),
+        Policy::Magm,
+        PlacementConfig::default(),
+        rec.clone(),
+    );
     (ext, rec)
 }
 
@@ -176,7 +183,10 @@ pub fn bind_args(pod: &Value, node: &str) -> Value {
 /// Names of the passing nodes in a filter answer (either mode).
 pub fn passing(result: &Value) -> Vec<String> {
     if let Some(names) = result["NodeNames"].as_array() {
-        return names.iter().map(|n| n.as_str().unwrap().to_string()).collect();
+        return names
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect();
     }
     result["Nodes"]["items"]
         .as_array()

@@ -1,0 +1,129 @@
+//! The whole operator — metrics server, leader election, controller, graceful
+//! shutdown — against the scripted API server.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use carma_operator::controller::{LeaderElection, OperatorConfig};
+use carma_operator::leader::LeaseTiming;
+use carma_operator::{Settings, run};
+
+use common::{Fake, client};
+
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leads_reconciles_and_shuts_down_cleanly() {
+    let fake = Arc::new(Mutex::new(Fake::with_task(json!({
+        "apiVersion": "carma.io/v1alpha1",
+        "kind": "TrainingTask",
+        "metadata": {"name": "train", "namespace": "default", "uid": "task-uid", "generation": 1, "resourceVersion": "1"},
+        "spec": {"gpus": 1, "template": {"spec": {"containers": [{"name": "train", "image": "pytorch"}]}}}
+    }))));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let config = OperatorConfig {
+        metrics_addr: addr,
+        leader_election: Some(LeaderElection {
+            namespace: Some("carma-system".into()),
+            lease_name: "carma-operator".into(),
+            timing: LeaseTiming {
+                lease_duration: Duration::from_secs(3),
+                renew_deadline: Duration::from_secs(2),
+                retry_period: Duration::from_millis(100),
+            },
+        }),
+        identity: "replica-a".into(),
+        watch_namespace: None,
+        concurrency: 2,
+        settings: Settings::default(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(run(client(fake.clone()), config, async move {
+        let _ = stop_rx.await;
+    }));
+
+    eventually("the first attempt pod", || {
+        fake.lock().unwrap().pods.contains_key("train-a1")
+    })
+    .await;
+    eventually("the status write", || {
+        fake.lock().unwrap().task["status"]["phase"] == "Pending"
+    })
+    .await;
+    assert_eq!(
+        fake.lock().unwrap().leases["carma-operator"]["spec"]["holderIdentity"],
+        "replica-a"
+    );
+    assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+    let metrics = http_get(addr, "/metrics").await;
+    assert!(metrics.contains("carma_operator_leader 1"), "{metrics}");
+
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), operator)
+        .await
+        .expect("graceful shutdown")
+        .unwrap()
+        .unwrap();
+    // The lease was handed back, and exactly one pod was created.
+    let f = fake.lock().unwrap();
+    assert_eq!(
+        f.leases["carma-operator"]["spec"]["holderIdentity"],
+        Value::Null
+    );
+    assert_eq!(f.pods.len(), 1);
+}
+
+#[tokio::test]
+async fn bad_configuration_is_refused_before_anything_starts() {
+    let fake = Arc::new(Mutex::new(Fake::default()));
+    let config = OperatorConfig {
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        leader_election: Some(LeaderElection {
+            namespace: None,
+            lease_name: "carma-operator".into(),
+            timing: LeaseTiming {
+                lease_duration: Duration::from_secs(5),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            },
+        }),
+        identity: "x".into(),
+        watch_namespace: None,
+        concurrency: 1,
+        settings: Settings::default(),
+    };
+    let err = run(client(fake.clone()), config, async {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "config");
+    assert!(fake.lock().unwrap().requests.is_empty());
+}
