@@ -232,52 +232,20 @@ async fn allocate_chooses_among_pending_pods() {
     let g: Vec<String> = (0..4).map(|i| simulated_uuid(NODE, i)).collect();
     let pods = Arc::new(FakePods::default());
     *pods.pods.lock() = vec![
-        pod_info(
-            "a",
-            NODE,
-            "carma-scheduler",
-            &[&g[0]],
-            "2026-01-01T10:00:05Z",
-            6000,
-            false,
-        ),
-        pod_info(
-            "b",
-            NODE,
-            "carma-scheduler",
-            &[&g[1]],
-            "2026-01-01T10:00:01Z",
-            7000,
-            false,
-        ),
-        pod_info(
-            "c",
-            NODE,
-            "carma-scheduler",
-            &[&g[2]],
-            "2026-01-01T10:00:00Z",
-            5000,
-            true,
-        ),
-        pod_info(
-            "d",
-            NODE,
-            "carma-scheduler",
-            &[&g[0], &g[1]],
-            "2026-01-01T09:00:00Z",
-            4000,
-            false,
-        ),
-        pod_info("e", NODE, "default-scheduler", &[], "", 0, false),
-        pod_info(
-            "f",
-            "other-node",
-            "carma-scheduler",
-            &[&g[3]],
-            "2026-01-01T08:00:00Z",
-            1000,
-            false,
-        ),
+        TestPod::new("a", NODE, &[&g[0]], "2026-01-01T10:00:05Z", 6000).info(),
+        TestPod::new("b", NODE, &[&g[1]], "2026-01-01T10:00:01Z", 7000).info(),
+        TestPod {
+            allocated: true,
+            ..TestPod::new("c", NODE, &[&g[2]], "2026-01-01T10:00:00Z", 5000)
+        }
+        .info(),
+        TestPod::new("d", NODE, &[&g[0], &g[1]], "2026-01-01T09:00:00Z", 4000).info(),
+        TestPod {
+            scheduler: "default-scheduler",
+            ..TestPod::new("e", NODE, &[], "", 0)
+        }
+        .info(),
+        TestPod::new("f", "other-node", &[&g[3]], "2026-01-01T08:00:00Z", 1000).info(),
     ];
     let mut config = test_config(NODE, dir.path());
     config.mps = Some(MpsConfig {

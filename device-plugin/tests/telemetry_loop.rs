@@ -178,26 +178,13 @@ async fn simulated_gpus_reach_gpunode_status_and_metrics() {
     let g0 = simulated_uuid(NODE, 0);
     let g1 = simulated_uuid(NODE, 1);
     let pods = vec![
-        pod_json(
-            "p1",
-            NODE,
-            "carma-scheduler",
-            &[&g0],
-            "2026-01-01T10:00:00Z",
-            8000,
-            true,
-            "Running",
-        ),
-        pod_json(
-            "p2",
-            NODE,
-            "carma-scheduler",
-            &[&g1],
-            "2026-01-01T10:00:05Z",
-            6000,
-            false,
-            "Pending",
-        ),
+        TestPod {
+            allocated: true,
+            phase: "Running",
+            ..TestPod::new("p1", NODE, &[&g0], "2026-01-01T10:00:00Z", 8000)
+        }
+        .json(),
+        TestPod::new("p2", NODE, &[&g1], "2026-01-01T10:00:05Z", 6000).json(),
     ];
     let (client, seen, mut statuses) = fake_api(pods);
     let dir = tempfile::tempdir().unwrap();

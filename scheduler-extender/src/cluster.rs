@@ -235,15 +235,15 @@ impl ClusterState {
         if self.inner.read().ledger.get(uid).is_some() {
             return false;
         }
-        if let Some(assigned) = annotations.get(carma_api::names::ANNOTATION_ASSIGNED_NODE) {
-            if assigned != node {
-                tracing::warn!(
-                    pod = %pod_key(pod),
-                    assigned_node = %assigned,
-                    node,
-                    "pod is bound to another node than carma assigned; booking its GPUs on the bound node"
-                );
-            }
+        if let Some(assigned) = annotations.get(carma_api::names::ANNOTATION_ASSIGNED_NODE)
+            && assigned != node
+        {
+            tracing::warn!(
+                pod = %pod_key(pod),
+                assigned_node = %assigned,
+                node,
+                "pod is bound to another node than carma assigned; booking its GPUs on the bound node"
+            );
         }
         let mut inner = self.inner.write();
         if inner.ledger.get(uid).is_some() {

@@ -128,15 +128,13 @@ impl Decisions {
     pub fn decide(&self, pod: &Pod) -> Looked {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let fingerprint = fingerprint(pod);
-        if !uid.is_empty() {
-            if let Some(e) = self.cache.lock().get(uid) {
-                if e.fingerprint == fingerprint {
-                    return Looked {
-                        result: Arc::clone(&e.result),
-                        fresh: false,
-                    };
-                }
-            }
+        if let Some(e) = self.cache.lock().get(uid)
+            && e.fingerprint == fingerprint
+        {
+            return Looked {
+                result: Arc::clone(&e.result),
+                fresh: false,
+            };
         }
         let result = Arc::new(self.compute(pod));
         if !uid.is_empty() {
@@ -397,7 +395,8 @@ mod tests {
     #[test]
     fn bad_inputs_name_what_to_fix() {
         let ds = decisions();
-        let cases: [(&[(&str, &str)], &[&str], &str); 4] = [
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], &'a str);
+        let cases: [Case<'_>; 4] = [
             (
                 &[(ANNOTATION_MODEL_PROFILE, "{\"family\":\"mlp\",\"bogus\":1}")],
                 &["1"],

@@ -417,10 +417,8 @@ impl Extender {
     pub fn observe_pod(&self, pod: &Pod) {
         self.cluster.apply_pod(pod);
         let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-        if bound {
-            if let Some(uid) = &pod.metadata.uid {
-                self.decisions.forget(uid);
-            }
+        if bound && let Some(uid) = &pod.metadata.uid {
+            self.decisions.forget(uid);
         }
     }
 
