@@ -5,6 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Per-GPU inventory and telemetry of one node, published by carma's device plugin.
+// Each `printcolumn(...)` repeats the keys `name`, `type_`, …; clippy reads them as duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[kube(
     group = "carma.io",

@@ -10,6 +10,8 @@ use carma_core::{Policy, RecoveryConfig};
 
 /// A deep-learning training job that carma places on shared GPUs and reruns with a
 /// larger memory reservation when it crashes out of GPU memory.
+// Each `printcolumn(...)` repeats the keys `name`, `type_`, …; clippy reads them as duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "carma.io",

@@ -124,13 +124,13 @@ impl Ledger {
                     holder: h.pod.clone(),
                 });
             }
-            if record.exclusive {
-                if let Some(h) = holders.first() {
-                    return Err(LedgerError::Exclusive {
-                        gpu: gpu.clone(),
-                        holder: h.pod.clone(),
-                    });
-                }
+            if record.exclusive
+                && let Some(h) = holders.first()
+            {
+                return Err(LedgerError::Exclusive {
+                    gpu: gpu.clone(),
+                    holder: h.pod.clone(),
+                });
             }
             if let Some(h) = holders.iter().find(|r| r.in_warmup(warmup_ms, now)) {
                 return Err(LedgerError::WarmingUp {

@@ -169,18 +169,18 @@ pub fn decide_next(
                 };
             }
             let next = grown_reservation(last.reservation, *observed_peak_mib, cfg);
-            if let Some(total) = gpu_memory_mib {
-                if next >= total {
-                    return RecoveryDecision::Retry {
-                        reservation: Reservation::WholeGpu,
-                        exclusive: true,
-                        backoff_ms,
-                        recovery_priority: true,
-                        reason: format!(
-                            "out of GPU memory; the grown reservation {next} MiB does not fit a {total} MiB GPU beside others: rerunning exclusively"
-                        ),
-                    };
-                }
+            if let Some(total) = gpu_memory_mib
+                && next >= total
+            {
+                return RecoveryDecision::Retry {
+                    reservation: Reservation::WholeGpu,
+                    exclusive: true,
+                    backoff_ms,
+                    recovery_priority: true,
+                    reason: format!(
+                        "out of GPU memory; the grown reservation {next} MiB does not fit a {total} MiB GPU beside others: rerunning exclusively"
+                    ),
+                };
             }
             RecoveryDecision::Retry {
                 reservation: Reservation::Mib(next),

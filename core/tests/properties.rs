@@ -170,10 +170,11 @@ proptest! {
                         && record.gpus.iter().all(|g| {
                             let holders = on(g);
                             let booked: u64 = holders.iter().map(|r| r.reserved_mib).sum();
-                            !holders.iter().any(|r| r.exclusive)
-                                && !(exclusive && !holders.is_empty())
-                                && !holders.iter().any(|r| !r.visible && now < r.assigned_at + warmup)
-                                && booked + mib <= TOTAL
+                            let held_exclusively = holders.iter().any(|r| r.exclusive);
+                            let would_share_exclusive = exclusive && !holders.is_empty();
+                            let warming = holders.iter().any(|r| !r.visible && now < r.assigned_at + warmup);
+                            let fits = booked + mib <= TOTAL;
+                            fits && !(held_exclusively || would_share_exclusive || warming)
                         });
                     let before: Vec<PlacementRecord> = ledger.records().cloned().collect();
                     let result = ledger.assume(record.clone(), |_| Some(TOTAL), warmup, now);

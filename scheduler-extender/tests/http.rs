@@ -156,14 +156,13 @@ async fn https_with_the_given_certificate() {
     // The server may still be loading its certificate: retry the connect briefly.
     let mut tls = None;
     for _ in 0..50 {
-        if let Ok(tcp) = tokio::net::TcpStream::connect(server.addr).await {
-            if let Ok(s) = connector
+        if let Ok(tcp) = tokio::net::TcpStream::connect(server.addr).await
+            && let Ok(s) = connector
                 .connect(ServerName::try_from("localhost").unwrap(), tcp)
                 .await
-            {
-                tls = Some(s);
-                break;
-            }
+        {
+            tls = Some(s);
+            break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

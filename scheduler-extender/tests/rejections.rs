@@ -218,7 +218,8 @@ async fn every_malformed_input_names_what_to_fix() {
         rec.clone(),
     );
     let r = router(ext);
-    let cases: [(&str, u32, &[(&str, &str)], &str); 5] = [
+    type Case<'a> = (&'a str, u32, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 5] = [
         (
             "m1",
             1,

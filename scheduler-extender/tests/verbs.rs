@@ -116,7 +116,7 @@ async fn bind_picks_gpus_and_writes_annotations_then_holds_them() {
     assert_eq!(out["Decision"]["Source"], "override");
     assert_eq!(out["Decision"]["DryRun"], true);
 
-    let binds = rec.binds.lock();
+    let binds = rec.binds.lock().clone();
     assert_eq!(binds.len(), 1);
     let (target, ann) = &binds[0];
     assert_eq!(
@@ -133,7 +133,6 @@ async fn bind_picks_gpus_and_writes_annotations_then_holds_them() {
     assert!(ann[ANNOTATION_ASSIGNED_AT].ends_with('Z'));
     let est: Value = serde_json::from_str(&ann[ANNOTATION_ESTIMATE]).unwrap();
     assert_eq!(est, json!({ "mib": 10240, "source": "override" }));
-    drop(binds);
 
     // The booking is in flight and the GPU is in its warm-up lock.
     let ledger = ext.cluster().ledger_snapshot();
@@ -217,12 +216,11 @@ async fn bad_annotation_fails_every_node_and_warns_once() {
             assert!(reason.contains("ml/pending-bad-annotation"), "{reason}");
         }
     }
-    let warnings = rec.warnings.lock();
+    let warnings = rec.warnings.lock().clone();
     assert_eq!(warnings.len(), 1, "one Event per pod, not per request");
     assert_eq!(warnings[0].reason, "InvalidCarmaAnnotation");
     assert_eq!(warnings[0].name, "pending-bad-annotation");
     assert!(warnings[0].note.contains(ANNOTATION_GPU_MEMORY));
-    drop(warnings);
     let (_, out) = post(&r, "/prioritize", &args_names(&pod, &[A, B])).await;
     assert_eq!(
         out,

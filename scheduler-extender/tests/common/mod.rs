@@ -32,11 +32,14 @@ pub fn fixture() -> Snapshot {
     Snapshot::load(&fixture_path()).expect("fixture snapshot loads")
 }
 
+/// One recorded bind: the pod and node, and the annotations written.
+pub type BindRecord = (BindTarget, Option<BTreeMap<String, String>>);
+
 /// A backend that records what the extender would write.
 #[derive(Debug, Default)]
 pub struct Recorder {
     pub pods: Mutex<Vec<Pod>>,
-    pub binds: Mutex<Vec<(BindTarget, Option<BTreeMap<String, String>>)>>,
+    pub binds: Mutex<Vec<BindRecord>>,
     pub warnings: Mutex<Vec<PodWarning>>,
     /// Delay of each bind write (lets concurrent binds interleave).
     pub delay: Option<Duration>,
