@@ -144,6 +144,9 @@ pub trait PodLookup: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<(), LookupError>>;
 }
 
+/// Longest wait for one API call (kube's own read timeout is minutes).
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Pod lookup through the API server: pods listed with `spec.nodeName=<node>`, cached briefly.
 pub struct KubePodLookup {
     client: kube::Client,
@@ -172,9 +175,14 @@ impl KubePodLookup {
     async fn list(&self) -> Result<Vec<PodInfo>, LookupError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={}", self.node));
-        let list = api
-            .list(&params)
+        let list = tokio::time::timeout(API_TIMEOUT, api.list(&params))
             .await
+            .map_err(|_| {
+                LookupError::Api(format!(
+                    "list pods on node {}: no answer within {API_TIMEOUT:?}",
+                    self.node
+                ))
+            })?
             .map_err(|e| LookupError::Api(format!("list pods on node {}: {e}", self.node)))?;
         Ok(list.items.iter().map(PodInfo::from_pod).collect())
     }
@@ -209,9 +217,17 @@ impl PodLookup for KubePodLookup {
             let patch = serde_json::json!({
                 "metadata": { "annotations": { ANNOTATION_ALLOCATED: "true" } }
             });
-            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| LookupError::Api(format!("annotate pod {namespace}/{name}: {e}")))?;
+            tokio::time::timeout(
+                API_TIMEOUT,
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await
+            .map_err(|_| {
+                LookupError::Api(format!(
+                    "annotate pod {namespace}/{name}: no answer within {API_TIMEOUT:?}"
+                ))
+            })?
+            .map_err(|e| LookupError::Api(format!("annotate pod {namespace}/{name}: {e}")))?;
             // Keep the cache in step so the pod is not offered again before the next list.
             let mut cache = self.cache.lock().await;
             if let Some((_, pods)) = cache.as_mut() {

@@ -17,6 +17,8 @@ use crate::config::PublishConfig;
 use crate::metrics::Metrics;
 use crate::telemetry::{Snapshot, publish_reason};
 
+/// Longest wait for one publication (its API calls together).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Wait after a failed write before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
@@ -81,7 +83,11 @@ impl Publisher {
             since,
             &self.cfg,
         )?;
-        match self.write(&status).await {
+        let written = match tokio::time::timeout(WRITE_TIMEOUT, self.write(&status)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {WRITE_TIMEOUT:?}")),
+        };
+        match written {
             Ok(()) => {
                 self.metrics.publish("ok");
                 debug!(node = %self.node, %reason, summary = %status.summary, "GpuNode status published");

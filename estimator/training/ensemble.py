@@ -1,18 +1,22 @@
 """The GPUMemNet-style ensemble: input transform, small MLP members, ONNX export.
 
-The exported graph takes the RAW feature row (float32 [N, F]) and does, with
-plain ONNX operators only (Slice, Add, Log, Mul, Min, Concat, Sub, Div, MatMul,
-Relu, Softmax):
+The exported graph takes the RAW feature row (float32 [N, F]) and computes, with
+plain ONNX operators only (Add, Log, Slice, Mul, Min, Concat, MatMul, Relu,
+Reshape, Softmax, ReduceMean):
 
-1. the input transform (`TRANSFORMS`): log1p of the count features, the two
-   activation-encoding columns unchanged, and four physically motivated
-   products (parameters; batch x activations; batch x activations when the net
-   has batch norm / dropout) that make the memory classes nearly linearly
+1. the input transform (`Transform`): `log(x + offset)` of every column
+   (offset 1 for counts, i.e. log1p; 2 for the activation's sin/cos), the raw
+   columns, and for MLPs batch x activations and batch x activations of nets
+   with batch norm / with dropout. Memory is close to linear in the raw
+   parameters and batch x activations, which makes the classes nearly linearly
    separable;
-2. standardisation with the training set's mean and standard deviation;
-3. every member: (MatMul, Add, Relu) per hidden layer, then MatMul, Add,
-   Softmax;
-4. the mean of the members' probabilities.
+2. every member's hidden layers (Linear -> ReLU) and output layer. Standardisation
+   (the training mean and standard deviation) is folded into the first layer's
+   weights, and the members run side by side as one network with block-structured
+   weight matrices: one MatMul + Add + Relu per depth level for all members,
+   one MatMul + Add for the logits of the members that end at that level. tract
+   pays a fixed cost per operator, so this keeps an estimate to a few microseconds;
+3. a softmax per member and the mean of the members' probabilities.
 
 No ZipMap, no Scaler: tract-onnx runs it as is.
 """
@@ -30,51 +34,54 @@ from sklearn.neural_network import MLPClassifier
 
 OPSET = 13
 
-# Derived inputs of the MLP family, over the raw columns of features.MLP_FEATURES
-# (0 depth, 1 batch, 2 params, 3 activations, 4 batch-norm, 5 dropout, 6 sin, 7 cos).
-#   ("log1p", i)        log(1 + x_i)
-#   ("raw", i)          x_i
-#   ("prod", i, j)      x_i * x_j
-#   ("prod_any", i, j, k)  x_i * x_j * min(x_k, 1)   (x_k is a non-negative count)
-MLP_TRANSFORMS = [
-    ("log1p", 0), ("log1p", 1), ("log1p", 2), ("log1p", 3), ("log1p", 4), ("log1p", 5),
-    ("raw", 6), ("raw", 7),
-    ("raw", 2),
-    ("prod", 1, 3),
-    ("prod_any", 1, 3, 4),
-    ("prod_any", 1, 3, 5),
-]
 
+@dataclass(frozen=True)
+class Transform:
+    """Derived inputs: [log(x + log_offset) for every column] ++ [x] ++ products.
+
+    `gated_product` (MLP only): (i, j, gates) adds x_i*x_j and x_i*x_j*min(x_g, 1)
+    for each gate column g (a non-negative layer count, so min(., 1) says "has any").
+    """
+
+    log_offset: tuple[float, ...]
+    gated_product: tuple[int, int, tuple[int, ...]] | None = None
+
+    def width(self) -> int:
+        n = 2 * len(self.log_offset)
+        if self.gated_product:
+            n += 1 + len(self.gated_product[2])
+        return n
+
+    def as_dict(self) -> dict:
+        return {"log_offset": list(self.log_offset),
+                "gated_product": None if self.gated_product is None else
+                [self.gated_product[0], self.gated_product[1], list(self.gated_product[2])]}
+
+
+# MLP: 0 depth, 1 batch, 2 params, 3 activations, 4 batch-norm, 5 dropout, 6 sin, 7 cos.
+MLP_TRANSFORM = Transform((1, 1, 1, 1, 1, 1, 2, 2), (1, 3, (4, 5)))
 # CNN: 0 depth, 1 activations, 2 activations x batch, 3 parameters, 4 batch,
 # 5 conv2d, 6 batch-norm, 7 dropout, 8 sin, 9 cos.
-CNN_TRANSFORMS = [("log1p", i) for i in range(8)] + [("raw", 8), ("raw", 9), ("raw", 3), ("raw", 2)]
+CNN_TRANSFORM = Transform((1, 1, 1, 1, 1, 1, 1, 1, 2, 2))
 # Transformer: 0 depth, 1 activations, 2 activations x batch, 3 parameters,
 # 4 batch, 5 attention, 6 linear, 7 layer-norm, 8 dropout.
-TRANSFORMER_TRANSFORMS = [("log1p", i) for i in range(9)] + [("raw", 3), ("raw", 2)]
-TRANSFORMS = {"mlp": MLP_TRANSFORMS, "cnn": CNN_TRANSFORMS, "transformer": TRANSFORMER_TRANSFORMS}
+TRANSFORMER_TRANSFORM = Transform((1,) * 9)
+TRANSFORMS = {"mlp": MLP_TRANSFORM, "cnn": CNN_TRANSFORM, "transformer": TRANSFORMER_TRANSFORM}
 
 
-def transform(x: np.ndarray, spec: list[tuple]) -> np.ndarray:
+def transform(x: np.ndarray, t: Transform) -> np.ndarray:
     """numpy version of the graph's input transform (float64)."""
-    cols = []
-    for t in spec:
-        kind = t[0]
-        if kind == "log1p":
-            cols.append(np.log1p(x[:, t[1]]))
-        elif kind == "raw":
-            cols.append(x[:, t[1]])
-        elif kind == "prod":
-            cols.append(x[:, t[1]] * x[:, t[2]])
-        elif kind == "prod_any":
-            cols.append(x[:, t[1]] * x[:, t[2]] * np.minimum(x[:, t[3]], 1.0))
-        else:
-            raise ValueError(f"unknown transform {kind}")
-    return np.column_stack(cols)
+    cols = [np.log(x + np.asarray(t.log_offset)), x]
+    if t.gated_product:
+        i, j, gates = t.gated_product
+        prod = x[:, i:i + 1] * x[:, j:j + 1]
+        cols += [prod, prod * np.minimum(x[:, list(gates)], 1.0)]
+    return np.concatenate(cols, axis=1)
 
 
 @dataclass
 class EnsembleConfig:
-    """Hyper-parameters (chosen on the 3-fold CV split; see the model card)."""
+    """Hyper-parameters (chosen on the MLP data's 3-fold CV split; see the model card)."""
 
     hidden: list[tuple[int, ...]] = field(
         default_factory=lambda: [(8,), (8, 4), (8, 4, 4), (8, 4, 4, 4)] * 2)
@@ -97,9 +104,9 @@ class EnsembleConfig:
 
 @dataclass
 class Ensemble:
-    """A trained ensemble: transform spec, standardisation, member weights."""
+    """A trained ensemble: transform, standardisation, member weights."""
 
-    spec: list[tuple]
+    transform: Transform
     mean: np.ndarray
     std: np.ndarray
     n_classes: int
@@ -108,7 +115,7 @@ class Ensemble:
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """float64 reference forward pass (the ONNX graph computes the same in float32)."""
-        z = (transform(x, self.spec) - self.mean) / self.std
+        z = (transform(x, self.transform) - self.mean) / self.std
         total = np.zeros((len(x), self.n_classes))
         for layers in self.members:
             h = z
@@ -130,9 +137,8 @@ class Ensemble:
 ABSENT_CLASS_BIAS = -1.0e4
 
 
-def fit(x: np.ndarray, y: np.ndarray, n_classes: int, spec: list[tuple],
-        cfg: EnsembleConfig) -> Ensemble:
-    z = transform(x, spec)
+def fit(x: np.ndarray, y: np.ndarray, n_classes: int, t: Transform, cfg: EnsembleConfig) -> Ensemble:
+    z = transform(x, t)
     mean = z.mean(axis=0)
     std = z.std(axis=0)
     std[std == 0] = 1.0
@@ -155,7 +161,59 @@ def fit(x: np.ndarray, y: np.ndarray, n_classes: int, spec: list[tuple],
         b_full[clf.classes_] = b_last
         layers[-1] = (w_full, b_full)
         members.append(layers)
-    return Ensemble(spec, mean, std, n_classes, members)
+    return Ensemble(t, mean, std, n_classes, members)
+
+
+def merged_levels(ens: Ensemble):
+    """The members as one block-structured network.
+
+    Returns (hidden, logits): hidden[l] = (W, b) from level l's input (the
+    derived features for l = 0, else the level-l activations of all members still
+    going) to level l+1's hidden units; logits[l] = (W, b) from level l+1's hidden
+    units to the logits of the members whose last hidden layer is l+1 (None if
+    none ends there). Standardisation is folded into hidden[0].
+    """
+    depth = [len(m) - 1 for m in ens.members]  # hidden layers per member
+    levels = max(depth)
+    n_in = len(ens.mean)
+    # column ranges of each member's units at each level
+    hidden, logits = [], []
+    prev_cols: dict[int, tuple[int, int]] = {}
+    prev_width = n_in
+    for lvl in range(levels):
+        cols: dict[int, tuple[int, int]] = {}
+        width = 0
+        for m, layers in enumerate(ens.members):
+            if depth[m] > lvl:
+                n = layers[lvl][0].shape[1]
+                cols[m] = (width, width + n)
+                width += n
+        w = np.zeros((prev_width, width))
+        b = np.zeros(width)
+        for m, (c0, c1) in cols.items():
+            wm, bm = ens.members[m][lvl]
+            if lvl == 0:
+                w[:, c0:c1] = wm / ens.std[:, None]
+                b[c0:c1] = bm - (ens.mean / ens.std) @ wm
+            else:
+                r0, r1 = prev_cols[m]
+                w[r0:r1, c0:c1] = wm
+                b[c0:c1] = bm
+        hidden.append((w, b))
+        ending = [m for m in cols if depth[m] == lvl + 1]
+        if ending:
+            wl = np.zeros((width, len(ending) * ens.n_classes))
+            bl = np.zeros(len(ending) * ens.n_classes)
+            for k, m in enumerate(ending):
+                wm, bm = ens.members[m][-1]
+                c0, c1 = cols[m]
+                wl[c0:c1, k * ens.n_classes:(k + 1) * ens.n_classes] = wm
+                bl[k * ens.n_classes:(k + 1) * ens.n_classes] = bm
+            logits.append((wl, bl, ending))
+        else:
+            logits.append(None)
+        prev_cols, prev_width = cols, width
+    return hidden, logits
 
 
 def to_onnx(ens: Ensemble, n_features: int, doc: str) -> onnx.ModelProto:
@@ -163,70 +221,56 @@ def to_onnx(ens: Ensemble, n_features: int, doc: str) -> onnx.ModelProto:
     output 'probabilities' float[N, n_classes]."""
     nodes, inits = [], []
 
-    def const(name: str, arr) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name))
+    def const(name: str, arr, dtype=np.float32) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(arr, dtype=dtype), name))
         return name
 
-    def const_i64(name: str, arr) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(arr, dtype=np.int64), name))
-        return name
+    t = ens.transform
+    nodes.append(helper.make_node("Add", ["features", const("log_offset", t.log_offset)], ["shifted"]))
+    nodes.append(helper.make_node("Log", ["shifted"], ["logs"]))
+    parts = ["logs", "features"]
+    if t.gated_product:
+        i, j, gates = t.gated_product
+        if list(gates) != list(range(gates[0], gates[0] + len(gates))):
+            raise ValueError("gate columns must be contiguous")
+        axis = const("axis1", [1], np.int64)
 
-    one = const("one", np.array(1.0))
-    axis1 = const_i64("axis1", [1])
-    cols: dict[int, str] = {}
-
-    def column(i: int) -> str:
-        if i not in cols:
-            s = const_i64(f"start{i}", [i])
-            e = const_i64(f"end{i}", [i + 1])
-            out = f"x{i}"
-            nodes.append(helper.make_node("Slice", ["features", s, e, axis1], [out], name=f"slice{i}"))
-            cols[i] = out
-        return cols[i]
-
-    parts = []
-    for k, t in enumerate(ens.spec):
-        kind = t[0]
-        out = f"t{k}"
-        if kind == "log1p":
-            nodes.append(helper.make_node("Add", [column(t[1]), one], [f"{out}_p1"]))
-            nodes.append(helper.make_node("Log", [f"{out}_p1"], [out]))
-        elif kind == "raw":
-            out = column(t[1])
-        elif kind == "prod":
-            nodes.append(helper.make_node("Mul", [column(t[1]), column(t[2])], [out]))
-        elif kind == "prod_any":
-            nodes.append(helper.make_node("Mul", [column(t[1]), column(t[2])], [f"{out}_m"]))
-            nodes.append(helper.make_node("Min", [column(t[3]), one], [f"{out}_ind"]))
-            nodes.append(helper.make_node("Mul", [f"{out}_m", f"{out}_ind"], [out]))
-        else:
-            raise ValueError(kind)
-        parts.append(out)
+        def sl(name, a, b):
+            nodes.append(helper.make_node(
+                "Slice", ["features", const(f"{name}_s", [a], np.int64), const(f"{name}_e", [b], np.int64), axis],
+                [name]))
+            return name
+        nodes.append(helper.make_node("Mul", [sl("col_i", i, i + 1), sl("col_j", j, j + 1)], ["prod"]))
+        nodes.append(helper.make_node("Min", [sl("gates", gates[0], gates[0] + len(gates)),
+                                              const("one", np.array(1.0))], ["has_gate"]))
+        nodes.append(helper.make_node("Mul", ["prod", "has_gate"], ["gated"]))
+        parts += ["prod", "gated"]
     nodes.append(helper.make_node("Concat", parts, ["derived"], axis=1))
-    nodes.append(helper.make_node("Sub", ["derived", const("mean", ens.mean)], ["centred"]))
-    nodes.append(helper.make_node("Div", ["centred", const("std", ens.std)], ["z"]))
 
-    prob_names = []
-    for m, layers in enumerate(ens.members):
-        h = "z"
-        for i, (w, b) in enumerate(layers):
-            wn = const(f"m{m}_w{i}", w)
-            bn = const(f"m{m}_b{i}", b)
-            nodes.append(helper.make_node("MatMul", [h, wn], [f"m{m}_mm{i}"]))
-            nodes.append(helper.make_node("Add", [f"m{m}_mm{i}", bn], [f"m{m}_a{i}"]))
-            if i < len(layers) - 1:
-                nodes.append(helper.make_node("Relu", [f"m{m}_a{i}"], [f"m{m}_h{i}"]))
-                h = f"m{m}_h{i}"
-            else:
-                h = f"m{m}_a{i}"
-        nodes.append(helper.make_node("Softmax", [h], [f"m{m}_p"], axis=1))
-        prob_names.append(f"m{m}_p")
-    acc = prob_names[0]
-    for k, p in enumerate(prob_names[1:], start=1):
-        nodes.append(helper.make_node("Add", [acc, p], [f"sum{k}"]))
-        acc = f"sum{k}"
-    inv = const("inv_members", np.array(1.0 / len(prob_names)))
-    nodes.append(helper.make_node("Mul", [acc, inv], ["probabilities"]))
+    hidden, logits = merged_levels(ens)
+    h = "derived"
+    logit_names, order = [], []
+    for lvl, (w, b) in enumerate(hidden):
+        nodes.append(helper.make_node("MatMul", [h, const(f"w{lvl}", w)], [f"mm{lvl}"]))
+        nodes.append(helper.make_node("Add", [f"mm{lvl}", const(f"b{lvl}", b)], [f"pre{lvl}"]))
+        nodes.append(helper.make_node("Relu", [f"pre{lvl}"], [f"h{lvl}"]))
+        h = f"h{lvl}"
+        if logits[lvl] is not None:
+            wl, bl, ending = logits[lvl]
+            nodes.append(helper.make_node("MatMul", [h, const(f"wl{lvl}", wl)], [f"lm{lvl}"]))
+            nodes.append(helper.make_node("Add", [f"lm{lvl}", const(f"bl{lvl}", bl)], [f"logits{lvl}"]))
+            logit_names.append(f"logits{lvl}")
+            order += ending
+    n_members = len(ens.members)
+    if len(logit_names) > 1:
+        nodes.append(helper.make_node("Concat", logit_names, ["all_logits"], axis=1))
+    else:
+        nodes.append(helper.make_node("Identity", logit_names, ["all_logits"]))
+    nodes.append(helper.make_node(
+        "Reshape", ["all_logits", const("member_shape", [-1, n_members, ens.n_classes], np.int64)],
+        ["member_logits"]))
+    nodes.append(helper.make_node("Softmax", ["member_logits"], ["member_probs"], axis=2))
+    nodes.append(helper.make_node("ReduceMean", ["member_probs"], ["probabilities"], axes=[1], keepdims=0))
 
     graph = helper.make_graph(
         nodes, "gpumemnet_ensemble",

@@ -248,7 +248,8 @@ def train_family(run: Run, out_dir: Path, threshold: float, latency: dict | None
         "shipped": shipped,
         "training": {
             **cfg.as_dict(),
-            "transform": [list(t) for t in ens_mod.TRANSFORMS[spec.name]],
+            "transform": ens_mod.TRANSFORMS[spec.name].as_dict(),
+            "derived_features": ens_mod.TRANSFORMS[spec.name].width(),
             "parameters": final.n_parameters(),
             "data": {p.name: {"rows": int((run.df["__source"] == p.name).sum()), "sha256": sha256(p)}
                      for p in run.paths},

@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use carma_core::{PlacementConfig, Policy};
-use carma_scheduler_extender::synthetic::{cluster, extender_args_body};
+use carma_scheduler_extender::synthetic::{extender_args_body, loaded_cluster};
 use carma_scheduler_extender::wire::ExtenderArgs;
 use carma_scheduler_extender::{Extender, router, serve, snapshot_extender};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 fn extender(nodes: usize) -> Arc<Extender> {
-    snapshot_extender(&cluster(nodes, 8), Policy::Magm, PlacementConfig::default())
+    snapshot_extender(&loaded_cluster(nodes, 8), Policy::Magm, PlacementConfig::default())
         .expect("estimator loads")
 }
 

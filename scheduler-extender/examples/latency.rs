@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use carma_core::{PlacementConfig, Policy};
-use carma_scheduler_extender::synthetic::{cluster, extender_args_body};
+use carma_scheduler_extender::synthetic::{extender_args_body, loaded_cluster};
 use carma_scheduler_extender::{router, serve, snapshot_extender};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -39,7 +39,7 @@ async fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for nodes in [1_000, 5_000] {
-        let ext = snapshot_extender(&cluster(nodes, 8), Policy::Magm, PlacementConfig::default())
+        let ext = snapshot_extender(&loaded_cluster(nodes, 8), Policy::Magm, PlacementConfig::default())
             .expect("estimator loads");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();

@@ -5,12 +5,19 @@
 //! watchers ([`crate::kube_backend`]) and a static snapshot
 //! ([`crate::snapshot`]). Filter and prioritize read it under a read lock and
 //! never call the API server; bind books under the write lock.
+//!
+//! Every change that can alter a node's placement verdict (its telemetry, its
+//! existence, a ledger record on one of its GPUs, its round-robin cursor) gives
+//! the node a new *generation*; [`crate::verdict`] reuses a verdict only while
+//! the node's generation is unchanged.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use carma_api::{Assignment, GpuNode};
-use carma_core::{Demand, Ledger, Millis, Node, NodePlacement, NodeRejection, PlacementConfig};
+use carma_core::{
+    Demand, Ledger, Millis, Node, NodePlacement, NodeRejection, PlacementConfig, PlacementRecord,
+};
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -29,9 +36,9 @@ pub enum Kind {
 
 /// One node as placement sees it.
 #[derive(Debug, Clone)]
-struct NodeEntry {
+pub(crate) struct NodeEntry {
     /// The GPUs, from the node's `GpuNode` (empty when none was published).
-    node: Node,
+    pub(crate) node: Node,
     /// Whether a `GpuNode` exists for it.
     has_gpu_node: bool,
     /// Whether the Kubernetes `Node` exists.
@@ -39,24 +46,15 @@ struct NodeEntry {
     /// UIDs of pods whose memory the `GpuNode` shows (`observedMiB` set).
     observed: HashSet<String>,
     /// Where round robin starts on this node.
-    rr_cursor: usize,
+    pub(crate) rr_cursor: usize,
+    /// Index of the node in per-node tables (reused after the node leaves).
+    pub(crate) slot: usize,
+    /// Changes whenever the node's verdicts may change; unique across nodes.
+    pub(crate) generation: u64,
 }
 
 impl NodeEntry {
-    fn new(name: &str) -> Self {
-        Self {
-            node: Node {
-                name: name.to_string(),
-                gpus: Vec::new(),
-            },
-            has_gpu_node: false,
-            has_node: false,
-            observed: HashSet::new(),
-            rr_cursor: 0,
-        }
-    }
-
-    fn usable(&self) -> bool {
+    pub(crate) fn usable(&self) -> bool {
         self.has_node && self.has_gpu_node
     }
 }
@@ -66,6 +64,11 @@ impl NodeEntry {
 pub struct Inner {
     nodes: HashMap<String, NodeEntry>,
     ledger: Ledger,
+    /// Node of each GPU UUID (from the GpuNodes).
+    gpu_owner: HashMap<String, String>,
+    next_generation: u64,
+    free_slots: Vec<usize>,
+    slots: usize,
 }
 
 /// The shared cluster state.
@@ -122,11 +125,11 @@ impl ClusterState {
     /// A Kubernetes `Node` exists.
     pub fn apply_node(&self, name: &str) {
         let mut inner = self.inner.write();
-        inner
-            .nodes
-            .entry(name.to_string())
-            .or_insert_with(|| NodeEntry::new(name))
-            .has_node = true;
+        let e = inner.entry(name);
+        if !e.has_node {
+            e.has_node = true;
+            inner.bump(name);
+        }
     }
 
     /// A Kubernetes `Node` is gone.
@@ -134,6 +137,7 @@ impl ClusterState {
         let mut inner = self.inner.write();
         if let Some(e) = inner.nodes.get_mut(name) {
             e.has_node = false;
+            inner.bump(name);
         }
         inner.drop_if_empty(name);
     }
@@ -168,26 +172,45 @@ impl ClusterState {
             .collect();
         let mut inner = self.inner.write();
         for uid in &observed {
-            inner.ledger.confirm(uid);
+            let newly = inner.ledger.get(uid).is_some_and(|r| !r.visible);
+            if newly && inner.ledger.confirm(uid) {
+                if let Some(r) = inner.ledger.get(uid).cloned() {
+                    inner.touch(&r);
+                }
+            }
         }
         let name = core.name.clone();
-        let entry = inner
+        let old: Vec<String> = inner
             .nodes
-            .entry(name.clone())
-            .or_insert_with(|| NodeEntry::new(&name));
-        entry.node = core;
-        entry.has_gpu_node = true;
-        entry.observed = observed;
+            .get(&name)
+            .map(|e| e.node.gpus.iter().map(|g| g.uuid.clone()).collect())
+            .unwrap_or_default();
+        for uuid in old {
+            inner.gpu_owner.remove(&uuid);
+        }
+        for g in &core.gpus {
+            inner.gpu_owner.insert(g.uuid.clone(), name.clone());
+        }
+        let e = inner.entry(&name);
+        e.node = core;
+        e.has_gpu_node = true;
+        e.observed = observed;
+        inner.bump(&name);
     }
 
     /// A `GpuNode` is gone: the node has no carma GPUs any more.
     pub fn delete_gpu_node(&self, name: &str) {
         let mut inner = self.inner.write();
-        if let Some(e) = inner.nodes.get_mut(name) {
-            e.has_gpu_node = false;
-            e.node.gpus.clear();
-            e.observed.clear();
+        let Some(e) = inner.nodes.get_mut(name) else {
+            return;
+        };
+        e.has_gpu_node = false;
+        let gpus = std::mem::take(&mut e.node.gpus);
+        e.observed.clear();
+        for g in gpus {
+            inner.gpu_owner.remove(&g.uuid);
         }
+        inner.bump(name);
         inner.drop_if_empty(name);
     }
 
@@ -253,7 +276,7 @@ impl ClusterState {
             .nodes
             .get(node)
             .is_some_and(|e| e.observed.contains(uid));
-        let record = carma_core::PlacementRecord {
+        let record = PlacementRecord {
             pod: uid.to_string(),
             node: node.to_string(),
             gpus: assignment.gpus,
@@ -263,6 +286,7 @@ impl ClusterState {
             visible,
         };
         tracing::debug!(pod = %pod_key(pod), node, visible, "pod holds GPUs");
+        inner.touch(&record);
         inner.ledger.insert_unchecked(record);
         true
     }
@@ -272,7 +296,7 @@ impl ClusterState {
         if self.inner.read().ledger.get(uid).is_none() {
             return false;
         }
-        self.inner.write().ledger.release(uid).is_some()
+        self.inner.write().unbook(uid)
     }
 
     /// Release every placement whose pod is not in `uids` and for which
@@ -286,7 +310,7 @@ impl ClusterState {
             .map(|r| r.pod.clone())
             .collect();
         for uid in gone {
-            inner.ledger.release(&uid);
+            inner.unbook(&uid);
         }
     }
 
@@ -302,14 +326,72 @@ impl ClusterState {
 }
 
 impl Inner {
+    /// The entry of `name`, created (with a slot) when missing.
+    fn entry(&mut self, name: &str) -> &mut NodeEntry {
+        match self.nodes.entry(name.to_string()) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let slot = self.free_slots.pop().unwrap_or_else(|| {
+                    self.slots += 1;
+                    self.slots - 1
+                });
+                self.next_generation += 1;
+                v.insert(NodeEntry {
+                    node: Node {
+                        name: name.to_string(),
+                        gpus: Vec::new(),
+                    },
+                    has_gpu_node: false,
+                    has_node: false,
+                    observed: HashSet::new(),
+                    rr_cursor: 0,
+                    slot,
+                    generation: self.next_generation,
+                })
+            }
+        }
+    }
+
+    /// The node's verdicts may have changed.
+    fn bump(&mut self, name: &str) {
+        if let Some(e) = self.nodes.get_mut(name) {
+            self.next_generation += 1;
+            e.generation = self.next_generation;
+        }
+    }
+
+    /// A record changed: every node holding one of its GPUs, and its node.
+    fn touch(&mut self, record: &PlacementRecord) {
+        let mut names: Vec<String> = record
+            .gpus
+            .iter()
+            .filter_map(|g| self.gpu_owner.get(g).cloned())
+            .collect();
+        names.push(record.node.clone());
+        for n in names {
+            self.bump(&n);
+        }
+    }
+
     fn drop_if_empty(&mut self, name: &str) {
         if self
             .nodes
             .get(name)
             .is_some_and(|e| !e.has_node && !e.has_gpu_node)
+            && let Some(e) = self.nodes.remove(name)
         {
-            self.nodes.remove(name);
+            self.free_slots.push(e.slot);
         }
+    }
+
+    /// Number of per-node slots handed out so far.
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots
+    }
+
+    /// The entry of node `name`.
+    pub(crate) fn node_entry(&self, name: &str) -> Option<&NodeEntry> {
+        self.nodes.get(name)
     }
 
     /// Where `demand` would go on node `name` at `now`.
@@ -321,13 +403,21 @@ impl Inner {
         now: Millis,
     ) -> Result<NodePlacement, NodeRejection> {
         match self.nodes.get(name) {
-            Some(e) if e.usable() => {
-                carma_core::place_on_node(&e.node, &self.ledger, demand, cfg, now, e.rr_cursor)
-            }
+            Some(e) if e.usable() => self.place_entry(e, demand, cfg, now),
             _ => Err(NodeRejection::NoGpus {
                 node: name.to_string(),
             }),
         }
+    }
+
+    pub(crate) fn place_entry(
+        &self,
+        e: &NodeEntry,
+        demand: &Demand,
+        cfg: &PlacementConfig,
+        now: Millis,
+    ) -> Result<NodePlacement, NodeRejection> {
+        carma_core::place_on_node(&e.node, &self.ledger, demand, cfg, now, e.rr_cursor)
     }
 
     /// The node's GPUs, when carma may use them.
@@ -352,7 +442,7 @@ impl Inner {
         let Some(entry) = self.nodes.get_mut(&placement.node) else {
             return Err(carma_core::LedgerError::NoGpu(uid.to_string()));
         };
-        let record = carma_core::PlacementRecord {
+        let record = PlacementRecord {
             pod: uid.to_string(),
             node: placement.node.clone(),
             gpus: placement.gpus.clone(),
@@ -363,7 +453,7 @@ impl Inner {
         };
         let gpus = &entry.node.gpus;
         self.ledger.assume(
-            record,
+            record.clone(),
             |uuid| {
                 gpus.iter()
                     .find(|g| g.uuid == uuid)
@@ -375,12 +465,19 @@ impl Inner {
         if let Some(last) = placement.indices.iter().max() {
             entry.rr_cursor = *last as usize + 1;
         }
+        self.touch(&record);
         Ok(())
     }
 
-    /// Undo a booking whose writes failed.
-    pub(crate) fn unbook(&mut self, uid: &str) {
-        self.ledger.release(uid);
+    /// Release a pod's booking (its writes failed, or it ended).
+    pub(crate) fn unbook(&mut self, uid: &str) -> bool {
+        match self.ledger.release(uid) {
+            Some(r) => {
+                self.touch(&r);
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use carma_api::{Assignment, EstimateAnnotation};
-use carma_core::{NodeRejection, PlacementConfig};
+use carma_core::PlacementConfig;
 use chrono::{TimeZone, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
@@ -13,6 +13,7 @@ use crate::backend::{BindTarget, ClusterBackend, PodWarning};
 use crate::cluster::{ClusterState, now_ms};
 use crate::decision::{Decision, DecisionResult, Decisions, pod_key};
 use crate::metrics::Metrics;
+use crate::verdict::{Verdict, Verdicts};
 use crate::wire::{
     BindDecision, ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult,
     HostPriority, NodeListOut, ReasonMap,
@@ -59,6 +60,7 @@ pub struct Extender {
     metrics: Arc<Metrics>,
     cfg: PlacementConfig,
     binding: Mutex<HashSet<String>>,
+    verdicts: Verdicts,
 }
 
 impl Extender {
@@ -76,6 +78,7 @@ impl Extender {
             metrics: Arc::new(Metrics::new()),
             cfg,
             binding: Mutex::new(HashSet::new()),
+            verdicts: Verdicts::new(),
         }
     }
 
@@ -141,29 +144,35 @@ impl Extender {
         let mut unresolvable = Vec::new();
         match decision.as_ref() {
             Err(e) => {
-                let reason = format!("pod {}: {e}", pod_key(&args.pod));
+                let reason: Arc<str> = Arc::from(format!("pod {}: {e}", pod_key(&args.pod)));
                 unresolvable = names
                     .iter()
-                    .map(|n| (n.to_string(), reason.clone()))
+                    .map(|n| (n.to_string(), Arc::clone(&reason)))
                     .collect();
                 self.metrics.rejected(REJECT_INVALID, names.len() as u64);
             }
             Ok(d) if !d.needs_gpus() => passed.iter_mut().for_each(|p| *p = true),
             Ok(d) => {
-                let now = now_ms();
+                let verdicts = {
+                    let view = self.cluster.read();
+                    self.verdicts
+                        .judge(&view, &names, &d.demand, &self.cfg, now_ms())
+                };
                 let mut counts: Vec<(&'static str, u64)> = Vec::new();
-                let view = self.cluster.read();
-                for (i, name) in names.iter().enumerate() {
-                    match view.place(name, &d.demand, &self.cfg, now) {
-                        Ok(_) => passed[i] = true,
-                        Err(r) => {
-                            let code = r.code();
+                for (i, v) in verdicts.into_iter().enumerate() {
+                    match v {
+                        Verdict::Pass { .. } => passed[i] = true,
+                        Verdict::Fail {
+                            code,
+                            unresolvable: u,
+                            reason,
+                        } => {
                             match counts.iter_mut().find(|(c, _)| *c == code) {
                                 Some((_, n)) => *n += 1,
                                 None => counts.push((code, 1)),
                             }
-                            let entry = (name.to_string(), r.to_string());
-                            if is_unresolvable(&r) {
+                            let entry = (names[i].to_string(), reason);
+                            if u {
                                 unresolvable.push(entry);
                             } else {
                                 failed.push(entry);
@@ -171,7 +180,6 @@ impl Extender {
                         }
                     }
                 }
-                drop(view);
                 for (code, n) in counts {
                     self.metrics.rejected(code, n);
                 }
@@ -229,17 +237,24 @@ impl Extender {
         if !d.needs_gpus() || !self.cluster.is_ready() {
             return zero(&names);
         }
-        let now = now_ms();
-        let view = self.cluster.read();
+        let verdicts = {
+            let view = self.cluster.read();
+            self.verdicts
+                .judge(&view, &names, &d.demand, &self.cfg, now_ms())
+        };
         names
             .iter()
-            .map(|n| HostPriority {
+            .zip(verdicts)
+            .map(|(n, v)| HostPriority {
                 host: n.to_string(),
-                score: view
-                    .place(n, &d.demand, &self.cfg, now)
-                    .map_or(0, |p| i64::from(p.score)),
+                score: i64::from(v.score()),
             })
             .collect()
+    }
+
+    /// Forget every cached verdict (benchmarks of the cold path; diagnostics).
+    pub fn clear_verdicts(&self) {
+        self.verdicts.clear();
     }
 
     /// `bind`: choose the GPUs on the chosen node, book them, write the output
@@ -441,14 +456,6 @@ impl Extender {
             .in_flight
             .set(i64::try_from(self.cluster.in_flight()).unwrap_or(i64::MAX));
     }
-}
-
-/// Whether preemption cannot help a node (it has no or too few GPUs).
-fn is_unresolvable(r: &NodeRejection) -> bool {
-    matches!(
-        r,
-        NodeRejection::NoGpus { .. } | NodeRejection::TooFewGpus { .. }
-    )
 }
 
 /// Marks a pod as being bound for the guard's lifetime.

@@ -10,6 +10,7 @@
 //! * [`decision`] — per-pod reservation, GPU count and policy, cached by UID.
 //! * [`cluster`] — GPU nodes, telemetry and the ledger of placements.
 //! * [`extender`] — the three verbs.
+//! * [`verdict`] — per-node verdicts from `carma-core`, reused while unchanged.
 //! * [`backend`] — the I/O side: [`kube_backend`] (watchers, patch, Binding,
 //!   Events) or [`snapshot`] (a static `List`, binds recorded instead of written).
 //! * [`metrics`] — Prometheus metrics.
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod server;
 pub mod snapshot;
 pub mod synthetic;
+pub mod verdict;
 pub mod wire;
 
 use std::net::SocketAddr;

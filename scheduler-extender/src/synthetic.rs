@@ -139,6 +139,46 @@ pub fn cluster(nodes: usize, gpus_per_node: usize) -> Snapshot {
     s
 }
 
+/// [`cluster`] with one running carma pod on every other GPU (reserving 4,000
+/// MiB, visible in telemetry), so that the ledger holds `nodes × gpus / 2`
+/// placements, as in a busy shared cluster.
+pub fn loaded_cluster(nodes: usize, gpus_per_node: usize) -> Snapshot {
+    let mut s = cluster(nodes, gpus_per_node);
+    for (i, gn) in s.gpu_nodes.iter_mut().enumerate() {
+        let name = node_name(i);
+        let Some(status) = gn.status.as_mut() else {
+            continue;
+        };
+        for (j, g) in status.gpus.iter_mut().enumerate().filter(|(j, _)| j % 2 == 0) {
+            let pod = format!("train-{i}-{j}");
+            let uid = format!("{i:08x}-{j:04x}-4000-8000-000000000000");
+            g.pods.push(GpuPodStatus {
+                namespace: "ml".into(),
+                name: pod.clone(),
+                uid: uid.clone(),
+                reserved_mib: 4_000,
+                observed_mib: Some(3_500),
+            });
+            let ann = [
+                (carma_api::names::ANNOTATION_ASSIGNED_GPUS, g.uuid.as_str()),
+                (carma_api::names::ANNOTATION_ASSIGNED_AT, "2026-01-01T00:00:00.000Z"),
+                (carma_api::names::ANNOTATION_ASSIGNED_NODE, name.as_str()),
+                (
+                    carma_api::names::ANNOTATION_ESTIMATE,
+                    r#"{"mib":4000,"source":"gpumemnet-mlp","class":"(3000,4000]"}"#,
+                ),
+            ];
+            let mut v = pod_json("ml", &pod, &uid, 1, &ann);
+            v["spec"]["nodeName"] = json!(name);
+            v["status"]["phase"] = json!("Running");
+            if let Ok(p) = serde_json::from_value(v) {
+                s.pods.push(p);
+            }
+        }
+    }
+    s
+}
+
 /// A pending training pod exactly as kube-scheduler sends it (`Pod` of
 /// `ExtenderArgs`): scheduler `carma-scheduler`, `carma.io/gpu` = `gpus` in the
 /// limits and requests of its one training container, and `annotations`.

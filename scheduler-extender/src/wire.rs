@@ -170,7 +170,7 @@ impl NodeListOut {
 /// Serialises as a JSON object; a `Vec` is cheaper to fill than a map when
 /// thousands of nodes are rejected.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ReasonMap(pub Vec<(String, String)>);
+pub struct ReasonMap(pub Vec<(String, std::sync::Arc<str>)>);
 
 impl ReasonMap {
     /// Number of entries.
@@ -185,10 +185,7 @@ impl ReasonMap {
 
     /// The reason given for `node`.
     pub fn get(&self, node: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(n, _)| n == node)
-            .map(|(_, r)| r.as_str())
+        self.0.iter().find(|(n, _)| n == node).map(|(_, r)| &**r)
     }
 }
 
@@ -196,7 +193,7 @@ impl Serialize for ReasonMap {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(self.0.len()))?;
         for (k, v) in &self.0 {
-            map.serialize_entry(k, v)?;
+            map.serialize_entry(k, &**v)?;
         }
         map.end()
     }
@@ -222,7 +219,7 @@ impl<'de> Deserialize<'de> for ReasonMap {
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<ReasonMap, A::Error> {
                 let mut out = Vec::new();
                 while let Some((k, v)) = m.next_entry::<String, String>()? {
-                    out.push((k, v));
+                    out.push((k, std::sync::Arc::from(v)));
                 }
                 Ok(ReasonMap(out))
             }

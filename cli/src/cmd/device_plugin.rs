@@ -182,7 +182,13 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.pod_resources_socket {
         info!(path = %path.display(), "--pod-resources-socket accepted but not used by this version");
     }
-    let rt = super::runtime()?;
+    // A per-node agent: two worker threads are plenty (one sample a second, a few kubelet and
+    // Prometheus calls), and keep the footprint flat on nodes with many cores.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("carma-dp")
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let kube = connect_kube().await;
         let deps = carma_device_plugin::Dependencies {
@@ -201,4 +207,96 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
         running.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: DevicePluginArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<DevicePluginArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("device-plugin").chain(argv.iter().copied()))
+            .map(|c| c.args)
+    }
+
+    #[test]
+    fn flags_map_to_the_config() {
+        let args = parse(&[
+            "--backend",
+            "simulated",
+            "--simulated-gpus",
+            "8x80GiB",
+            "--replicas",
+            "4",
+            "--device-plugin-dir",
+            "/tmp/dp",
+            "--metrics-addr",
+            "127.0.0.1:9999",
+            "--node-name",
+            "gpu-7",
+            "--sample-interval",
+            "500ms",
+            "--sm-activity-cap",
+            "0.7",
+            "--mps",
+            "--pod-resources-socket",
+            "/var/lib/kubelet/pod-resources/kubelet.sock",
+        ])
+        .unwrap();
+        let c = args.to_config().unwrap();
+        assert_eq!(c.backend, BackendKind::Simulated);
+        assert_eq!(
+            (c.simulated_gpus.count, c.simulated_gpus.memory_mib),
+            (8, 81920)
+        );
+        assert_eq!(c.replicas, 4);
+        assert_eq!(c.device_plugin_dir, PathBuf::from("/tmp/dp"));
+        assert_eq!(c.metrics_addr.port(), 9999);
+        assert_eq!(c.node_name, "gpu-7");
+        assert_eq!(c.sample_interval, Duration::from_millis(500));
+        assert_eq!(c.sm_activity_cap, 0.7);
+        assert!(c.mps.is_some());
+        assert_eq!(c.socket_name, "carma.sock");
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let c = parse(&["--backend", "nvml", "--node-name", "n"])
+            .unwrap()
+            .to_config()
+            .unwrap();
+        assert_eq!(c.replicas, 8);
+        assert_eq!(c.metrics_addr.to_string(), "0.0.0.0:9402");
+        assert_eq!(c.sample_interval, Duration::from_secs(1));
+        assert_eq!(
+            c.device_plugin_dir,
+            PathBuf::from("/var/lib/kubelet/device-plugins")
+        );
+        assert!(c.mps.is_none());
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let err = parse(&["--backend", "cuda"]).unwrap_err().to_string();
+        assert!(err.contains("--backend"), "{err}");
+        let err = parse(&["--backend", "simulated", "--simulated-gpus", "0x40GiB"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--simulated-gpus"), "{err}");
+        let err = parse(&["--backend", "simulated", "--sample-interval", "0s"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--sample-interval"), "{err}");
+        let err = parse(&["--backend", "dcgm", "--node-name", "n"])
+            .unwrap()
+            .to_config()
+            .unwrap_err();
+        assert!(err.contains("--dcgm-endpoint"), "{err}");
+    }
 }
