@@ -77,14 +77,13 @@ def render(s: dict, latency: dict | None) -> str:
           + ". Names match case-insensitively; ReLU6 counts as ReLU; unknown names count as ReLU.\n")
 
     w("## Model\n")
-    w("The ONNX graph (opset {}, only Add, Log, Slice, Mul, Min, Concat, MatMul, Relu, Reshape, "
-      "Softmax, ReduceMean) computes:\n".format(tr["opset"]))
+    w("The ONNX graph (opset {}, only Add, Log, MatMul, Exp, Concat, Relu, Min, Div) "
+      "computes:\n".format(tr["opset"]))
     w("1. an input transform of the {} raw features into {}: `log(x + 1)` of the counts "
       "(`log(x + 2)` of the activation's sin/cos), the raw values{} — memory is close to "
       "linear in the raw parameters and batch × activations;".format(
           len(s["features"]), tr["derived_features"],
-          ", batch × activations, and batch × activations for nets with batch norm and with "
-          "dropout" if fam == "mlp" else ""))
+          ", and (batch + 1) × (activations + 1)" if fam == "mlp" else ""))
     w("2. {} members with hidden layers {} (Linear → ReLU) and a linear output layer; "
       "scikit-learn `MLPClassifier`, L-BFGS, L2 penalty α = {:g} (strong regularisation keeps "
       "the probabilities calibrated enough for the decision rule), member seeds {}…; trained on "
@@ -93,8 +92,9 @@ def render(s: dict, latency: dict | None) -> str:
       "MatMul + Add + Relu per depth level), because tract's cost is per operator;".format(
           len(tr["members"]), ", ".join("(" + ", ".join(map(str, m)) + ")" for m in tr["members"]),
           tr["alpha"], tr["seed"]))
-    w("3. a softmax per member and the mean of the members' probabilities. {} parameters in "
-      "all.\n".format(tr["parameters"]))
+    w("3. a softmax per member (logits capped at 80 against overflow) and the mean of the "
+      "members' probabilities, written as Exp, MatMul and Div (tract's Softmax is slow on "
+      "many short rows). {} parameters in all.\n".format(tr["parameters"]))
     absent = [l for l, n in zip(labels, counts) if n == 0]
     if absent:
         w("A class absent from the training data (here {}) gets a logit bias of −10⁴ and "

@@ -1,22 +1,22 @@
 """The GPUMemNet-style ensemble: input transform, small MLP members, ONNX export.
 
 The exported graph takes the RAW feature row (float32 [N, F]) and computes, with
-plain ONNX operators only (Add, Log, Slice, Mul, Min, Concat, MatMul, Relu,
-Reshape, Softmax, ReduceMean):
+plain ONNX operators only (Add, Log, MatMul, Exp, Concat, Relu, Min, Div):
 
 1. the input transform (`Transform`): `log(x + offset)` of every column
    (offset 1 for counts, i.e. log1p; 2 for the activation's sin/cos), the raw
-   columns, and for MLPs batch x activations and batch x activations of nets
-   with batch norm / with dropout. Memory is close to linear in the raw
-   parameters and batch x activations, which makes the classes nearly linearly
-   separable;
+   columns, and for MLPs (batch + 1)(activations + 1). Memory is close to linear
+   in the raw parameters and batch x activations, which makes the classes
+   nearly linearly separable;
 2. every member's hidden layers (Linear -> ReLU) and output layer. Standardisation
    (the training mean and standard deviation) is folded into the first layer's
    weights, and the members run side by side as one network with block-structured
    weight matrices: one MatMul + Add + Relu per depth level for all members,
-   one MatMul + Add for the logits of the members that end at that level. tract
-   pays a fixed cost per operator, so this keeps an estimate to a few microseconds;
-3. a softmax per member and the mean of the members' probabilities.
+   one final MatMul + Add for every member's logits (shallower members carry
+   theirs to the end, see `merged_levels`). tract pays a fixed cost per
+   operator, so this keeps an estimate to a few microseconds;
+3. a softmax per member (logits capped at 80) and the mean of the members'
+   probabilities, written as Exp, MatMul and Div.
 
 No ZipMap, no Scaler: tract-onnx runs it as is.
 """
@@ -37,29 +37,24 @@ OPSET = 13
 
 @dataclass(frozen=True)
 class Transform:
-    """Derived inputs: [log(x + log_offset) for every column] ++ [x] ++ products.
-
-    `gated_product` (MLP only): (i, j, gates) adds x_i*x_j and x_i*x_j*min(x_g, 1)
-    for each gate column g (a non-negative layer count, so min(., 1) says "has any").
+    """Derived inputs: L = log(x + log_offset) for every column, then [L, x] and,
+    when `product` = (i, j), exp(L_i + L_j) = (x_i + off_i)(x_j + off_j) - for MLPs
+    (batch + 1)(activations + 1), the activation memory's driver.
     """
 
     log_offset: tuple[float, ...]
-    gated_product: tuple[int, int, tuple[int, ...]] | None = None
+    product: tuple[int, int] | None = None
 
     def width(self) -> int:
-        n = 2 * len(self.log_offset)
-        if self.gated_product:
-            n += 1 + len(self.gated_product[2])
-        return n
+        return 2 * len(self.log_offset) + (1 if self.product else 0)
 
     def as_dict(self) -> dict:
         return {"log_offset": list(self.log_offset),
-                "gated_product": None if self.gated_product is None else
-                [self.gated_product[0], self.gated_product[1], list(self.gated_product[2])]}
+                "product": None if self.product is None else list(self.product)}
 
 
 # MLP: 0 depth, 1 batch, 2 params, 3 activations, 4 batch-norm, 5 dropout, 6 sin, 7 cos.
-MLP_TRANSFORM = Transform((1, 1, 1, 1, 1, 1, 2, 2), (1, 3, (4, 5)))
+MLP_TRANSFORM = Transform((1, 1, 1, 1, 1, 1, 2, 2), (1, 3))
 # CNN: 0 depth, 1 activations, 2 activations x batch, 3 parameters, 4 batch,
 # 5 conv2d, 6 batch-norm, 7 dropout, 8 sin, 9 cos.
 CNN_TRANSFORM = Transform((1, 1, 1, 1, 1, 1, 1, 1, 2, 2))
@@ -68,14 +63,18 @@ CNN_TRANSFORM = Transform((1, 1, 1, 1, 1, 1, 1, 1, 2, 2))
 TRANSFORMER_TRANSFORM = Transform((1,) * 9)
 TRANSFORMS = {"mlp": MLP_TRANSFORM, "cnn": CNN_TRANSFORM, "transformer": TRANSFORMER_TRANSFORM}
 
+# Logits are capped before exp so that no input can overflow float32
+# (exp(80) * members * classes stays finite); trained logits are far below.
+LOGIT_CAP = 80.0
+
 
 def transform(x: np.ndarray, t: Transform) -> np.ndarray:
     """numpy version of the graph's input transform (float64)."""
-    cols = [np.log(x + np.asarray(t.log_offset)), x]
-    if t.gated_product:
-        i, j, gates = t.gated_product
-        prod = x[:, i:i + 1] * x[:, j:j + 1]
-        cols += [prod, prod * np.minimum(x[:, list(gates)], 1.0)]
+    logs = np.log(x + np.asarray(t.log_offset))
+    cols = [logs, x]
+    if t.product:
+        i, j = t.product
+        cols.append(np.exp(logs[:, i:i + 1] + logs[:, j:j + 1]))
     return np.concatenate(cols, axis=1)
 
 
@@ -123,8 +122,7 @@ class Ensemble:
                 h = h @ w + b
                 if i < len(layers) - 1:
                     h = np.maximum(h, 0.0)
-            h = h - h.max(axis=1, keepdims=True)
-            e = np.exp(h)
+            e = np.exp(np.minimum(h, LOGIT_CAP))  # as the graph computes it
             total += e / e.sum(axis=1, keepdims=True)
         return total / len(self.members)
 
@@ -165,55 +163,72 @@ def fit(x: np.ndarray, y: np.ndarray, n_classes: int, t: Transform, cfg: Ensembl
 
 
 def merged_levels(ens: Ensemble):
-    """The members as one block-structured network.
+    """The members as one block-structured network of plain (MatMul, Add, Relu) levels.
 
-    Returns (hidden, logits): hidden[l] = (W, b) from level l's input (the
-    derived features for l = 0, else the level-l activations of all members still
-    going) to level l+1's hidden units; logits[l] = (W, b) from level l+1's hidden
-    units to the logits of the members whose last hidden layer is l+1 (None if
-    none ends there). Standardisation is folded into hidden[0].
+    Returns (hidden, final, order): hidden[l] = (W, b) of level l (input: the
+    derived features for l = 0, else level l-1's units; ReLU after each level);
+    final = (W, b) from the last level's units to every member's logits, members
+    in `order`. Standardisation is folded into hidden[0].
+
+    A member shallower than the deepest one computes its logits at the level
+    after its last hidden layer and carries them to the end as the pair
+    (relu(v), relu(-v)) - exact through ReLU and identity weights - so every
+    member's logits come out of the single final layer.
     """
+    c = ens.n_classes
     depth = [len(m) - 1 for m in ens.members]  # hidden layers per member
     levels = max(depth)
-    n_in = len(ens.mean)
-    # column ranges of each member's units at each level
-    hidden, logits = [], []
-    prev_cols: dict[int, tuple[int, int]] = {}
-    prev_width = n_in
+    prev: dict[tuple[str, int], tuple[int, int]] = {}
+    prev_width = len(ens.mean)
+    hidden = []
     for lvl in range(levels):
-        cols: dict[int, tuple[int, int]] = {}
+        cols: dict[tuple[str, int], tuple[int, int]] = {}
         width = 0
-        for m, layers in enumerate(ens.members):
+        for m in range(len(ens.members)):
             if depth[m] > lvl:
-                n = layers[lvl][0].shape[1]
-                cols[m] = (width, width + n)
-                width += n
+                n = ens.members[m][lvl][0].shape[1]
+                cols[("h", m)], width = (width, width + n), width + n
+            elif lvl > 0:  # ended at an earlier level: carry its logits as (pos, neg)
+                cols[("c", m)], width = (width, width + 2 * c), width + 2 * c
         w = np.zeros((prev_width, width))
         b = np.zeros(width)
-        for m, (c0, c1) in cols.items():
-            wm, bm = ens.members[m][lvl]
-            if lvl == 0:
-                w[:, c0:c1] = wm / ens.std[:, None]
-                b[c0:c1] = bm - (ens.mean / ens.std) @ wm
-            else:
-                r0, r1 = prev_cols[m]
-                w[r0:r1, c0:c1] = wm
-                b[c0:c1] = bm
+        for (kind, m), (c0, c1) in cols.items():
+            if kind == "h":
+                wm, bm = ens.members[m][lvl]
+                if lvl == 0:
+                    w[:, c0:c1] = wm / ens.std[:, None]
+                    b[c0:c1] = bm - (ens.mean / ens.std) @ wm
+                else:
+                    r0, r1 = prev[("h", m)]
+                    w[r0:r1, c0:c1] = wm
+                    b[c0:c1] = bm
+            elif ("h", m) in prev:  # logits of a member whose last hidden layer was lvl-1
+                wo, bo = ens.members[m][-1]
+                r0, r1 = prev[("h", m)]
+                w[r0:r1, c0:c0 + c] = wo
+                w[r0:r1, c0 + c:c1] = -wo
+                b[c0:c0 + c] = bo
+                b[c0 + c:c1] = -bo
+            else:  # already carried: identity
+                r0, _ = prev[("c", m)]
+                w[r0:r0 + 2 * c, c0:c1] = np.eye(2 * c)
         hidden.append((w, b))
-        ending = [m for m in cols if depth[m] == lvl + 1]
-        if ending:
-            wl = np.zeros((width, len(ending) * ens.n_classes))
-            bl = np.zeros(len(ending) * ens.n_classes)
-            for k, m in enumerate(ending):
-                wm, bm = ens.members[m][-1]
-                c0, c1 = cols[m]
-                wl[c0:c1, k * ens.n_classes:(k + 1) * ens.n_classes] = wm
-                bl[k * ens.n_classes:(k + 1) * ens.n_classes] = bm
-            logits.append((wl, bl, ending))
+        prev, prev_width = cols, width
+    order = list(range(len(ens.members)))
+    wf = np.zeros((prev_width, len(order) * c))
+    bf = np.zeros(len(order) * c)
+    for k, m in enumerate(order):
+        o0, o1 = k * c, (k + 1) * c
+        if ("h", m) in prev:
+            wo, bo = ens.members[m][-1]
+            r0, r1 = prev[("h", m)]
+            wf[r0:r1, o0:o1] = wo
+            bf[o0:o1] = bo
         else:
-            logits.append(None)
-        prev_cols, prev_width = cols, width
-    return hidden, logits
+            r0, _ = prev[("c", m)]
+            wf[r0:r0 + c, o0:o1] = np.eye(c)
+            wf[r0 + c:r0 + 2 * c, o0:o1] = -np.eye(c)
+    return hidden, (wf, bf), order
 
 
 def to_onnx(ens: Ensemble, n_features: int, doc: str) -> onnx.ModelProto:
@@ -229,48 +244,35 @@ def to_onnx(ens: Ensemble, n_features: int, doc: str) -> onnx.ModelProto:
     nodes.append(helper.make_node("Add", ["features", const("log_offset", t.log_offset)], ["shifted"]))
     nodes.append(helper.make_node("Log", ["shifted"], ["logs"]))
     parts = ["logs", "features"]
-    if t.gated_product:
-        i, j, gates = t.gated_product
-        if list(gates) != list(range(gates[0], gates[0] + len(gates))):
-            raise ValueError("gate columns must be contiguous")
-        axis = const("axis1", [1], np.int64)
-
-        def sl(name, a, b):
-            nodes.append(helper.make_node(
-                "Slice", ["features", const(f"{name}_s", [a], np.int64), const(f"{name}_e", [b], np.int64), axis],
-                [name]))
-            return name
-        nodes.append(helper.make_node("Mul", [sl("col_i", i, i + 1), sl("col_j", j, j + 1)], ["prod"]))
-        nodes.append(helper.make_node("Min", [sl("gates", gates[0], gates[0] + len(gates)),
-                                              const("one", np.array(1.0))], ["has_gate"]))
-        nodes.append(helper.make_node("Mul", ["prod", "has_gate"], ["gated"]))
-        parts += ["prod", "gated"]
+    if t.product:
+        sel = np.zeros((len(t.log_offset), 1))
+        sel[list(t.product), 0] = 1.0
+        nodes.append(helper.make_node("MatMul", ["logs", const("product_sel", sel)], ["log_product"]))
+        nodes.append(helper.make_node("Exp", ["log_product"], ["product"]))
+        parts.append("product")
     nodes.append(helper.make_node("Concat", parts, ["derived"], axis=1))
 
-    hidden, logits = merged_levels(ens)
+    hidden, (wf, bf), order = merged_levels(ens)
     h = "derived"
-    logit_names, order = [], []
     for lvl, (w, b) in enumerate(hidden):
         nodes.append(helper.make_node("MatMul", [h, const(f"w{lvl}", w)], [f"mm{lvl}"]))
         nodes.append(helper.make_node("Add", [f"mm{lvl}", const(f"b{lvl}", b)], [f"pre{lvl}"]))
         nodes.append(helper.make_node("Relu", [f"pre{lvl}"], [f"h{lvl}"]))
         h = f"h{lvl}"
-        if logits[lvl] is not None:
-            wl, bl, ending = logits[lvl]
-            nodes.append(helper.make_node("MatMul", [h, const(f"wl{lvl}", wl)], [f"lm{lvl}"]))
-            nodes.append(helper.make_node("Add", [f"lm{lvl}", const(f"bl{lvl}", bl)], [f"logits{lvl}"]))
-            logit_names.append(f"logits{lvl}")
-            order += ending
-    n_members = len(ens.members)
-    if len(logit_names) > 1:
-        nodes.append(helper.make_node("Concat", logit_names, ["all_logits"], axis=1))
-    else:
-        nodes.append(helper.make_node("Identity", logit_names, ["all_logits"]))
-    nodes.append(helper.make_node(
-        "Reshape", ["all_logits", const("member_shape", [-1, n_members, ens.n_classes], np.int64)],
-        ["member_logits"]))
-    nodes.append(helper.make_node("Softmax", ["member_logits"], ["member_probs"], axis=2))
-    nodes.append(helper.make_node("ReduceMean", ["member_probs"], ["probabilities"], axes=[1], keepdims=0))
+    nodes.append(helper.make_node("MatMul", [h, const("w_out", wf)], ["mm_out"]))
+    nodes.append(helper.make_node("Add", ["mm_out", const("b_out", bf)], ["all_logits"]))
+    # softmax per member and mean over members, with MatMuls instead of Softmax /
+    # ReduceMean (tract runs those per row slowly): e = exp(min(logits, cap));
+    # each entry divided by its member's sum (block-of-ones MatMul); averaged
+    # per class over the members (MatMul with 1/M).
+    m, c = len(order), ens.n_classes
+    block = np.kron(np.eye(m), np.ones((c, c)))
+    mean = np.tile(np.eye(c), (m, 1)) / m
+    nodes.append(helper.make_node("Min", ["all_logits", const("logit_cap", np.array(LOGIT_CAP))], ["capped"]))
+    nodes.append(helper.make_node("Exp", ["capped"], ["e"]))
+    nodes.append(helper.make_node("MatMul", ["e", const("member_sums", block)], ["e_sum"]))
+    nodes.append(helper.make_node("Div", ["e", "e_sum"], ["member_probs"]))
+    nodes.append(helper.make_node("MatMul", ["member_probs", const("member_mean", mean)], ["probabilities"]))
 
     graph = helper.make_graph(
         nodes, "gpumemnet_ensemble",

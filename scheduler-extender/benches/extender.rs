@@ -1,7 +1,10 @@
-//! filter + prioritize for one pod against 1,000 and 5,000 nodes × 8 GPUs:
-//! in process (decode, decide, encode) and over HTTP on loopback
-//! (`nodeCacheCapable: true`). p99 figures: `cargo run --release -p
-//! carma-scheduler-extender --example latency`.
+//! filter + prioritize for one pod against 1,000 and 5,000 nodes × 8 GPUs (half
+//! the GPUs already hold a pod): in process (decode, decide, encode) and over
+//! HTTP on loopback (`nodeCacheCapable: true`).
+//!
+//! `warm` repeats one pod, so verdicts are reused; `cold` forgets every verdict
+//! first, so every node is judged by `carma-core` again (the worst case). p50 /
+//! p99 under churn: `cargo run --release -p carma-scheduler-extender --example latency`.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -18,29 +21,43 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 fn extender(nodes: usize) -> Arc<Extender> {
-    snapshot_extender(&loaded_cluster(nodes, 8), Policy::Magm, PlacementConfig::default())
-        .expect("estimator loads")
+    snapshot_extender(
+        &loaded_cluster(nodes, 8),
+        Policy::Magm,
+        PlacementConfig::default(),
+    )
+    .expect("estimator loads")
 }
 
 fn in_process(c: &mut Criterion) {
     let mut g = c.benchmark_group("in-process");
+    g.sample_size(30);
     for nodes in [1_000, 5_000] {
         let ext = extender(nodes);
         let body = extender_args_body(nodes, true);
-        g.bench_with_input(BenchmarkId::new("filter", nodes), &body, |b, body| {
+        g.bench_with_input(BenchmarkId::new("filter-warm", nodes), &body, |b, body| {
             b.iter(|| {
                 let args: ExtenderArgs = serde_json::from_slice(body).unwrap();
-                let out = ext.filter(&args);
-                black_box(serde_json::to_vec(&out).unwrap())
+                black_box(serde_json::to_vec(&ext.filter(&args)).unwrap())
             })
         });
-        g.bench_with_input(BenchmarkId::new("prioritize", nodes), &body, |b, body| {
+        g.bench_with_input(BenchmarkId::new("filter-cold", nodes), &body, |b, body| {
             b.iter(|| {
+                ext.clear_verdicts();
                 let args: ExtenderArgs = serde_json::from_slice(body).unwrap();
-                let out = ext.prioritize(&args);
-                black_box(serde_json::to_vec(&out).unwrap())
+                black_box(serde_json::to_vec(&ext.filter(&args)).unwrap())
             })
         });
+        g.bench_with_input(
+            BenchmarkId::new("prioritize-warm", nodes),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let args: ExtenderArgs = serde_json::from_slice(body).unwrap();
+                    black_box(serde_json::to_vec(&ext.prioritize(&args)).unwrap())
+                })
+            },
+        );
     }
     g.finish();
 }
@@ -54,6 +71,7 @@ fn over_http(c: &mut Criterion) {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let mut g = c.benchmark_group("http-loopback");
+    g.sample_size(30);
     for nodes in [1_000, 5_000] {
         let ext = extender(nodes);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1,82 +1,153 @@
-//! p50 / p99 latency of filter and prioritize over HTTP on loopback
-//! (`nodeCacheCapable: true`), one pod against 1,000 and 5,000 nodes × 8 GPUs.
+//! p50 / p99 latency of filter, prioritize and bind over HTTP on loopback
+//! (`nodeCacheCapable: true`), against 1,000 and 5,000 nodes × 8 GPUs of which
+//! half already hold a pod.
 //!
 //! ```text
-//! cargo run --release -p carma-scheduler-extender --example latency [-- REQUESTS]
+//! cargo run --release -p carma-scheduler-extender --example latency [-- PODS]
 //! ```
 //!
-//! Each verb is called REQUESTS times (default 2,000) in sequence, as
-//! kube-scheduler does for consecutive pods; every call is timed on the client
-//! from request sent to last body byte received, and the sorted timings give
-//! the percentiles.
+//! **steady**: PODS pods (default 1,000) go through filter → prioritize → bind
+//! one after another, as kube-scheduler sends them; the pods cycle through four
+//! demands (three GPUMemNet classes and an override), and between two pods five
+//! nodes publish new telemetry (5,000 nodes publishing every 10 s at 100 pods/s).
+//! **cold**: every verdict is forgotten before each filter, so every node is
+//! judged again (the worst case: a new demand after the whole cluster changed).
+//! Each call is timed on the client, from sending the request to the last byte
+//! of the answer; the sorted timings give the percentiles.
 
 use std::time::{Duration, Instant};
 
+use carma_api::names::{ANNOTATION_GPU_MEMORY, ANNOTATION_MODEL_PROFILE};
 use carma_core::{PlacementConfig, Policy};
-use carma_scheduler_extender::synthetic::{extender_args_body, loaded_cluster};
+use carma_scheduler_extender::synthetic::{BENCH_PROFILE, args_body, loaded_cluster, pod_json};
 use carma_scheduler_extender::{router, serve, snapshot_extender};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
 
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_secs_f64() * 1e3
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+async fn call(client: &HttpClient, uri: &str, body: Vec<u8>) -> (Duration, Value) {
+    let req = hyper::Request::post(uri)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let start = Instant::now();
+    let resp = client.request(req).await.unwrap();
+    assert!(resp.status().is_success());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let took = start.elapsed();
+    (took, serde_json::from_slice(&bytes).unwrap())
+}
+
+fn row(nodes: usize, case: &str, verb: &str, mut t: Vec<Duration>) {
+    t.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let pct = |p: f64| ms(t[((t.len() as f64 * p).ceil() as usize).clamp(1, t.len()) - 1]);
+    let mean = t.iter().map(|d| ms(*d)).sum::<f64>() / t.len() as f64;
+    println!(
+        "| {nodes} × 8 | {case} | {verb} | {} | {mean:.2} | {:.2} | {:.2} | {:.2} |",
+        t.len(),
+        pct(0.50),
+        pct(0.99),
+        ms(*t.last().unwrap()),
+    );
+}
+
+fn pod(i: usize) -> Value {
+    let profiles = [
+        BENCH_PROFILE.to_string(),
+        BENCH_PROFILE.replace("\"batchSize\":256", "\"batchSize\":1024"),
+        BENCH_PROFILE.replace("\"batchSize\":256", "\"batchSize\":4096"),
+    ];
+    let ann = match i % 4 {
+        3 => vec![(ANNOTATION_GPU_MEMORY, "6Gi".to_string())],
+        k => vec![(ANNOTATION_MODEL_PROFILE, profiles[k].clone())],
+    };
+    let ann: Vec<(&str, &str)> = ann.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    pod_json(
+        "ml",
+        &format!("p{i}"),
+        &format!("beef0000-0000-4000-8000-{i:012}"),
+        1,
+        &ann,
+    )
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let requests: usize = std::env::args()
+    let pods: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(2_000);
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    println!(
-        "| nodes × GPUs | verb | requests | mean ms | p50 ms | p90 ms | p99 ms | max ms | answer bytes |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|");
+        .unwrap_or(1_000);
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    println!("| nodes × GPUs | case | verb | calls | mean ms | p50 ms | p99 ms | max ms |");
+    println!("|---|---|---|---|---|---|---|---|");
     for nodes in [1_000, 5_000] {
-        let ext = snapshot_extender(&loaded_cluster(nodes, 8), Policy::Magm, PlacementConfig::default())
+        let snap = loaded_cluster(nodes, 8);
+        let ext = snapshot_extender(&snap, Policy::Magm, PlacementConfig::default())
             .expect("estimator loads");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, router(ext), None, async {
+        let server = tokio::spawn(serve(listener, router(ext.clone()), None, async {
             let _ = stopped.await;
         }));
-        let body = Bytes::from(extender_args_body(nodes, true));
-        for verb in ["filter", "prioritize"] {
-            let uri: hyper::Uri = format!("http://{addr}/{verb}").parse().unwrap();
-            let mut times = Vec::with_capacity(requests);
-            let mut answer = 0;
-            for i in 0..requests + 50 {
-                let req = hyper::Request::post(uri.clone())
-                    .header("content-type", "application/json")
-                    .body(Full::new(body.clone()))
-                    .unwrap();
-                let start = Instant::now();
-                let resp = client.request(req).await.unwrap();
-                assert!(resp.status().is_success());
-                let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-                let took = start.elapsed();
-                answer = bytes.len();
-                if i >= 50 {
-                    times.push(took); // the first 50 warm up connections and caches
+        let url = |verb: &str| format!("http://{addr}/{verb}");
+
+        let (mut f, mut p, mut b) = (Vec::new(), Vec::new(), Vec::new());
+        let warmup = 20;
+        for i in 0..pods + warmup {
+            let pod = pod(i);
+            let body = args_body(&pod, nodes, true);
+            let (tf, out) = call(&client, &url("filter"), body.clone()).await;
+            let (tp, scores) = call(&client, &url("prioritize"), body).await;
+            let passing: std::collections::HashSet<&str> = out["NodeNames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            let best = scores
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| passing.contains(s["Host"].as_str().unwrap()))
+                .max_by_key(|s| s["Score"].as_i64().unwrap())
+                .map(|s| s["Host"].as_str().unwrap().to_string())
+                .expect("a node fits");
+            let bind = json!({ "PodName": pod["metadata"]["name"], "PodNamespace": "ml",
+                               "PodUID": pod["metadata"]["uid"], "Node": best });
+            let (tb, res) = call(&client, &url("bind"), serde_json::to_vec(&bind).unwrap()).await;
+            assert_eq!(res["Error"], "", "{res}");
+            // Five nodes publish new telemetry.
+            for k in 0..5 {
+                let mut g = snap.gpu_nodes[(i * 5 + k) * 7919 % nodes].clone();
+                for gpu in &mut g.status.as_mut().unwrap().gpus {
+                    gpu.memory_free_mib = gpu.memory_free_mib.saturating_sub((i % 3) as u64 * 64);
                 }
+                ext.cluster().apply_gpu_node(&g);
             }
-            times.sort();
-            let mean = times.iter().sum::<Duration>().as_secs_f64() * 1e3 / times.len() as f64;
-            println!(
-                "| {nodes} × 8 | {verb} | {requests} | {mean:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {answer} |",
-                pct(&times, 0.50),
-                pct(&times, 0.90),
-                pct(&times, 0.99),
-                times.last().unwrap().as_secs_f64() * 1e3,
-            );
+            if i >= warmup {
+                f.push(tf);
+                p.push(tp);
+                b.push(tb);
+            }
         }
+        row(nodes, "steady", "filter", f);
+        row(nodes, "steady", "prioritize", p);
+        row(nodes, "steady", "bind", b);
+
+        let mut cold = Vec::new();
+        let body = args_body(&pod(0), nodes, true);
+        for _ in 0..(pods / 5).max(20) {
+            ext.clear_verdicts();
+            cold.push(call(&client, &url("filter"), body.clone()).await.0);
+        }
+        row(nodes, "cold", "filter", cold);
         let _ = stop.send(());
         let _ = server.await;
     }

@@ -173,10 +173,11 @@ impl ClusterState {
         let mut inner = self.inner.write();
         for uid in &observed {
             let newly = inner.ledger.get(uid).is_some_and(|r| !r.visible);
-            if newly && inner.ledger.confirm(uid) {
-                if let Some(r) = inner.ledger.get(uid).cloned() {
-                    inner.touch(&r);
-                }
+            if newly
+                && inner.ledger.confirm(uid)
+                && let Some(r) = inner.ledger.get(uid).cloned()
+            {
+                inner.touch(&r);
             }
         }
         let name = core.name.clone();

@@ -149,7 +149,12 @@ pub fn loaded_cluster(nodes: usize, gpus_per_node: usize) -> Snapshot {
         let Some(status) = gn.status.as_mut() else {
             continue;
         };
-        for (j, g) in status.gpus.iter_mut().enumerate().filter(|(j, _)| j % 2 == 0) {
+        for (j, g) in status
+            .gpus
+            .iter_mut()
+            .enumerate()
+            .filter(|(j, _)| j % 2 == 0)
+        {
             let pod = format!("train-{i}-{j}");
             let uid = format!("{i:08x}-{j:04x}-4000-8000-000000000000");
             g.pods.push(GpuPodStatus {
@@ -161,7 +166,10 @@ pub fn loaded_cluster(nodes: usize, gpus_per_node: usize) -> Snapshot {
             });
             let ann = [
                 (carma_api::names::ANNOTATION_ASSIGNED_GPUS, g.uuid.as_str()),
-                (carma_api::names::ANNOTATION_ASSIGNED_AT, "2026-01-01T00:00:00.000Z"),
+                (
+                    carma_api::names::ANNOTATION_ASSIGNED_AT,
+                    "2026-01-01T00:00:00.000Z",
+                ),
                 (carma_api::names::ANNOTATION_ASSIGNED_NODE, name.as_str()),
                 (
                     carma_api::names::ANNOTATION_ESTIMATE,
@@ -279,6 +287,12 @@ pub fn extender_args_body(nodes: usize, node_cache_capable: bool) -> Vec<u8> {
         1,
         &[(carma_api::names::ANNOTATION_MODEL_PROFILE, BENCH_PROFILE)],
     );
+    args_body(&pod, nodes, node_cache_capable)
+}
+
+/// kube-scheduler's filter/prioritize body for `pod` against the first `nodes`
+/// nodes of [`cluster`].
+pub fn args_body(pod: &Value, nodes: usize, node_cache_capable: bool) -> Vec<u8> {
     let body = if node_cache_capable {
         let names: Vec<String> = (0..nodes).map(node_name).collect();
         json!({ "Pod": pod, "Nodes": null, "NodeNames": names })

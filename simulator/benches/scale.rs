@@ -2,9 +2,9 @@
 //! measurement. Run with `cargo bench -p carma-simulator --bench scale`.
 
 use carma_core::Policy;
-use carma_simulator::trace::{generate, GeneratorConfig};
-use carma_simulator::{plan, simulate, EstimatorKind, SimConfig};
-use criterion::{criterion_group, criterion_main, Criterion};
+use carma_simulator::trace::{GeneratorConfig, generate};
+use carma_simulator::{EstimatorKind, SimConfig, plan, simulate};
+use criterion::{Criterion, criterion_group, criterion_main};
 
 fn scale(c: &mut Criterion) {
     let mut cfg = SimConfig::default();
@@ -17,7 +17,26 @@ fn scale(c: &mut Criterion) {
         ..GeneratorConfig::default()
     })
     .expect("trace");
-    let plan = plan(&trace.tasks, EstimatorKind::Gpumemnet, cfg.cluster.gpu_memory_mib).expect("plan");
+    let plan = plan(
+        &trace.tasks,
+        EstimatorKind::Gpumemnet,
+        cfg.cluster.gpu_memory_mib,
+    )
+    .expect("plan");
+    // One timed run per policy first, so a single `cargo bench` prints the figure.
+    for policy in Policy::ALL {
+        let t = std::time::Instant::now();
+        let run = simulate(&trace.tasks, &plan.reservations, "gpumemnet", policy, &cfg)
+            .expect("simulate");
+        eprintln!(
+            "once: {:<9} {:>6.2} s wall for 10,000 tasks on 1,000 GPUs ({} events, {} ticks, makespan {:.1} h)",
+            policy.as_str(),
+            t.elapsed().as_secs_f64(),
+            run.events,
+            run.ticks,
+            run.summary.makespan_s / 3600.0
+        );
+    }
     let mut group = c.benchmark_group("10k_tasks_1000_gpus");
     group.sample_size(10);
     for policy in [Policy::Exclusive, Policy::Magm, Policy::Lug, Policy::Rr] {

@@ -119,7 +119,12 @@ const fn layers(
     }
 }
 
-const fn cnn(parameters: u64, activations: u64, activation: &'static str, l: Layers) -> Architecture {
+const fn cnn(
+    parameters: u64,
+    activations: u64,
+    activation: &'static str,
+    l: Layers,
+) -> Architecture {
     Architecture {
         family: Family::Cnn,
         parameters,
@@ -165,10 +170,12 @@ static INCEPTION_V3: Architecture = cnn(27_161_264, 34_000_000, "ReLU", layers(9
 static UNET: Architecture = cnn(31_037_633, 120_000_000, "ReLU", layers(23, 18, 0, 0, 0));
 static MASKRCNN: Architecture = cnn(44_401_393, 400_000_000, "ReLU", layers(72, 53, 4, 0, 1));
 static MNIST_CNN: Architecture = cnn(1_199_882, 68_157, "ReLU", layers(2, 0, 2, 2, 0));
-static EFFICIENTNET_B0_CIFAR: Architecture = cnn(4_135_648, 635_699, "SiLU", layers(81, 49, 1, 0, 17));
+static EFFICIENTNET_B0_CIFAR: Architecture =
+    cnn(4_135_648, 635_699, "SiLU", layers(81, 49, 1, 0, 17));
 static RESNET18_CIFAR: Architecture = cnn(11_227_812, 200_540, "ReLU", layers(20, 20, 1, 0, 1));
 static RESNET34_CIFAR: Architecture = cnn(21_335_972, 315_884, "ReLU", layers(36, 36, 1, 0, 1));
-static MOBILENET_V3S_CIFAR: Architecture = cnn(1_620_356, 150_000, "ReLU", layers(52, 34, 2, 1, 10));
+static MOBILENET_V3S_CIFAR: Architecture =
+    cnn(1_620_356, 150_000, "ReLU", layers(52, 34, 2, 1, 10));
 static DLRM: Architecture = Architecture {
     family: Family::Mlp,
     parameters: 929_473,

@@ -56,6 +56,9 @@ pub struct SimConfig {
     pub gate: bool,
     /// Whether to keep per-GPU timelines and attempt logs (for the HTML report).
     pub record_timelines: bool,
+    /// Remember each node's placement answer until the node changes (same
+    /// results, much faster on large clusters). Off only to check exactly that.
+    pub memoize: bool,
 }
 
 impl Default for SimConfig {
@@ -70,6 +73,7 @@ impl Default for SimConfig {
             activity_scale: 1.0,
             gate: true,
             record_timelines: false,
+            memoize: true,
         }
     }
 }
@@ -80,24 +84,37 @@ impl SimConfig {
         let bad = |m: String| Err(SimError::Config(m));
         let c = &self.cluster;
         if c.nodes == 0 || c.gpus_per_node == 0 {
-            return bad(format!("the cluster needs at least one node and one GPU per node (got {} × {})", c.nodes, c.gpus_per_node));
+            return bad(format!(
+                "the cluster needs at least one node and one GPU per node (got {} × {})",
+                c.nodes, c.gpus_per_node
+            ));
         }
         if c.gpu_memory_mib < 1024 {
             return bad(format!("GPU memory {} MiB is too small", c.gpu_memory_mib));
         }
         let s = &self.slowdown;
         if !(s.threshold.is_finite() && s.threshold > 0.0) {
-            return bad(format!("slowdown threshold must be positive, got {}", s.threshold));
+            return bad(format!(
+                "slowdown threshold must be positive, got {}",
+                s.threshold
+            ));
         }
         if !(s.exponent.is_finite() && s.exponent >= 0.0) {
             return bad(format!("slowdown exponent must be ≥ 0, got {}", s.exponent));
         }
         let p = &self.power;
-        if !(p.idle_w.is_finite() && p.max_w.is_finite() && 0.0 <= p.idle_w && p.idle_w <= p.max_w) {
-            return bad(format!("power must satisfy 0 ≤ idle ≤ max, got idle {} W, max {} W", p.idle_w, p.max_w));
+        if !(p.idle_w.is_finite() && p.max_w.is_finite() && 0.0 <= p.idle_w && p.idle_w <= p.max_w)
+        {
+            return bad(format!(
+                "power must satisfy 0 ≤ idle ≤ max, got idle {} W, max {} W",
+                p.idle_w, p.max_w
+            ));
         }
         if !(self.activity_scale.is_finite() && self.activity_scale > 0.0) {
-            return bad(format!("activity scale must be positive, got {}", self.activity_scale));
+            return bad(format!(
+                "activity scale must be positive, got {}",
+                self.activity_scale
+            ));
         }
         if self.telemetry.interval_ms == 0 || self.telemetry.window == 0 {
             return bad("telemetry interval and window must be positive".into());

@@ -41,7 +41,7 @@ pub mod trace;
 pub use config::{ClusterSpec, SimConfig};
 pub use engine::simulate;
 pub use error::SimError;
-pub use reservation::{plan, EstimatorKind, ReservationPlan};
+pub use reservation::{EstimatorKind, ReservationPlan, plan};
 pub use result::{RunResult, Summary};
 pub use task::Task;
 pub use trace::Trace;
@@ -96,7 +96,11 @@ pub fn compare(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(SimError::Config("a simulation thread panicked".into()))))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(SimError::Config("a simulation thread panicked".into()))
+                })
+            })
             .collect()
     });
     let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;

@@ -174,7 +174,10 @@ mod tests {
         let o = plan(&tasks, EstimatorKind::Oracle, 40_960).unwrap();
         assert_eq!(o.reservations[0], Reservation::Mib(13236));
         let r = plan(&tasks, EstimatorKind::Recorded, 40_960).unwrap();
-        assert_eq!(r.reservations, vec![Reservation::Mib(24000), Reservation::WholeGpu]);
+        assert_eq!(
+            r.reservations,
+            vec![Reservation::Mib(24000), Reservation::WholeGpu]
+        );
         assert_eq!(r.fallbacks, 1);
         let n = plan(&tasks, EstimatorKind::None, 40_960).unwrap();
         assert!(n.reservations.iter().all(|r| *r == Reservation::Unknown));
@@ -194,7 +197,10 @@ mod tests {
 
     #[test]
     fn parse_names() {
-        assert_eq!("Oracle".parse::<EstimatorKind>().unwrap(), EstimatorKind::Oracle);
+        assert_eq!(
+            "Oracle".parse::<EstimatorKind>().unwrap(),
+            EstimatorKind::Oracle
+        );
         assert!("horus".parse::<EstimatorKind>().is_err());
     }
 }

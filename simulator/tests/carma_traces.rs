@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use carma_core::Policy;
-use carma_simulator::trace::{import, ImportPaths};
-use carma_simulator::{compare, EstimatorKind, SimConfig, SimError};
+use carma_simulator::trace::{ImportPaths, import};
+use carma_simulator::{EstimatorKind, SimConfig, SimError, compare};
 
 fn shared() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/carma");
@@ -36,8 +36,17 @@ fn the_three_traces_import_and_replay() {
     ] {
         let trace = import(&paths(name)).unwrap();
         assert_eq!(trace.tasks.len(), n, "{name}");
-        assert!(trace.tasks.iter().all(|t| t.workload.is_some()), "{name}: every task file is in the catalog");
-        let cmp = compare(&trace, EstimatorKind::Recorded, &Policy::ALL, &SimConfig::default()).unwrap();
+        assert!(
+            trace.tasks.iter().all(|t| t.workload.is_some()),
+            "{name}: every task file is in the catalog"
+        );
+        let cmp = compare(
+            &trace,
+            EstimatorKind::Recorded,
+            &Policy::ALL,
+            &SimConfig::default(),
+        )
+        .unwrap();
         for run in &cmp.runs {
             assert_eq!(run.summary.finished, n, "{name} {}", run.summary.policy);
         }
@@ -50,7 +59,10 @@ fn the_mix_trace_matches_its_published_shape() {
     // 89 gaps summing to 12,514 s.
     assert_eq!(trace.tasks.last().unwrap().arrival_ms, 12_514_000);
     let first = &trace.tasks[0];
-    assert_eq!((first.name.as_str(), first.gpus, first.peak_mib), ("gpt2_large_2", 2, 28356));
+    assert_eq!(
+        (first.name.as_str(), first.gpus, first.peak_mib),
+        ("gpt2_large_2", 2, 28356)
+    );
     assert_eq!(first.exclusive_ms, 3_897_600); // 64.96 min
     assert_eq!(first.recorded_mib, None); // 40000 = not available
 }
@@ -65,7 +77,11 @@ fn missing_files_and_bad_lines_are_named() {
 
     let dir = tempdir();
     let script = dir.join("bad.sh");
-    std::fs::write(&script, "python src/submit.py --task workloads/resnet.rad\nsleep 5\nwhoami\n").unwrap();
+    std::fs::write(
+        &script,
+        "python src/submit.py --task workloads/resnet.rad\nsleep 5\nwhoami\n",
+    )
+    .unwrap();
     let mut p = paths("philly_mix-90-tasks.sh");
     p.trace = script.clone();
     let err = import(&p).unwrap_err().to_string();
@@ -73,7 +89,10 @@ fn missing_files_and_bad_lines_are_named() {
 
     std::fs::write(&script, "python src/submit.py --task workloads/nope.rad\n").unwrap();
     let err = import(&p).unwrap_err().to_string();
-    assert!(err.contains("bad.sh") && err.contains("line 1") && err.contains("nope.rad"), "{err}");
+    assert!(
+        err.contains("bad.sh") && err.contains("line 1") && err.contains("nope.rad"),
+        "{err}"
+    );
 }
 
 fn tempdir() -> PathBuf {

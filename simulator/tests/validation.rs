@@ -3,25 +3,35 @@
 
 use carma_core::{Millis, Policy, Reservation};
 use carma_simulator::catalog::{self, CATALOG};
-use carma_simulator::{compare, simulate, trace, EstimatorKind, RunResult, SimConfig, Task};
+use carma_simulator::{EstimatorKind, RunResult, SimConfig, Task, compare, simulate, trace};
 use proptest::prelude::*;
 
 /// Exclusive scheduling computed by hand, without the engine: tasks in arrival
-/// order, strict FIFO, each on the earliest-free GPUs, dispatched on the
-/// scheduler's 1 s grid. Returns (first dispatch, last end) in ms.
-fn exclusive_by_hand(tasks: &[Task], gpus: usize) -> (Millis, Millis) {
+/// order, strict FIFO, dispatched on the scheduler's 1 s grid as soon as some node
+/// has enough free GPUs, on the lowest-numbered such node (the extender's tie
+/// rule); GPUs within a node are interchangeable. Returns (first dispatch, last
+/// end) in ms.
+fn exclusive_by_hand(tasks: &[Task], nodes: usize, gpus_per_node: usize) -> (Millis, Millis) {
     let grid = |t: Millis| t.div_ceil(1000) * 1000;
-    let mut free_at = vec![0 as Millis; gpus];
+    let mut free_at = vec![vec![0 as Millis; gpus_per_node]; nodes];
     let mut last_dispatch = 0;
     let mut first = None;
     let mut last_end = 0;
     for t in tasks {
-        free_at.sort_unstable();
         let n = t.gpus as usize;
-        let gpus_free = free_at[n - 1];
-        let dispatch = grid(t.arrival_ms.max(last_dispatch).max(gpus_free));
+        for node in &mut free_at {
+            node.sort_unstable();
+        }
+        // When each node has n GPUs free.
+        let ready: Vec<Millis> = free_at.iter().map(|node| node[n - 1]).collect();
+        let earliest = *ready.iter().min().expect("a node");
+        let dispatch = grid(t.arrival_ms.max(last_dispatch).max(earliest));
+        let node = ready
+            .iter()
+            .position(|r| *r <= dispatch)
+            .expect("a node is free");
         let end = dispatch + t.exclusive_ms;
-        for f in free_at.iter_mut().take(n) {
+        for f in free_at[node].iter_mut().take(n) {
             *f = end;
         }
         first.get_or_insert(dispatch);
@@ -89,26 +99,31 @@ fn check_invariants(run: &RunResult, cfg: &SimConfig, tasks: &[Task]) {
     for (o, t) in run.tasks.iter().zip(tasks) {
         if o.finished {
             let jct = o.end_s.unwrap() - o.arrival_s;
-            assert!(jct + 1e-6 >= t.exclusive_ms as f64 / 1000.0, "task {} too fast", t.id);
+            assert!(
+                jct + 1e-6 >= t.exclusive_ms as f64 / 1000.0,
+                "task {} too fast",
+                t.id
+            );
         }
     }
 }
 
 #[test]
 fn exclusive_makespan_matches_an_independent_calculation() {
-    for (seed, gpus) in [(1, 4), (7, 4), (3, 8)] {
+    for (seed, nodes, gpus) in [(1, 1, 4), (7, 1, 4), (3, 1, 8), (5, 3, 2), (9, 4, 4)] {
         let mut cfg = SimConfig::default();
+        cfg.cluster.nodes = nodes;
         cfg.cluster.gpus_per_node = gpus;
         let trace = trace::generate(&trace::GeneratorConfig {
             tasks: 90,
             seed,
-            cluster_gpus: gpus,
+            cluster_gpus: nodes * gpus,
             ..Default::default()
         })
         .unwrap();
         let res = vec![Reservation::WholeGpu; trace.tasks.len()];
         let run = simulate(&trace.tasks, &res, "oracle", Policy::Exclusive, &cfg).unwrap();
-        let (first, last) = exclusive_by_hand(&trace.tasks, gpus as usize);
+        let (first, last) = exclusive_by_hand(&trace.tasks, nodes as usize, gpus as usize);
         assert_eq!(run.start_ms, first, "seed {seed}");
         assert_eq!(run.end_ms, last, "seed {seed}");
         assert!((run.summary.makespan_s - (last - first) as f64 / 1000.0).abs() < 1e-9);
@@ -118,8 +133,10 @@ fn exclusive_makespan_matches_an_independent_calculation() {
 
 #[test]
 fn every_policy_and_estimator_keeps_the_invariants() {
-    let mut cfg = SimConfig::default();
-    cfg.record_timelines = true;
+    let cfg = SimConfig {
+        record_timelines: true,
+        ..SimConfig::default()
+    };
     let trace = trace::generate(&trace::GeneratorConfig::default()).unwrap();
     for kind in EstimatorKind::ALL {
         let cmp = compare(&trace, kind, &Policy::ALL, &cfg).unwrap();
@@ -142,9 +159,11 @@ fn every_policy_and_estimator_keeps_the_invariants() {
 fn underestimates_crash_and_recover_without_over_committing() {
     // Round robin with no estimate and no gate packs tasks blindly: crashes must
     // happen, be recovered, and never leave a GPU over its memory.
-    let mut cfg = SimConfig::default();
-    cfg.record_timelines = true;
-    cfg.gate = false;
+    let cfg = SimConfig {
+        record_timelines: true,
+        gate: false,
+        ..SimConfig::default()
+    };
     let big = catalog::by_key("vgg16-b128").unwrap();
     let tasks: Vec<Task> = (0..12)
         .map(|i| Task::from_workload(i, big, i as Millis * 60_000))
@@ -161,8 +180,19 @@ fn underestimates_crash_and_recover_without_over_committing() {
 fn a_job_larger_than_the_gpu_fails_with_a_reason() {
     let mut cfg = SimConfig::default();
     cfg.cluster.gpu_memory_mib = 16 * 1024;
-    let tasks = vec![Task::from_workload(0, catalog::by_key("gpt2_large-b8").unwrap(), 0)];
-    let run = simulate(&tasks, &[Reservation::WholeGpu], "oracle", Policy::Magm, &cfg).unwrap();
+    let tasks = vec![Task::from_workload(
+        0,
+        catalog::by_key("gpt2_large-b8").unwrap(),
+        0,
+    )];
+    let run = simulate(
+        &tasks,
+        &[Reservation::WholeGpu],
+        "oracle",
+        Policy::Magm,
+        &cfg,
+    )
+    .unwrap();
     assert_eq!(run.summary.failed, 1);
     let reason = run.tasks[0].failure.as_deref().unwrap();
     assert!(reason.contains("does not fit"), "{reason}");
@@ -176,10 +206,19 @@ fn a_job_wider_than_any_node_fails_instead_of_blocking_the_queue() {
     cfg.cluster.nodes = 2;
     let two = catalog::by_key("xlnet_base-b8").unwrap();
     let one = catalog::by_key("resnet50-b32").unwrap();
-    let tasks = vec![Task::from_workload(0, two, 0), Task::from_workload(1, one, 10_000)];
+    let tasks = vec![
+        Task::from_workload(0, two, 0),
+        Task::from_workload(1, one, 10_000),
+    ];
     let res = vec![Reservation::Mib(16_000); 2];
     let run = simulate(&tasks, &res, "recorded", Policy::Ff, &cfg).unwrap();
-    assert!(run.tasks[0].failure.as_deref().unwrap().contains("needs 2 GPUs"));
+    assert!(
+        run.tasks[0]
+            .failure
+            .as_deref()
+            .unwrap()
+            .contains("needs 2 GPUs")
+    );
     assert!(run.tasks[1].finished);
 }
 
@@ -191,7 +230,10 @@ fn the_gate_and_the_warm_up_lock_are_honoured() {
     cfg.cluster.gpus_per_node = 1;
     cfg.record_timelines = true;
     let bert = catalog::by_key("bert_large-b8").unwrap();
-    let tasks = vec![Task::from_workload(0, bert, 0), Task::from_workload(1, bert, 120_000)];
+    let tasks = vec![
+        Task::from_workload(0, bert, 0),
+        Task::from_workload(1, bert, 120_000),
+    ];
     let res = vec![Reservation::Mib(13_000); 2];
     let gated = simulate(&tasks, &res, "oracle", Policy::Magm, &cfg).unwrap();
     let first_end = gated.tasks[0].end_s.unwrap();
@@ -206,10 +248,22 @@ fn the_gate_and_the_warm_up_lock_are_honoured() {
     // until the second's memory shows (15 s).
     let tasks3 = vec![
         Task::from_workload(0, bert, 0),
-        Task::from_workload(1, catalog::by_key("resnet18_cifar-b32-e20").unwrap(), 120_000),
-        Task::from_workload(2, catalog::by_key("resnet18_cifar-b32-e20").unwrap(), 121_000),
+        Task::from_workload(
+            1,
+            catalog::by_key("resnet18_cifar-b32-e20").unwrap(),
+            120_000,
+        ),
+        Task::from_workload(
+            2,
+            catalog::by_key("resnet18_cifar-b32-e20").unwrap(),
+            121_000,
+        ),
     ];
-    let res3 = vec![Reservation::Mib(13_000), Reservation::Mib(1000), Reservation::Mib(1000)];
+    let res3 = vec![
+        Reservation::Mib(13_000),
+        Reservation::Mib(1000),
+        Reservation::Mib(1000),
+    ];
     let run = simulate(&tasks3, &res3, "oracle", Policy::Magm, &cfg).unwrap();
     let s1 = run.tasks[1].first_start_s.unwrap();
     let s2 = run.tasks[2].first_start_s.unwrap();
@@ -219,7 +273,11 @@ fn the_gate_and_the_warm_up_lock_are_honoured() {
 #[test]
 fn results_are_deterministic() {
     let cfg = SimConfig::default();
-    let trace = trace::generate(&trace::GeneratorConfig { seed: 11, ..Default::default() }).unwrap();
+    let trace = trace::generate(&trace::GeneratorConfig {
+        seed: 11,
+        ..Default::default()
+    })
+    .unwrap();
     let a = compare(&trace, EstimatorKind::Recorded, &Policy::ALL, &cfg).unwrap();
     let b = compare(&trace, EstimatorKind::Recorded, &Policy::ALL, &cfg).unwrap();
     for (x, y) in a.runs.iter().zip(&b.runs) {
@@ -244,7 +302,7 @@ fn arb_tasks() -> impl Strategy<Value = Vec<Task>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
     fn random_traces_keep_the_invariants(
@@ -252,18 +310,25 @@ proptest! {
         policy in prop::sample::select(Policy::ALL.to_vec()),
         kind in prop::sample::select(vec![EstimatorKind::Oracle, EstimatorKind::Recorded, EstimatorKind::None]),
         gpus in 2u32..6,
+        nodes in 1u32..4,
         gate in any::<bool>(),
     ) {
         let mut cfg = SimConfig::default();
         cfg.cluster.gpus_per_node = gpus;
+        cfg.cluster.nodes = nodes;
         cfg.gate = gate;
         cfg.record_timelines = true;
         let plan = carma_simulator::plan(&tasks, kind, cfg.cluster.gpu_memory_mib).unwrap();
         let run = simulate(&tasks, &plan.reservations, kind.as_str(), policy, &cfg).unwrap();
         check_invariants(&run, &cfg, &tasks);
         prop_assert_eq!(run.summary.failed, 0);
+        // Remembering node answers is an optimisation only: identical results.
+        let plain = SimConfig { memoize: false, ..cfg.clone() };
+        let again = simulate(&tasks, &plan.reservations, kind.as_str(), policy, &plain).unwrap();
+        prop_assert_eq!(&run.summary, &again.summary);
+        prop_assert_eq!(&run.tasks, &again.tasks);
         let excl = simulate(&tasks, &plan.reservations, kind.as_str(), Policy::Exclusive, &cfg).unwrap();
-        let (first, last) = exclusive_by_hand(&tasks, gpus as usize);
+        let (first, last) = exclusive_by_hand(&tasks, nodes as usize, gpus as usize);
         prop_assert_eq!((excl.start_ms, excl.end_ms), (first, last));
     }
 }

@@ -228,7 +228,20 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.config();
     let trace = match cfg.validate().and_then(|()| args.load_trace()) {
         Ok(t) => t,
-        Err(e) => return Ok(bad_input(&e)),
+        Err(e) => {
+            let code = bad_input(&e);
+            let about_trace =
+                matches!(&e, SimError::Io { path, .. } if Some(path) == args.trace.as_ref());
+            if args.trace.is_some()
+                && !about_trace
+                && (args.workloads.is_none() || args.durations.is_none())
+            {
+                eprintln!(
+                    "carma simulate: (without --workloads / --durations the task files are looked up in workloads/ beside the trace and the run times in ../task-durations.csv from it)"
+                );
+            }
+            return Ok(code);
+        }
     };
     tracing::debug!(
         tasks = trace.tasks.len(),

@@ -3,8 +3,8 @@
 
 use std::collections::VecDeque;
 
-use carma_core::telemetry::risk_score;
 use carma_core::Millis;
+use carma_core::telemetry::risk_score;
 
 use crate::model::{Activity, PowerModel, TelemetryModel};
 use crate::result::GpuPoint;

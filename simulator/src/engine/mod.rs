@@ -28,9 +28,9 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use carma_core::placement::is_idle;
 use carma_core::{
-    decide_next, place_on_node, AttemptOutcome, AttemptRecord, Demand, Gpu, GpuRejection, Ledger,
-    Millis, Node, NodePlacement, NodeRejection, PlacementConfig, PlacementRecord, Policy,
-    RecoveryDecision, Reservation,
+    AttemptOutcome, AttemptRecord, Demand, Gpu, GpuRejection, Ledger, Millis, Node, NodePlacement,
+    NodeRejection, PlacementConfig, PlacementRecord, Policy, RecoveryDecision, Reservation,
+    decide_next, place_on_node,
 };
 use tracing::{debug, warn};
 
@@ -38,7 +38,7 @@ use crate::config::SimConfig;
 use crate::error::SimError;
 use crate::model::Activity;
 use crate::result::{
-    mean, percentile, AttemptEnd, AttemptLog, GpuTimeline, RunResult, Summary, TaskOutcome,
+    AttemptEnd, AttemptLog, GpuTimeline, RunResult, Summary, TaskOutcome, mean, percentile,
 };
 use crate::task::Task;
 use gpu::SimGpu;
@@ -71,9 +71,19 @@ pub fn simulate(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Arrive(usize),
-    Show { task: usize, attempt: u32 },
-    Finish { task: usize, attempt: u32, version: u64 },
-    Ready { task: usize, recovery: bool },
+    Show {
+        task: usize,
+        attempt: u32,
+    },
+    Finish {
+        task: usize,
+        attempt: u32,
+        version: u64,
+    },
+    Ready {
+        task: usize,
+        recovery: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +118,37 @@ struct TaskState {
     failure: Option<String>,
 }
 
+/// What `place_on_node` sees of a demand, plus whether sharing is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DemandKey {
+    gpus: u32,
+    reservation: Reservation,
+    exclusive: bool,
+    share: bool,
+}
+
+/// Outcomes remembered per node.
+const MEMO_SLOTS: usize = 24;
+
+/// What placing a demand on one node gives.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// The node can take it (possibly to share).
+    Accept(NodePlacement),
+    /// It cannot; `wake` is when that may change without an event.
+    Reject { wake: Option<Millis>, too_few: bool },
+}
+
+/// A node's answer to a demand: valid while the node's version is unchanged and
+/// `now < until` (a warm-up lock may lift at `until`).
+#[derive(Debug, Clone)]
+struct Memo {
+    version: u64,
+    key: DemandKey,
+    until: Millis,
+    outcome: Outcome,
+}
+
 enum TryPlace {
     Placed,
     Blocked(Option<Millis>),
@@ -127,6 +168,8 @@ struct Engine<'a> {
     gpu_by_uuid: HashMap<String, usize>,
     ledger: Ledger,
     rr_cursor: Vec<usize>,
+    node_version: Vec<u64>,
+    memo: Vec<Vec<Memo>>,
     main_q: VecDeque<usize>,
     recovery_q: VecDeque<usize>,
     heap: BinaryHeap<Reverse<(Millis, u64, Event)>>,
@@ -200,6 +243,8 @@ impl<'a> Engine<'a> {
                 .collect(),
             state,
             rr_cursor: vec![0; nodes.len()],
+            node_version: vec![0; nodes.len()],
+            memo: vec![Vec::new(); nodes.len()],
             nodes,
             node_first_gpu,
             gpus,
@@ -347,9 +392,11 @@ impl<'a> Engine<'a> {
             let (sm, occ, dram) = self.gpus[g].risk_scores(now, &tel);
             let (n, slot) = (self.gpus[g].node, self.gpus[g].slot);
             let view = &mut self.nodes[n].gpus[slot];
-            view.sm_activity = Some(sm);
-            view.sm_occupancy = Some(occ);
-            view.dram_activity = Some(dram);
+            let new = (Some(sm), Some(occ), Some(dram));
+            if (view.sm_activity, view.sm_occupancy, view.dram_activity) != new {
+                (view.sm_activity, view.sm_occupancy, view.dram_activity) = new;
+                self.node_version[n] += 1;
+            }
             if self.gpus[g].window_moving(now, &tel) {
                 still.push(g);
             } else {
@@ -369,24 +416,25 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Something `place_on_node` reads about node `n` changed.
+    fn touch(&mut self, n: usize) {
+        self.node_version[n] += 1;
+    }
+
     fn try_place(&mut self, id: usize, share: bool) -> TryPlace {
         let demand = self.demand(id);
+        let key = DemandKey {
+            gpus: demand.gpus,
+            reservation: demand.reservation,
+            exclusive: demand.exclusive,
+            share,
+        };
         let mut best: Option<(usize, NodePlacement)> = None;
         let mut wake: Option<Millis> = None;
         let mut too_few = 0;
         for n in 0..self.nodes.len() {
-            match place_on_node(
-                &self.nodes[n],
-                &self.ledger,
-                &demand,
-                &self.pcfg,
-                self.now,
-                self.rr_cursor[n],
-            ) {
-                Ok(p) => {
-                    if !share && !self.all_idle(n, &p) {
-                        continue;
-                    }
+            match self.outcome_on(n, key, &demand) {
+                Outcome::Accept(p) => {
                     if best.as_ref().is_none_or(|(_, b)| p.score > b.score) {
                         let top = p.score >= 10;
                         best = Some((n, p));
@@ -395,11 +443,12 @@ impl<'a> Engine<'a> {
                         }
                     }
                 }
-                Err(rejection) => {
-                    if matches!(rejection, NodeRejection::TooFewGpus { .. }) {
-                        too_few += 1;
-                    }
-                    wake = earliest(wake, self.wake_for(&rejection));
+                Outcome::Reject {
+                    wake: w,
+                    too_few: f,
+                } => {
+                    wake = earliest(wake, w);
+                    too_few += usize::from(f);
                 }
             }
         }
@@ -411,6 +460,78 @@ impl<'a> Engine<'a> {
             )),
             None => TryPlace::Blocked(wake),
         }
+    }
+
+    /// `place_on_node` for node `n`, remembered: it is a pure function of the
+    /// node, its ledger records, the demand and (through warm-up locks) the time,
+    /// so its answer stands until the node's version changes or a lock lifts.
+    fn outcome_on(&mut self, n: usize, key: DemandKey, demand: &Demand) -> Outcome {
+        let version = self.node_version[n];
+        let now = self.now;
+        if !self.cfg.memoize {
+            self.memo[n].clear();
+        }
+        if let Some(m) = self.memo[n]
+            .iter()
+            .find(|m| m.version == version && m.key == key && now < m.until)
+        {
+            let cached = m.outcome.clone();
+            return cached;
+        }
+        let (outcome, until) = match place_on_node(
+            &self.nodes[n],
+            &self.ledger,
+            demand,
+            &self.pcfg,
+            now,
+            self.rr_cursor[n],
+        ) {
+            Ok(p) if !key.share && !self.all_idle(n, &p) => (
+                Outcome::Reject {
+                    wake: None,
+                    too_few: false,
+                },
+                None,
+            ),
+            Ok(p) => (Outcome::Accept(p), self.next_lock_lift(n)),
+            Err(rejection) => {
+                let w = self.wake_for(&rejection);
+                let few = matches!(rejection, NodeRejection::TooFewGpus { .. });
+                (
+                    Outcome::Reject {
+                        wake: w,
+                        too_few: few,
+                    },
+                    w,
+                )
+            }
+        };
+        let slots = &mut self.memo[n];
+        slots.retain(|m| m.version == version && m.key != key);
+        if slots.len() >= MEMO_SLOTS {
+            slots.remove(0);
+        }
+        slots.push(Memo {
+            version,
+            key,
+            until: until.unwrap_or(Millis::MAX),
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    /// The earliest moment a warm-up lock on node `n` lifts by time alone.
+    fn next_lock_lift(&self, n: usize) -> Option<Millis> {
+        let first = self.node_first_gpu[n];
+        let count = self.nodes[n].gpus.len();
+        self.gpus[first..first + count]
+            .iter()
+            .flat_map(|g| g.placed.iter())
+            .filter_map(|t| self.state[*t].run.as_ref())
+            .filter(|r| !r.shown)
+            .map(|r| r.start + self.pcfg.warmup_ms)
+            .filter(|t| *t > self.now)
+            .min()
     }
 
     fn all_idle(&self, n: usize, p: &NodePlacement) -> bool {
@@ -447,7 +568,7 @@ impl<'a> Engine<'a> {
 
     fn start(&mut self, id: usize, n: usize, p: NodePlacement) -> TryPlace {
         let attempt = self.state[id].attempts + 1;
-        let pod = format!("task-{id}-attempt-{attempt}");
+        let pod = format!("{id}/{attempt}");
         let record = PlacementRecord {
             pod: pod.clone(),
             node: p.node.clone(),
@@ -495,6 +616,7 @@ impl<'a> Engine<'a> {
         if let Some(last) = p.indices.last() {
             self.rr_cursor[n] = *last as usize + 1;
         }
+        self.touch(n);
         let task = &self.tasks[id];
         let s = &mut self.state[id];
         s.attempts = attempt;
@@ -548,6 +670,8 @@ impl<'a> Engine<'a> {
         let gpus = run.gpus.clone();
         let pod = run.pod.clone();
         self.ledger.confirm(&pod);
+        let node = self.gpus[gpus[0]].node;
+        self.touch(node);
         for &g in &gpus {
             self.gpus[g].settle(self.now, &self.cfg.power);
             self.gpus[g].shown.push(id);
@@ -638,7 +762,11 @@ impl<'a> Engine<'a> {
 
     /// Tasks still queued when nothing can happen any more.
     fn fail_stranded(&mut self) {
-        let stranded: Vec<usize> = self.recovery_q.drain(..).chain(self.main_q.drain(..)).collect();
+        let stranded: Vec<usize> = self
+            .recovery_q
+            .drain(..)
+            .chain(self.main_q.drain(..))
+            .collect();
         for id in stranded {
             let demand = self.demand(id);
             let why = self
@@ -657,6 +785,10 @@ impl<'a> Engine<'a> {
     /// Take a task off its GPUs and out of the ledger.
     fn release(&mut self, id: usize, run: &Run) {
         self.ledger.release(&run.pod);
+        if let Some(g) = run.gpus.first() {
+            let node = self.gpus[*g].node;
+            self.touch(node);
+        }
         for &g in &run.gpus {
             self.gpus[g].settle(self.now, &self.cfg.power);
             self.gpus[g].placed.retain(|t| *t != id);
@@ -677,13 +809,14 @@ impl<'a> Engine<'a> {
         gpu.demand = gpu
             .shown
             .iter()
-            .fold(Activity::default(), |a, t| a.add(self.activity[*t]));
+            .fold(Activity::default(), |a, t| a + self.activity[*t]);
         gpu.activity_changed(self.now, &self.cfg.telemetry);
         if !gpu.risk_stale {
             gpu.risk_stale = true;
             self.stale_risk.push(g);
         }
         let (n, slot) = (gpu.node, gpu.slot);
+        self.node_version[n] += 1;
         let view = &mut self.nodes[n].gpus[slot];
         view.memory_free_mib = gpu.total_mib.saturating_sub(gpu.mem_used_mib);
         view.processes = gpu.shown.len() as u32;
@@ -782,10 +915,7 @@ impl<'a> Engine<'a> {
         let n_gpus = self.gpus.len() as f64;
         let total_mem: f64 = self.gpus.iter().map(|g| g.total_mib as f64).sum();
         let ratio = |num: f64, den: f64| if den > 0.0 { num / den } else { 0.0 };
-        let smact_mean = ratio(
-            self.gpus.iter().map(|g| g.smact_ms).sum(),
-            n_gpus * span_ms,
-        );
+        let smact_mean = ratio(self.gpus.iter().map(|g| g.smact_ms).sum(), n_gpus * span_ms);
         let mem_used_mean = ratio(
             self.gpus.iter().map(|g| g.mem_mib_ms).sum(),
             total_mem * span_ms,

@@ -38,15 +38,6 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// Component-wise sum.
-    pub fn add(self, other: Activity) -> Activity {
-        Activity {
-            sm_activity: self.sm_activity + other.sm_activity,
-            sm_occupancy: self.sm_occupancy + other.sm_occupancy,
-            dram_activity: self.dram_activity + other.dram_activity,
-        }
-    }
-
     /// What telemetry reports for this demand: each metric capped at 1.
     pub fn observed(self) -> Activity {
         Activity {
@@ -63,6 +54,19 @@ impl Activity {
             sm_activity: f(self.sm_activity),
             sm_occupancy: f(self.sm_occupancy),
             dram_activity: f(self.dram_activity),
+        }
+    }
+}
+
+impl std::ops::Add for Activity {
+    type Output = Activity;
+
+    /// Component-wise sum.
+    fn add(self, other: Activity) -> Activity {
+        Activity {
+            sm_activity: self.sm_activity + other.sm_activity,
+            sm_occupancy: self.sm_occupancy + other.sm_occupancy,
+            dram_activity: self.dram_activity + other.dram_activity,
         }
     }
 }
@@ -125,16 +129,16 @@ mod tests {
         };
         assert!(gate(ActivityClass::Transformer.activity(8)));
         let cnn = ActivityClass::Vision.activity(64);
-        assert!(gate(cnn.add(cnn)));
+        assert!(gate(cnn + cnn));
         let small = ActivityClass::Small.activity(64);
-        assert!(!gate(small.add(small).add(small)));
+        assert!(!gate(small + small + small));
         assert!(!gate(cnn));
     }
 
     #[test]
     fn observed_caps_at_one() {
         let t = ActivityClass::Transformer.activity(8);
-        let o = t.add(t).observed();
+        let o = (t + t).observed();
         assert_eq!(o.sm_activity, 1.0);
     }
 }

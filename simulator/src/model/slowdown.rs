@@ -69,10 +69,7 @@ mod tests {
     fn two_saturating_tasks_each_run_at_half_speed() {
         let m = SlowdownModel::default();
         assert!((m.rate(0.8, 1.6) - 0.5).abs() < 1e-12);
-        let harsh = SlowdownModel {
-            exponent: 2.0,
-            ..m
-        };
+        let harsh = SlowdownModel { exponent: 2.0, ..m };
         assert!((harsh.rate(0.8, 1.6) - 0.25).abs() < 1e-12);
     }
 

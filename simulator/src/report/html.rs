@@ -8,19 +8,19 @@ use std::fmt::Write as _;
 
 use carma_core::Millis;
 
+use crate::Comparison;
 use crate::catalog::SizeClass;
 use crate::report::change_pct;
 use crate::report::table::duration;
 use crate::result::{AttemptEnd, AttemptLog, GpuTimeline, RunResult};
 use crate::trace::Trace;
-use crate::Comparison;
 
 const LABEL_W: f64 = 150.0;
 const PLOT_W: f64 = 960.0;
 const LANE_H: f64 = 13.0;
 const CHART_H: f64 = 46.0;
 const GPU_GAP: f64 = 16.0;
-const MAX_LANES: usize = 8;
+const MAX_LANES: usize = 12;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -105,11 +105,13 @@ Out of memory: when the summed true peaks on a GPU would exceed its memory, the 
 
 fn summary_table(h: &mut String, cmp: &Comparison) {
     let base = cmp.baseline().map(|b| b.summary.clone());
-    h.push_str("<table><tr><th>policy</th><th>makespan</th><th>mean JCT</th><th>p95 JCT</th><th>mean wait</th><th>OOMs</th><th>lost GPU-h</th><th>SM activity</th><th>memory used</th><th>energy kWh</th><th>done</th></tr>\n");
+    h.push_str("<table><tr><th>policy</th><th>makespan</th><th>mean JCT</th><th>p95 JCT</th><th>mean wait</th><th>OOMs</th><th>lost GPU time</th><th>SM activity</th><th>memory used</th><th>energy kWh</th><th>done</th></tr>\n");
     for r in &cmp.runs {
         let s = &r.summary;
         let cell = |v: f64, b: Option<f64>, shown: String, lower_better: bool| {
-            let ch = b.and_then(|b| change_pct(v, b)).filter(|_| s.policy != carma_core::Policy::Exclusive);
+            let ch = b
+                .and_then(|b| change_pct(v, b))
+                .filter(|_| s.policy != carma_core::Policy::Exclusive);
             let class = match ch {
                 Some(c) if c.abs() >= 0.5 && (c < 0.0) == lower_better => "chg good",
                 Some(c) if c.abs() >= 0.5 => "chg bad",
@@ -120,22 +122,61 @@ fn summary_table(h: &mut String, cmp: &Comparison) {
         let b = base.as_ref();
         let _ = writeln!(
             h,
-            "<tr><td>{}</td>{}{}{}{}<td>{}</td><td>{:.1}</td>{}{}{}<td>{}/{}</td></tr>",
+            "<tr><td>{}</td>{}{}{}{}<td>{}</td><td>{}</td>{}{}{}<td>{}/{}</td></tr>",
             s.policy,
-            cell(s.makespan_s, b.map(|b| b.makespan_s), duration(s.makespan_s), true),
-            cell(s.mean_jct_s, b.map(|b| b.mean_jct_s), duration(s.mean_jct_s), true),
-            cell(s.p95_jct_s, b.map(|b| b.p95_jct_s), duration(s.p95_jct_s), true),
-            cell(s.mean_wait_s, b.map(|b| b.mean_wait_s), duration(s.mean_wait_s), true),
+            cell(
+                s.makespan_s,
+                b.map(|b| b.makespan_s),
+                duration(s.makespan_s),
+                true
+            ),
+            cell(
+                s.mean_jct_s,
+                b.map(|b| b.mean_jct_s),
+                duration(s.mean_jct_s),
+                true
+            ),
+            cell(
+                s.p95_jct_s,
+                b.map(|b| b.p95_jct_s),
+                duration(s.p95_jct_s),
+                true
+            ),
+            cell(
+                s.mean_wait_s,
+                b.map(|b| b.mean_wait_s),
+                duration(s.mean_wait_s),
+                true
+            ),
             s.ooms,
-            s.lost_gpu_s / 3600.0,
-            cell(s.smact_mean, b.map(|b| b.smact_mean), format!("{:.0}%", s.smact_mean * 100.0), false),
-            cell(s.mem_used_mean, b.map(|b| b.mem_used_mean), format!("{:.0}%", s.mem_used_mean * 100.0), false),
-            cell(s.energy_kwh, b.map(|b| b.energy_kwh), format!("{:.1}", s.energy_kwh), true),
+            duration(s.lost_gpu_s),
+            cell(
+                s.smact_mean,
+                b.map(|b| b.smact_mean),
+                format!("{:.0}%", s.smact_mean * 100.0),
+                false
+            ),
+            cell(
+                s.mem_used_mean,
+                b.map(|b| b.mem_used_mean),
+                format!("{:.0}%", s.mem_used_mean * 100.0),
+                false
+            ),
+            cell(
+                s.energy_kwh,
+                b.map(|b| b.energy_kwh),
+                format!("{:.1}", s.energy_kwh),
+                true
+            ),
             s.finished,
             s.tasks,
         );
     }
-    h.push_str("</table>\n<p class=\"note\">Changes against exclusive; green is better. JCT = submission to end (failed attempts and back-off included). SM activity and memory are averaged over every GPU and the whole makespan.</p>\n");
+    h.push_str("</table>\n");
+    if base.is_some() {
+        h.push_str("<p class=\"note\">Changes against exclusive; green is better.</p>\n");
+    }
+    h.push_str("<p class=\"note\">JCT = submission to end (failed attempts and back-off included). SM activity and memory are averaged over every GPU and the whole makespan.</p>\n");
 }
 
 fn makespan_chart(h: &mut String, cmp: &Comparison) {
@@ -147,7 +188,11 @@ fn makespan_chart(h: &mut String, cmp: &Comparison) {
     let row_h = 34.0;
     let height = cmp.runs.len() as f64 * row_h + 24.0;
     let w = 560.0;
-    let _ = writeln!(h, "<h2>Makespan and mean JCT</h2><svg width=\"{}\" height=\"{height}\" role=\"img\">", w + 200.0);
+    let _ = writeln!(
+        h,
+        "<h2>Makespan and mean JCT</h2><svg width=\"{}\" height=\"{height}\" role=\"img\">",
+        w + 200.0
+    );
     for (i, r) in cmp.runs.iter().enumerate() {
         let y = i as f64 * row_h + 4.0;
         let mk = r.summary.makespan_s / max * w;
@@ -230,10 +275,11 @@ fn policy_section(
         "<h2>{} — makespan {} {} · {} OOM crash(es) · SM activity {:.0}% · energy {:.1} kWh</h2>",
         s.policy,
         duration(s.makespan_s),
-        if s.policy == carma_core::Policy::Exclusive {
-            String::new()
-        } else {
-            format!("({} against exclusive)", pct(base.and_then(|b| change_pct(s.makespan_s, b))))
+        match base.and_then(|b| change_pct(s.makespan_s, b)) {
+            Some(c) if s.policy != carma_core::Policy::Exclusive => {
+                format!("({} against exclusive)", pct(Some(c)))
+            }
+            _ => String::new(),
         },
         s.ooms,
         s.smact_mean * 100.0,
@@ -248,7 +294,11 @@ fn policy_section(
     let mut body = String::new();
     let mut y = 6.0;
     for (g, tl) in run.gpus.iter().enumerate().take(shown) {
-        let mut on: Vec<&AttemptLog> = run.attempts.iter().filter(|a| a.gpus.contains(&g)).collect();
+        let mut on: Vec<&AttemptLog> = run
+            .attempts
+            .iter()
+            .filter(|a| a.gpus.contains(&g))
+            .collect();
         on.sort_by_key(|a| (a.start_ms, a.task));
         let (lane_of, n_lanes) = lanes(&on);
         let lanes_h = n_lanes as f64 * LANE_H;
@@ -288,7 +338,11 @@ fn policy_section(
                 duration(a.end_ms as f64 / 1000.0),
                 a.reserved_mib,
                 a.peak_mib,
-                if a.end == AttemptEnd::OutOfMemory { " · OUT OF MEMORY" } else { "" },
+                if a.end == AttemptEnd::OutOfMemory {
+                    " · OUT OF MEMORY"
+                } else {
+                    ""
+                },
             );
             let label = esc(&a.name);
             if x1 - x0 > label.len() as f64 * 5.6 + 6.0 {
@@ -344,7 +398,13 @@ fn policy_section(
 }
 
 /// Memory in use (area), reserved (dashed) and SM activity (line) of one GPU.
-fn gpu_chart(body: &mut String, tl: &GpuTimeline, top: f64, end: Millis, x: &dyn Fn(Millis) -> f64) {
+fn gpu_chart(
+    body: &mut String,
+    tl: &GpuTimeline,
+    top: f64,
+    end: Millis,
+    x: &dyn Fn(Millis) -> f64,
+) {
     let bottom = top + CHART_H;
     let total = tl.total_mib.max(1) as f64;
     let ym = |mib: u64| bottom - (mib as f64 / total).min(1.0) * CHART_H;
@@ -402,10 +462,12 @@ fn gpu_chart(body: &mut String, tl: &GpuTimeline, top: f64, end: Millis, x: &dyn
 
 fn axis(body: &mut String, y: f64, t_end: Millis, x: &dyn Fn(Millis) -> f64) {
     let hours = t_end as f64 / 3_600_000.0;
-    let step_min: u64 = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080]
-        .into_iter()
-        .find(|m| hours * 60.0 / *m as f64 <= 12.0)
-        .unwrap_or(10080);
+    let step_min: u64 = [
+        1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080,
+    ]
+    .into_iter()
+    .find(|m| hours * 60.0 / *m as f64 <= 12.0)
+    .unwrap_or(10080);
     let _ = write!(
         body,
         "<line x1=\"{LABEL_W}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#566573\"/>",

@@ -1,9 +1,9 @@
 //! `--format json`: `{"policies": [{"policy", "estimator", "makespan_s", …}]}`.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use crate::report::change_pct;
 use crate::Comparison;
+use crate::report::change_pct;
 
 /// The JSON document: one object per policy with the summary's figures, plus
 /// `vs_exclusive` (relative changes in percent) when the exclusive run is part

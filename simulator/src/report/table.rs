@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 
 use carma_core::Reservation;
 
+use crate::Comparison;
 use crate::report::change_pct;
 use crate::result::Summary;
-use crate::Comparison;
 
 /// A duration in seconds as `7h05m`, `12m30s` or `45s`.
 pub fn duration(secs: f64) -> String {
@@ -40,6 +40,9 @@ fn pad_right(s: &str, w: usize) -> String {
     format!("{s}{}", " ".repeat(w.saturating_sub(n)))
 }
 
+/// A table row: policy, (value, change) per column, and tasks done.
+type Row = (String, Vec<(String, String)>, String);
+
 struct Column {
     title: &'static str,
     value: fn(&Summary) -> f64,
@@ -48,15 +51,60 @@ struct Column {
 }
 
 const COLUMNS: [Column; 9] = [
-    Column { title: "makespan", value: |s| s.makespan_s, show: duration, compare: true },
-    Column { title: "mean JCT", value: |s| s.mean_jct_s, show: duration, compare: true },
-    Column { title: "p95 JCT", value: |s| s.p95_jct_s, show: duration, compare: true },
-    Column { title: "mean wait", value: |s| s.mean_wait_s, show: duration, compare: true },
-    Column { title: "OOMs", value: |s| s.ooms as f64, show: |v| format!("{v:.0}"), compare: false },
-    Column { title: "GPU time lost", value: |s| s.lost_gpu_s, show: duration, compare: false },
-    Column { title: "SM activity", value: |s| s.smact_mean, show: |v| format!("{:.0}%", v * 100.0), compare: true },
-    Column { title: "memory used", value: |s| s.mem_used_mean, show: |v| format!("{:.0}%", v * 100.0), compare: true },
-    Column { title: "energy kWh", value: |s| s.energy_kwh, show: |v| format!("{v:.1}"), compare: true },
+    Column {
+        title: "makespan",
+        value: |s| s.makespan_s,
+        show: duration,
+        compare: true,
+    },
+    Column {
+        title: "mean JCT",
+        value: |s| s.mean_jct_s,
+        show: duration,
+        compare: true,
+    },
+    Column {
+        title: "p95 JCT",
+        value: |s| s.p95_jct_s,
+        show: duration,
+        compare: true,
+    },
+    Column {
+        title: "mean wait",
+        value: |s| s.mean_wait_s,
+        show: duration,
+        compare: true,
+    },
+    Column {
+        title: "OOMs",
+        value: |s| s.ooms as f64,
+        show: |v| format!("{v:.0}"),
+        compare: false,
+    },
+    Column {
+        title: "lost GPU",
+        value: |s| s.lost_gpu_s,
+        show: duration,
+        compare: false,
+    },
+    Column {
+        title: "SM act",
+        value: |s| s.smact_mean,
+        show: |v| format!("{:.0}%", v * 100.0),
+        compare: true,
+    },
+    Column {
+        title: "memory",
+        value: |s| s.mem_used_mean,
+        show: |v| format!("{:.0}%", v * 100.0),
+        compare: true,
+    },
+    Column {
+        title: "kWh",
+        value: |s| s.energy_kwh,
+        show: |v| format!("{v:.1}"),
+        compare: true,
+    },
 ];
 
 /// The whole text output: header lines, the table (each figure with its change
@@ -65,7 +113,10 @@ pub fn render_table(cmp: &Comparison) -> String {
     let mut out = String::new();
     let cfg = &cmp.config;
     let c = &cfg.cluster;
-    let _ = writeln!(out, "carma simulate — SIMULATED results (virtual time, modelled GPUs; not measurements)");
+    let _ = writeln!(
+        out,
+        "carma simulate — SIMULATED results (virtual time, modelled GPUs; not measurements)"
+    );
     let _ = writeln!(
         out,
         "  trace    {} · {:.1} GPU-h of exclusive work",
@@ -85,7 +136,7 @@ pub fn render_table(cmp: &Comparison) -> String {
     let _ = writeln!(out);
 
     let base = cmp.baseline().map(|b| &b.summary);
-    let rows: Vec<(String, Vec<(String, String)>, String)> = cmp
+    let rows: Vec<Row> = cmp
         .runs
         .iter()
         .map(|r| {
@@ -103,7 +154,11 @@ pub fn render_table(cmp: &Comparison) -> String {
                     ((col.show)(v), change)
                 })
                 .collect();
-            (s.policy.as_str().to_string(), cells, format!("{}/{}", s.finished, s.tasks))
+            (
+                s.policy.as_str().to_string(),
+                cells,
+                format!("{}/{}", s.finished, s.tasks),
+            )
         })
         .collect();
 
@@ -112,23 +167,42 @@ pub fn render_table(cmp: &Comparison) -> String {
         .iter()
         .enumerate()
         .map(|(i, col)| {
-            let v = rows.iter().map(|r| r.1[i].0.chars().count()).max().unwrap_or(0);
-            let ch = rows.iter().map(|r| r.1[i].1.chars().count()).max().unwrap_or(0);
+            let v = rows
+                .iter()
+                .map(|r| r.1[i].0.chars().count())
+                .max()
+                .unwrap_or(0);
+            let ch = rows
+                .iter()
+                .map(|r| r.1[i].1.chars().count())
+                .max()
+                .unwrap_or(0);
             let w = v + if ch > 0 { ch + 1 } else { 0 };
             (v, w.max(col.title.chars().count()))
         })
         .collect();
-    let done_w = rows.iter().map(|r| r.2.len()).max().unwrap_or(4).max(4);
+    let all_done = cmp.runs.iter().all(|r| r.summary.failed == 0);
+    let done_w = if all_done {
+        0
+    } else {
+        rows.iter().map(|r| r.2.len()).max().unwrap_or(4).max(4)
+    };
 
     let mut header = format!("  {}", pad_right("policy", policy_w));
     for (col, (_, w)) in COLUMNS.iter().zip(&widths) {
         header.push_str("  ");
         header.push_str(&pad_right(col.title, *w));
     }
-    header.push_str("  ");
-    header.push_str(&pad_left("done", done_w));
-    let _ = writeln!(out, "{header}");
-    let _ = writeln!(out, "  {}", "─".repeat(header.chars().count() - 2));
+    if !all_done {
+        header.push_str("  ");
+        header.push_str(&pad_left("done", done_w));
+    }
+    let _ = writeln!(out, "{}", header.trim_end());
+    let _ = writeln!(
+        out,
+        "  {}",
+        "─".repeat(header.trim_end().chars().count() - 2)
+    );
     for (policy, cells, done) in &rows {
         let mut line = format!("  {}", pad_right(policy, policy_w));
         for ((v, ch), (vw, w)) in cells.iter().zip(&widths) {
@@ -140,13 +214,22 @@ pub fn render_table(cmp: &Comparison) -> String {
             line.push_str("  ");
             line.push_str(&pad_right(&cell, *w));
         }
-        line.push_str("  ");
-        line.push_str(&pad_left(done, done_w));
+        if !all_done {
+            line.push_str("  ");
+            line.push_str(&pad_left(done, done_w));
+        }
         let _ = writeln!(out, "{}", line.trim_end());
     }
     let _ = writeln!(out);
     if base.is_some() && cmp.runs.len() > 1 {
-        let _ = writeln!(out, "  Changes are against exclusive. JCT = submission to end; SM activity and memory are averaged over all GPUs and the makespan.");
+        let _ = writeln!(
+            out,
+            "  Changes are against exclusive. JCT: submission to end. lost GPU: GPU time in attempts that crashed."
+        );
+        let _ = writeln!(
+            out,
+            "  SM act, memory: averaged over all GPUs and the makespan. kWh: GPU energy over the makespan."
+        );
         if let Some(best) = cmp
             .runs
             .iter()
@@ -164,17 +247,22 @@ pub fn render_table(cmp: &Comparison) -> String {
             );
         }
     }
-    let failed: usize = cmp.runs.iter().map(|r| r.summary.failed).sum();
-    if failed > 0 {
-        let _ = writeln!(out, "  Some tasks failed (done < all); `--format json` or `--out DIR` lists each with its reason.");
+    if all_done {
+        let _ = writeln!(out, "  Every task finished under every policy.");
+    } else {
+        let _ = writeln!(
+            out,
+            "  Some tasks failed (done < all); `--format json` or `--out DIR` lists each with its reason."
+        );
     }
     let _ = writeln!(
         out,
-        "  Models: sharing slows tasks once summed SM activity > {:.2} (exponent {:.1}); power {:.0}–{:.0} W by SM activity; memory shows {} s after start. See the README's simulator section.",
-        cfg.slowdown.threshold,
-        cfg.slowdown.exponent,
-        cfg.power.idle_w,
-        cfg.power.max_w,
+        "  Models: sharing slows tasks once summed SM activity > {:.2} (exponent {:.1}) · power {:.0}–{:.0} W",
+        cfg.slowdown.threshold, cfg.slowdown.exponent, cfg.power.idle_w, cfg.power.max_w,
+    );
+    let _ = writeln!(
+        out,
+        "  by SM activity · memory shows {} s after start. Each model, its source and flags: simulator/README.md.",
         cfg.telemetry.lag_ms / 1000,
     );
     out

@@ -42,8 +42,8 @@ fn read(path: &Path) -> Result<String, SimError> {
 
 /// Read a trace and everything it refers to.
 pub fn import(paths: &ImportPaths) -> Result<Trace, SimError> {
-    let durations = parse_durations(&paths.durations, &read(&paths.durations)?)?;
     let submissions = parse_script(&paths.trace, &read(&paths.trace)?)?;
+    let durations = parse_durations(&paths.durations, &read(&paths.durations)?)?;
     if submissions.is_empty() {
         return Err(SimError::Input {
             path: paths.trace.clone(),
@@ -80,10 +80,10 @@ pub fn import(paths: &ImportPaths) -> Result<Trace, SimError> {
         })?;
         tasks.push(task_from_rad(id, &sub.rad, rad, *minutes, sub.at_ms));
     }
-    let name = paths
-        .trace
-        .file_name()
-        .map_or_else(|| paths.trace.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let name = paths.trace.file_name().map_or_else(
+        || paths.trace.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     Ok(Trace {
         description: format!("{} tasks from CARMA trace {name}", tasks.len()),
         tasks,
@@ -147,14 +147,22 @@ pub fn parse_script(path: &Path, text: &str) -> Result<Vec<Submission>, SimError
                     SimError::parse(path, line, format!("expected `sleep SECONDS`, found {l:?}"))
                 })?;
             if words.len() > 2 {
-                return Err(SimError::parse(path, line, format!("unexpected text after sleep: {l:?}")));
+                return Err(SimError::parse(
+                    path,
+                    line,
+                    format!("unexpected text after sleep: {l:?}"),
+                ));
             }
             now_ms += (secs * 1000.0).round() as Millis;
             continue;
         }
         if words.iter().any(|w| w.ends_with("submit.py")) {
             let pos = words.iter().position(|w| *w == "--task").ok_or_else(|| {
-                SimError::parse(path, line, format!("submit line without `--task FILE`: {l:?}"))
+                SimError::parse(
+                    path,
+                    line,
+                    format!("submit line without `--task FILE`: {l:?}"),
+                )
             })?;
             let file = words.get(pos + 1).ok_or_else(|| {
                 SimError::parse(path, line, "`--task` is not followed by a task file")
@@ -200,15 +208,17 @@ pub struct RadFile {
 pub fn parse_rad(path: &Path, text: &str) -> Result<RadFile, SimError> {
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     let field = |idx: usize, what: &str| -> Result<f64, SimError> {
-        let v = lines.get(idx).copied().filter(|s| !s.is_empty()).ok_or_else(|| {
-            SimError::Input {
+        let v = lines
+            .get(idx)
+            .copied()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| SimError::Input {
                 path: path.to_path_buf(),
                 message: format!(
                     "the file ends before line {} (0-based {idx}: {what}); the simulator needs it",
                     idx + 1
                 ),
-            }
-        })?;
+            })?;
         v.parse::<f64>()
             .ok()
             .filter(|x| x.is_finite() && *x >= 0.0)
@@ -249,7 +259,11 @@ pub fn parse_durations(path: &Path, text: &str) -> Result<HashMap<String, f64>, 
         }
         let mut cols = l.split(',').map(str::trim);
         let (Some(name), Some(minutes), None) = (cols.next(), cols.next(), cols.next()) else {
-            return Err(SimError::parse(path, line, format!("expected `task.rad,minutes`, found {l:?}")));
+            return Err(SimError::parse(
+                path,
+                line,
+                format!("expected `task.rad,minutes`, found {l:?}"),
+            ));
         };
         match minutes.parse::<f64>() {
             Ok(m) if m.is_finite() && m > 0.0 => {
@@ -294,16 +308,32 @@ mod tests {
     fn rad_file_fields() {
         let text = "# c\nconda\npython x.py\nx.model\nimagenet\n64\nexclusive\n1\n7106\n14910.3711\n5337.0131\n16000";
         let r = parse_rad(Path::new("resnet2.rad"), text).unwrap();
-        assert_eq!(r, RadFile { batch_size: 64, gpus: 1, peak_mib: 7106, gpumemnet_mib: Some(16000) });
+        assert_eq!(
+            r,
+            RadFile {
+                batch_size: 64,
+                gpus: 1,
+                peak_mib: 7106,
+                gpumemnet_mib: Some(16000)
+            }
+        );
         let na = text.replace("16000", "40000");
-        assert_eq!(parse_rad(Path::new("r.rad"), &na).unwrap().gpumemnet_mib, None);
+        assert_eq!(
+            parse_rad(Path::new("r.rad"), &na).unwrap().gpumemnet_mib,
+            None
+        );
     }
 
     #[test]
     fn short_rad_file_is_an_error_naming_the_field() {
         let text = "# c\nconda\npython x.py\nx.model\nwiki\n2\nexclusive\n1";
-        let err = parse_rad(Path::new("gpt2_xl.rad"), text).unwrap_err().to_string();
-        assert!(err.contains("gpt2_xl.rad") && err.contains("peak memory"), "{err}");
+        let err = parse_rad(Path::new("gpt2_xl.rad"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("gpt2_xl.rad") && err.contains("peak memory"),
+            "{err}"
+        );
         let bad = "# c\nconda\npython x.py\nx.model\nwiki\nlots\nexclusive\n1\n100";
         let err = parse_rad(Path::new("b.rad"), bad).unwrap_err().to_string();
         assert!(err.starts_with("b.rad:6:"), "{err}");
@@ -311,7 +341,11 @@ mod tests {
 
     #[test]
     fn durations_with_header() {
-        let d = parse_durations(Path::new("d.csv"), "rad,exclusive_minutes\na.rad,2\nb.rad,1.5\n").unwrap();
+        let d = parse_durations(
+            Path::new("d.csv"),
+            "rad,exclusive_minutes\na.rad,2\nb.rad,1.5\n",
+        )
+        .unwrap();
         assert_eq!(d["b.rad"], 1.5);
         let err = parse_durations(Path::new("d.csv"), "rad,m\na.rad,-1\n").unwrap_err();
         assert!(err.to_string().starts_with("d.csv:2:"));

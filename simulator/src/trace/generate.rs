@@ -14,7 +14,7 @@ use carma_core::Millis;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::catalog::{SizeClass, Workload, CATALOG};
+use crate::catalog::{CATALOG, SizeClass, Workload};
 use crate::error::SimError;
 use crate::task::Task;
 use crate::trace::Trace;
@@ -83,14 +83,21 @@ pub fn generate(cfg: &GeneratorConfig) -> Result<Trace, SimError> {
         return Err(SimError::Config("--tasks must be at least 1".into()));
     }
     if !(cfg.load.is_finite() && cfg.load > 0.0) {
-        return Err(SimError::Config(format!("--load must be positive, got {}", cfg.load)));
+        return Err(SimError::Config(format!(
+            "--load must be positive, got {}",
+            cfg.load
+        )));
     }
     if cfg.cluster_gpus == 0 {
         return Err(SimError::Config("the cluster has no GPU".into()));
     }
-    let weights_ok = cfg.mix.iter().all(|w| w.is_finite() && *w >= 0.0) && cfg.mix.iter().sum::<f64>() > 0.0;
+    let weights_ok =
+        cfg.mix.iter().all(|w| w.is_finite() && *w >= 0.0) && cfg.mix.iter().sum::<f64>() > 0.0;
     if !weights_ok {
-        return Err(SimError::Config(format!("job mix {:?} must be non-negative and not all zero", cfg.mix)));
+        return Err(SimError::Config(format!(
+            "job mix {:?} must be non-negative and not all zero",
+            cfg.mix
+        )));
     }
     let classes = [SizeClass::Light, SizeClass::Medium, SizeClass::Heavy];
     let pools: Vec<Vec<&'static Workload>> = classes
@@ -120,9 +127,14 @@ pub fn generate(cfg: &GeneratorConfig) -> Result<Trace, SimError> {
         tasks.push(Task::from_workload(id, w, now_ms));
     }
     let [l, m, h] = cfg.mix.map(|w| (w / total * 100.0).round());
+    let gaps = if (scale - 1.0).abs() < 1e-9 {
+        "Philly gaps".to_string()
+    } else {
+        format!("Philly gaps ×{scale:.3}")
+    };
     Ok(Trace {
         description: format!(
-            "{} generated tasks (seed {}, {l}/{m}/{h} % light/medium/heavy, Philly gaps ×{scale:.3})",
+            "{} generated tasks (seed {}; {l}/{m}/{h} % light/medium/heavy; {gaps})",
             cfg.tasks, cfg.seed
         ),
         tasks,
@@ -138,21 +150,41 @@ mod tests {
         assert_eq!(gap_s(0.0), 0.0);
         assert_eq!(gap_s(0.5), 88.0);
         assert_eq!(gap_s(1.0), 589.0);
-        let mean: f64 = (0..10_000).map(|i| gap_s((i as f64 + 0.5) / 10_000.0)).sum::<f64>() / 10_000.0;
+        let mean: f64 = (0..10_000)
+            .map(|i| gap_s((i as f64 + 0.5) / 10_000.0))
+            .sum::<f64>()
+            / 10_000.0;
         assert!((120.0..160.0).contains(&mean), "{mean}");
     }
 
     #[test]
     fn same_seed_same_trace_and_the_mix_holds() {
-        let cfg = GeneratorConfig { tasks: 2000, ..GeneratorConfig::default() };
+        let cfg = GeneratorConfig {
+            tasks: 2000,
+            ..GeneratorConfig::default()
+        };
         let a = generate(&cfg).unwrap();
         let b = generate(&cfg).unwrap();
         assert_eq!(a.tasks, b.tasks);
-        let light = a.tasks.iter().filter(|t| t.size == SizeClass::Light).count() as f64 / 2000.0;
-        let heavy = a.tasks.iter().filter(|t| t.size == SizeClass::Heavy).count() as f64 / 2000.0;
+        let light = a
+            .tasks
+            .iter()
+            .filter(|t| t.size == SizeClass::Light)
+            .count() as f64
+            / 2000.0;
+        let heavy = a
+            .tasks
+            .iter()
+            .filter(|t| t.size == SizeClass::Heavy)
+            .count() as f64
+            / 2000.0;
         assert!((0.60..0.70).contains(&light), "{light}");
         assert!((0.05..0.11).contains(&heavy), "{heavy}");
-        assert!(a.tasks.windows(2).all(|w| w[0].arrival_ms <= w[1].arrival_ms));
+        assert!(
+            a.tasks
+                .windows(2)
+                .all(|w| w[0].arrival_ms <= w[1].arrival_ms)
+        );
         let other = generate(&GeneratorConfig { seed: 2, ..cfg }).unwrap();
         assert_ne!(a.tasks, other.tasks);
     }
@@ -160,7 +192,11 @@ mod tests {
     #[test]
     fn gaps_shrink_with_cluster_size() {
         let small = generate(&GeneratorConfig::default()).unwrap();
-        let big = generate(&GeneratorConfig { cluster_gpus: 40, ..GeneratorConfig::default() }).unwrap();
+        let big = generate(&GeneratorConfig {
+            cluster_gpus: 40,
+            ..GeneratorConfig::default()
+        })
+        .unwrap();
         let last = |t: &Trace| t.tasks.last().unwrap().arrival_ms;
         assert!(last(&big) * 9 < last(&small) && last(&big) * 11 > last(&small));
     }

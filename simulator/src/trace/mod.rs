@@ -3,8 +3,8 @@
 pub mod carma;
 pub mod generate;
 
-pub use carma::{import, ImportPaths};
-pub use generate::{generate, GeneratorConfig};
+pub use carma::{ImportPaths, import};
+pub use generate::{GeneratorConfig, generate};
 
 use serde::Serialize;
 
