@@ -94,7 +94,6 @@ def sample_cnn(rng: random.Random) -> Config:
     size = rng.choice([32, 64, 96, 128, 160, 224])
     blocks = []
     hw = size
-    channels = 3
     for _ in range(rng.randint(2, 16)):
         out_ch = rng.choice([16, 32, 64, 96, 128, 192, 256, 384, 512])
         kernel = rng.choice([1, 3, 3, 5, 7])
@@ -104,7 +103,6 @@ def sample_cnn(rng: random.Random) -> Config:
         hw = math.ceil(hw / stride)
         if pool:
             hw //= 2
-        channels = out_ch
     n_linear = rng.randint(1, 3)
     hidden = [rng.choice([128, 256, 512, 1024, 2048]) for _ in range(n_linear - 1)]
     return {

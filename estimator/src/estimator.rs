@@ -74,8 +74,10 @@ impl fmt::Display for EstimateSource {
 /// A memory estimate for one training job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
-    /// The per-GPU reservation in MiB: the chosen class's upper edge, or the
-    /// analytic upper bound (see [`EstimateSource`]).
+    /// The per-GPU reservation in MiB: the chosen class's upper edge; for the
+    /// open-ended top class the analytic upper bound (at least the sidecar's
+    /// `open_class_min_reservation_mib`); with [`EstimateSource::AnalyticUpperBound`]
+    /// the analytic upper bound.
     pub mib: u64,
     /// The chosen class's label (e.g. `(1000,2000]`); for the analytic bound
     /// `(0,<mib>]`.

@@ -45,6 +45,6 @@ pub use estimator::{
 pub use evaluate::{
     ClassRecall, EvaluateError, Evaluation, LabelledRow, evaluate, evaluate_csv, read_mlp_csv,
 };
-pub use model::{ClassSpec, DecisionRule, Model, ModelError, ModelMeta};
+pub use model::{BATCH_ROWS, ClassSpec, DecisionRule, Model, ModelError, ModelMeta};
 pub use profile::{Family, FamilyParseError, Layers, Profile, ProfileError, parse_profile};
 pub use summary::{SummaryError, parse_torchsummary};

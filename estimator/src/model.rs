@@ -136,9 +136,9 @@ pub enum ModelError {
     },
 }
 
-/// Rows per call of the batch plan; larger inputs run in chunks of this size.
-/// tract optimises a plan for concrete shapes much better than for a symbolic
-/// batch dimension (measured: ~9 µs per row symbolic, see the README).
+/// Rows per call of the batch plan; larger inputs run in chunks of this size
+/// (the last one padded). Plans have fixed shapes so that tract can optimise
+/// them fully.
 pub const BATCH_ROWS: usize = 64;
 
 /// Idle run states kept per plan (more concurrent callers just spawn their own).
@@ -377,7 +377,7 @@ impl Model {
     /// values in the sidecar's order). Returns `rows × classes` values.
     pub fn probabilities(&self, features: &[f32]) -> TractResult<Vec<f32>> {
         let width = self.meta.features.len();
-        if features.is_empty() || features.len() % width != 0 {
+        if features.is_empty() || !features.len().is_multiple_of(width) {
             bail!(
                 "expected a non-empty multiple of {width} feature values, got {}",
                 features.len()

@@ -123,7 +123,7 @@ pub fn parse_torchsummary(
         let (name, shape, params) =
             split_row(line).ok_or_else(|| bad("expected `Type-N  [output shape]  params`"))?;
         let kind = layer_type(name).ok_or_else(|| bad("layer name must look like `Type-N`"))?;
-        let per_sample = per_sample_size(shape).map_err(|r| bad(r))?;
+        let per_sample = per_sample_size(shape).map_err(&bad)?;
         let p = parse_count(params).ok_or_else(|| bad("parameter count is not a number"))?;
         activations = activations
             .checked_add(per_sample)

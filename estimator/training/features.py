@@ -136,14 +136,6 @@ def features_from_frame(df: pd.DataFrame, names: list[str], activations: list[st
     return np.column_stack(cols)
 
 
-def mlp_features(df: pd.DataFrame) -> np.ndarray:
-    """The 8 MLP-family features of every row of a GPUMemNet MLP CSV (step 1 or 2).
-
-    Step-1 files have no batch-norm / dropout columns: those rows have none.
-    """
-    return features_from_frame(df, MLP_FEATURES, MLP_ACTIVATIONS)
-
-
 def memory_class(mib: np.ndarray, classes: list[ClassSpec]) -> np.ndarray:
     """Class index of each measured peak (upper edges inclusive; below-range -> 0)."""
     uppers = np.array([c.upper_mib for c in classes[:-1]], dtype=np.float64)
@@ -179,11 +171,6 @@ def load_csvs(paths: list[Path], features: list[str], activations: list[str] | N
     if "Status" in df:
         y[(df["Status"] == "oom").to_numpy()] = len(classes) - 1
     return df, x, y, mib
-
-
-def load_mlp_csvs(paths: list[Path]) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
-    """Read GPUMemNet MLP CSVs; returns (frame, features, class index, measured MiB)."""
-    return load_csvs(paths, MLP_FEATURES, MLP_ACTIVATIONS, MLP_CLASSES)
 
 
 # --- the safe-side decision rule ------------------------------------------------

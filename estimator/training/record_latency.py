@@ -63,7 +63,9 @@ def main(argv=None) -> int:
         if not est.is_file():
             print(f"error: {est} not found: run `cargo bench -p carma-estimator` first", file=sys.stderr)
             return 2
-        mean = json.loads(est.read_text())["mean"]
+        figures = json.loads(est.read_text())
+        # criterion prints the slope estimate when it has one (linear sampling), else the mean
+        mean = figures.get("slope") or figures["mean"]
         per = mean["point_estimate"] / n
         lo, hi = mean["confidence_interval"]["lower_bound"] / n, mean["confidence_interval"]["upper_bound"] / n
         rows.append({"id": bench_id, "name": label, "mean_ns": per, "ci95_ns": [lo, hi],

@@ -193,10 +193,15 @@ impl ClusterState {
             inner.gpu_owner.insert(g.uuid.clone(), name.clone());
         }
         let e = inner.entry(&name);
+        // Power, energy and timestamps change every publication without
+        // changing any verdict: only a change of what placement reads counts.
+        let changed = !e.has_gpu_node || e.node != core || e.observed != observed;
         e.node = core;
         e.has_gpu_node = true;
         e.observed = observed;
-        inner.bump(&name);
+        if changed {
+            inner.bump(&name);
+        }
     }
 
     /// A `GpuNode` is gone: the node has no carma GPUs any more.
