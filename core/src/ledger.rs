@@ -88,7 +88,16 @@ pub enum LedgerError {
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     records: BTreeMap<String, PlacementRecord>,
-    by_gpu: HashMap<String, Vec<String>>,
+    by_gpu: HashMap<String, GpuBook>,
+}
+
+/// Per-GPU totals kept up to date on every change, so the placement hot path
+/// reads them in O(1) instead of walking the records.
+#[derive(Debug, Clone, Default)]
+struct GpuBook {
+    pods: Vec<String>,
+    reserved_mib: u64,
+    in_flight_mib: u64,
 }
 
 impl Ledger {
@@ -159,10 +168,12 @@ impl Ledger {
     pub fn insert_unchecked(&mut self, record: PlacementRecord) {
         self.release(&record.pod);
         for gpu in &record.gpus {
-            self.by_gpu
-                .entry(gpu.clone())
-                .or_default()
-                .push(record.pod.clone());
+            let book = self.by_gpu.entry(gpu.clone()).or_default();
+            book.pods.push(record.pod.clone());
+            book.reserved_mib = book.reserved_mib.saturating_add(record.reserved_mib);
+            if !record.visible {
+                book.in_flight_mib = book.in_flight_mib.saturating_add(record.reserved_mib);
+            }
         }
         self.records.insert(record.pod.clone(), record);
     }
@@ -170,22 +181,31 @@ impl Ledger {
     /// The pod's memory now shows in telemetry: it is no longer in flight.
     /// Returns whether the pod was known.
     pub fn confirm(&mut self, pod: &str) -> bool {
-        match self.records.get_mut(pod) {
-            Some(r) => {
-                r.visible = true;
-                true
+        let Some(r) = self.records.get_mut(pod) else {
+            return false;
+        };
+        if !r.visible {
+            r.visible = true;
+            for gpu in &r.gpus {
+                if let Some(book) = self.by_gpu.get_mut(gpu) {
+                    book.in_flight_mib = book.in_flight_mib.saturating_sub(r.reserved_mib);
+                }
             }
-            None => false,
         }
+        true
     }
 
     /// The pod ended or was deleted: its GPUs are free of it.
     pub fn release(&mut self, pod: &str) -> Option<PlacementRecord> {
         let record = self.records.remove(pod)?;
         for gpu in &record.gpus {
-            if let Some(list) = self.by_gpu.get_mut(gpu) {
-                list.retain(|p| p != pod);
-                if list.is_empty() {
+            if let Some(book) = self.by_gpu.get_mut(gpu) {
+                book.pods.retain(|p| p != pod);
+                book.reserved_mib = book.reserved_mib.saturating_sub(record.reserved_mib);
+                if !record.visible {
+                    book.in_flight_mib = book.in_flight_mib.saturating_sub(record.reserved_mib);
+                }
+                if book.pods.is_empty() {
                     self.by_gpu.remove(gpu);
                 }
             }
@@ -217,27 +237,28 @@ impl Ledger {
     pub fn on_gpu(&self, gpu: &str) -> Vec<&PlacementRecord> {
         self.by_gpu
             .get(gpu)
-            .map(|pods| pods.iter().filter_map(|p| self.records.get(p)).collect())
+            .map(|book| {
+                book.pods
+                    .iter()
+                    .filter_map(|p| self.records.get(p))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
     /// Number of pods holding the GPU.
     pub fn pods_on(&self, gpu: &str) -> usize {
-        self.by_gpu.get(gpu).map_or(0, Vec::len)
+        self.by_gpu.get(gpu).map_or(0, |b| b.pods.len())
     }
 
     /// Sum of reservations of every pod on the GPU.
     pub fn reserved_mib(&self, gpu: &str) -> u64 {
-        self.on_gpu(gpu).iter().map(|r| r.reserved_mib).sum()
+        self.by_gpu.get(gpu).map_or(0, |b| b.reserved_mib)
     }
 
     /// Sum of reservations of pods on the GPU whose memory is not yet in telemetry.
     pub fn in_flight_mib(&self, gpu: &str) -> u64 {
-        self.on_gpu(gpu)
-            .iter()
-            .filter(|r| !r.visible)
-            .map(|r| r.reserved_mib)
-            .sum()
+        self.by_gpu.get(gpu).map_or(0, |b| b.in_flight_mib)
     }
 
     /// Number of placements not yet visible in telemetry.
