@@ -8,7 +8,7 @@ pub mod operator;
 pub mod scheduler_extender;
 pub mod simulate;
 
-use std::process::ExitCode;
+use std::io::IsTerminal;
 
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
@@ -28,6 +28,7 @@ pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("invalid --log filter {filter:?}: {e}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -38,14 +39,6 @@ pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
 
 /// Exit code for bad input (malformed files, flags, annotations).
 pub const EXIT_BAD_INPUT: u8 = 2;
-
-/// Exit code and message of a part whose issue has not landed yet.
-pub fn not_landed(part: &str, issue: u32) -> anyhow::Result<ExitCode> {
-    eprintln!(
-        "carma {part}: not implemented yet (tracked in issue #{issue}); this subcommand does nothing rather than pretend"
-    );
-    Ok(ExitCode::from(3))
-}
 
 /// A tokio runtime for the long-running parts.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
