@@ -142,12 +142,19 @@ async fn main() {
             let get = |what: &str| {
                 metrics
                     .lines()
-                    .find(|l| l.starts_with(&format!("carma_extender_request_duration_seconds_{what}{{verb=\"{verb}\"}}")))
+                    .find(|l| {
+                        l.starts_with(&format!(
+                            "carma_extender_request_duration_seconds_{what}{{verb=\"{verb}\"}}"
+                        ))
+                    })
                     .and_then(|l| l.rsplit(' ').next())
                     .and_then(|v| v.parse::<f64>().ok())
                     .unwrap_or(0.0)
             };
-            eprintln!("{nodes} nodes: server-side mean {verb} {:.3} ms", get("sum") * 1e3 / get("count").max(1.0));
+            eprintln!(
+                "{nodes} nodes: server-side mean {verb} {:.3} ms",
+                get("sum") * 1e3 / get("count").max(1.0)
+            );
         }
         row(nodes, "steady", "filter", f);
         row(nodes, "steady", "prioritize", p);

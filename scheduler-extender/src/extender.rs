@@ -1,5 +1,6 @@
 //! The three verbs: filter, prioritize, bind.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -130,7 +131,7 @@ impl Extender {
     }
 
     /// `filter`: keep the nodes that can take the pod, with a reason for every other.
-    pub fn filter(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
+    pub fn filter<'a>(&self, args: &'a ExtenderArgs<'_>) -> ExtenderFilterResult<'a> {
         if !self.cluster.is_ready() {
             return ExtenderFilterResult {
                 error: NOT_READY.to_string(),
@@ -147,7 +148,7 @@ impl Extender {
                 let reason: Arc<str> = Arc::from(format!("pod {}: {e}", pod_key(&args.pod)));
                 unresolvable = names
                     .iter()
-                    .map(|n| (n.to_string(), Arc::clone(&reason)))
+                    .map(|n| (Cow::Borrowed(*n), Arc::clone(&reason)))
                     .collect();
                 self.metrics.rejected(REJECT_INVALID, names.len() as u64);
             }
@@ -171,7 +172,7 @@ impl Extender {
                                 Some((_, n)) => *n += 1,
                                 None => counts.push((code, 1)),
                             }
-                            let entry = (names[i].to_string(), reason);
+                            let entry = (Cow::Borrowed(names[i]), reason);
                             if u {
                                 unresolvable.push(entry);
                             } else {
@@ -199,7 +200,7 @@ impl Extender {
                         .iter()
                         .zip(&passed)
                         .filter(|(_, p)| **p)
-                        .map(|(n, _)| n.raw.clone())
+                        .map(|(n, _)| n.raw)
                         .collect(),
                 });
             }
@@ -209,7 +210,7 @@ impl Extender {
                         .iter()
                         .zip(&passed)
                         .filter(|(_, p)| **p)
-                        .map(|(n, _)| n.to_string())
+                        .map(|(n, _)| Cow::Borrowed(*n))
                         .collect(),
                 );
             }
@@ -219,14 +220,14 @@ impl Extender {
 
     /// `prioritize`: score every candidate 0..10 by the pod's policy (0 where it
     /// cannot go).
-    pub fn prioritize(&self, args: &ExtenderArgs) -> Vec<HostPriority> {
+    pub fn prioritize<'a>(&self, args: &'a ExtenderArgs<'_>) -> Vec<HostPriority<'a>> {
         let names = args.candidate_names();
         let decision = self.decide(&args.pod);
-        let zero = |names: &[&str]| {
+        let zero = |names: &[&'a str]| -> Vec<HostPriority<'a>> {
             names
                 .iter()
                 .map(|n| HostPriority {
-                    host: n.to_string(),
+                    host: Cow::Borrowed(*n),
                     score: 0,
                 })
                 .collect()
@@ -246,7 +247,7 @@ impl Extender {
             .iter()
             .zip(verdicts)
             .map(|(n, v)| HostPriority {
-                host: n.to_string(),
+                host: Cow::Borrowed(*n),
                 score: i64::from(v.score()),
             })
             .collect()

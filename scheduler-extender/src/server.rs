@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use axum_server::tls_rustls::RustlsConfig;
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use thiserror::Error;
 
 use crate::extender::Extender;
@@ -30,12 +30,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Copy)]
 struct Outcome(&'static str);
 
-/// A request body decoded from JSON whatever its content type, with a 400
-/// answer naming the problem when it is not the expected JSON.
-#[derive(Debug)]
-pub struct Wire<T>(pub T);
-
-/// Why a request body was refused.
+/// Why a request body was refused: HTTP 400 (or 413 for a body over
+/// [`BODY_LIMIT`]) with `{"Error": "..."}` naming the problem.
 #[derive(Debug)]
 pub struct WireRejection {
     status: StatusCode,
@@ -56,7 +52,24 @@ impl IntoResponse for WireRejection {
     }
 }
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Wire<T> {
+/// A request body, read whatever its content type.
+#[derive(Debug)]
+pub struct Body {
+    path: String,
+    bytes: Bytes,
+}
+
+impl Body {
+    /// Decode the body as JSON; the value may borrow from the body.
+    pub fn decode<'a, T: Deserialize<'a>>(&'a self) -> Result<T, WireRejection> {
+        serde_json::from_slice(&self.bytes).map_err(|e| WireRejection {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("malformed {} request: {e}", self.path),
+        })
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = WireRejection;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
@@ -67,12 +80,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Wire<T> {
                 status: e.status(),
                 message: format!("cannot read the {path} request body: {}", e.body_text()),
             })?;
-        serde_json::from_slice(&bytes)
-            .map(Wire)
-            .map_err(|e| WireRejection {
-                status: StatusCode::BAD_REQUEST,
-                message: format!("malformed {path} request: {e}"),
-            })
+        Ok(Body { path, bytes })
     }
 }
 
@@ -82,12 +90,13 @@ fn answer<T: serde::Serialize>(body: T, outcome: &'static str) -> Response {
     r
 }
 
-async fn filter(
-    State(ext): State<Arc<Extender>>,
-    body: Result<Wire<ExtenderArgs>, WireRejection>,
-) -> Response {
-    let args = match body {
-        Ok(Wire(a)) => a,
+async fn filter(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let args: ExtenderArgs<'_> = match body.decode() {
+        Ok(a) => a,
         Err(r) => return r.into_response(),
     };
     let result = ext.filter(&args);
@@ -101,20 +110,21 @@ async fn filter(
 
 async fn prioritize(
     State(ext): State<Arc<Extender>>,
-    body: Result<Wire<ExtenderArgs>, WireRejection>,
+    body: Result<Body, WireRejection>,
 ) -> Response {
-    match body {
-        Ok(Wire(args)) => answer(ext.prioritize(&args), "success"),
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    match body.decode::<ExtenderArgs<'_>>() {
+        Ok(args) => answer(ext.prioritize(&args), "success"),
         Err(r) => r.into_response(),
     }
 }
 
-async fn bind(
-    State(ext): State<Arc<Extender>>,
-    body: Result<Wire<ExtenderBindingArgs>, WireRejection>,
-) -> Response {
-    let args = match body {
-        Ok(Wire(a)) => a,
+async fn bind(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
+    let args: ExtenderBindingArgs = match body.and_then(|b| b.decode()) {
+        Ok(a) => a,
         Err(r) => return r.into_response(),
     };
     let result = ext.bind(&args).await;

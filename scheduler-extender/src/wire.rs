@@ -5,7 +5,9 @@
 //! `NodeNames`, `FailedNodes`, … Requests accept those and the lowercase
 //! spellings some third-party senders use; answers are always PascalCase.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -14,30 +16,34 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 /// `ExtenderArgs`: the body of `filter` and `prioritize`.
+///
+/// Node names and node objects borrow from the request body: nothing of the
+/// (possibly thousands of) candidates is copied to judge them.
 #[derive(Debug, Clone, Deserialize)]
-pub struct ExtenderArgs {
+pub struct ExtenderArgs<'a> {
     /// The pod being scheduled.
     #[serde(rename = "Pod", alias = "pod")]
     pub pod: Pod,
     /// Candidate nodes as full objects (`nodeCacheCapable: false`).
-    #[serde(rename = "Nodes", alias = "nodes", default)]
-    pub nodes: Option<NodeList>,
+    #[serde(rename = "Nodes", alias = "nodes", default, borrow)]
+    pub nodes: Option<NodeList<'a>>,
     /// Candidate node names (`nodeCacheCapable: true`).
     #[serde(
         rename = "NodeNames",
         alias = "nodeNames",
         alias = "nodenames",
-        default
+        default,
+        borrow
     )]
-    pub node_names: Option<Vec<String>>,
+    pub node_names: Option<Vec<Cow<'a, str>>>,
 }
 
-impl ExtenderArgs {
+impl<'a> ExtenderArgs<'a> {
     /// The candidate node names, whichever way they were sent.
     pub fn candidate_names(&self) -> Vec<&str> {
         match (&self.node_names, &self.nodes) {
-            (Some(names), _) => names.iter().map(String::as_str).collect(),
-            (None, Some(list)) => list.items.iter().map(|n| n.name.as_str()).collect(),
+            (Some(names), _) => names.iter().map(|n| &**n).collect(),
+            (None, Some(list)) => list.items.iter().map(|n| &*n.name).collect(),
             (None, None) => Vec::new(),
         }
     }
@@ -46,34 +52,36 @@ impl ExtenderArgs {
 /// A `v1.NodeList` as sent by kube-scheduler. Each node is kept as the raw JSON
 /// it arrived as, so that filter can hand the passing nodes back unchanged
 /// without decoding (and re-encoding) every field of every node.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-pub struct NodeList {
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct NodeList<'a> {
     /// The nodes.
-    #[serde(default)]
-    pub items: Vec<RawNode>,
+    #[serde(default, borrow)]
+    pub items: Vec<RawNode<'a>>,
 }
 
 /// One node of a [`NodeList`]: its name and its JSON text.
 #[derive(Debug, Clone)]
-pub struct RawNode {
+pub struct RawNode<'a> {
     /// `metadata.name`.
-    pub name: String,
+    pub name: Cow<'a, str>,
     /// The node object exactly as received.
-    pub raw: Box<RawValue>,
+    pub raw: &'a RawValue,
 }
 
-impl<'de> Deserialize<'de> for RawNode {
+impl<'de: 'a, 'a> Deserialize<'de> for RawNode<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        struct Meta {
-            name: String,
+        struct Meta<'m> {
+            #[serde(borrow)]
+            name: Cow<'m, str>,
         }
         #[derive(Deserialize)]
-        struct NameOnly {
-            metadata: Meta,
+        struct NameOnly<'m> {
+            #[serde(borrow)]
+            metadata: Meta<'m>,
         }
-        let raw = Box::<RawValue>::deserialize(deserializer)?;
-        let named: NameOnly = serde_json::from_str(raw.get())
+        let raw = <&'a RawValue>::deserialize(deserializer)?;
+        let named: NameOnly<'a> = serde_json::from_str(raw.get())
             .map_err(|e| de::Error::custom(format!("node in Nodes.items: {e}")))?;
         Ok(RawNode {
             name: named.metadata.name,
@@ -82,38 +90,34 @@ impl<'de> Deserialize<'de> for RawNode {
     }
 }
 
-impl Serialize for RawNode {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.raw.serialize(serializer)
-    }
-}
-
 /// `ExtenderFilterResult`: the answer to `filter`.
 ///
 /// Every field is always written, as Go's encoder would write the struct.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ExtenderFilterResult {
+pub struct ExtenderFilterResult<'a> {
     /// Passing nodes as objects (answer to a request that sent `Nodes`).
-    #[serde(rename = "Nodes", alias = "nodes", default)]
-    pub nodes: Option<NodeListOut>,
+    #[serde(rename = "Nodes", alias = "nodes", default, borrow)]
+    pub nodes: Option<NodeListOut<'a>>,
     /// Passing node names (answer to a request that sent `NodeNames`).
     #[serde(
         rename = "NodeNames",
         alias = "nodeNames",
         alias = "nodenames",
-        default
+        default,
+        borrow
     )]
-    pub node_names: Option<Vec<String>>,
+    pub node_names: Option<Vec<Cow<'a, str>>>,
     /// Nodes that failed, with the reason; preemption might help.
-    #[serde(rename = "FailedNodes", alias = "failedNodes", default)]
-    pub failed_nodes: ReasonMap,
+    #[serde(rename = "FailedNodes", alias = "failedNodes", default, borrow)]
+    pub failed_nodes: ReasonMap<'a>,
     /// Nodes that failed for a reason preemption cannot fix (takes precedence).
     #[serde(
         rename = "FailedAndUnresolvableNodes",
         alias = "failedAndUnresolvableNodes",
-        default
+        default,
+        borrow
     )]
-    pub failed_and_unresolvable_nodes: ReasonMap,
+    pub failed_and_unresolvable_nodes: ReasonMap<'a>,
     /// Set when the extender could not judge the pod at all.
     #[serde(rename = "Error", alias = "error", default)]
     pub error: String,
@@ -121,16 +125,16 @@ pub struct ExtenderFilterResult {
 
 /// A `v1.NodeList` written back to kube-scheduler: the passing nodes, unchanged.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct NodeListOut {
+pub struct NodeListOut<'a> {
     /// List metadata (empty, as kube-scheduler's own lists have).
     #[serde(default)]
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// The nodes.
-    #[serde(default)]
-    pub items: Vec<Box<RawValue>>,
+    #[serde(default, borrow)]
+    pub items: Vec<&'a RawValue>,
 }
 
-impl PartialEq for NodeListOut {
+impl PartialEq for NodeListOut<'_> {
     fn eq(&self, other: &Self) -> bool {
         self.metadata == other.metadata
             && self.items.len() == other.items.len()
@@ -142,37 +146,14 @@ impl PartialEq for NodeListOut {
     }
 }
 
-impl NodeListOut {
-    /// Names of the nodes in the list (`metadata.name`, empty when absent).
-    pub fn names(&self) -> Vec<String> {
-        #[derive(Deserialize)]
-        struct Meta {
-            #[serde(default)]
-            name: String,
-        }
-        #[derive(Deserialize)]
-        struct NameOnly {
-            metadata: Meta,
-        }
-        self.items
-            .iter()
-            .map(|raw| {
-                serde_json::from_str::<NameOnly>(raw.get())
-                    .map(|n| n.metadata.name)
-                    .unwrap_or_default()
-            })
-            .collect()
-    }
-}
-
 /// `map[string]string` of node name → reason, kept in the order nodes were judged.
 ///
 /// Serialises as a JSON object; a `Vec` is cheaper to fill than a map when
-/// thousands of nodes are rejected.
+/// thousands of nodes are rejected, and the reasons are shared, not copied.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ReasonMap(pub Vec<(String, std::sync::Arc<str>)>);
+pub struct ReasonMap<'a>(pub Vec<(Cow<'a, str>, Arc<str>)>);
 
-impl ReasonMap {
+impl ReasonMap<'_> {
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -189,51 +170,51 @@ impl ReasonMap {
     }
 }
 
-impl Serialize for ReasonMap {
+impl Serialize for ReasonMap<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(self.0.len()))?;
         for (k, v) in &self.0 {
-            map.serialize_entry(k, &**v)?;
+            map.serialize_entry(&**k, &**v)?;
         }
         map.end()
     }
 }
 
-impl<'de> Deserialize<'de> for ReasonMap {
+impl<'de: 'a, 'a> Deserialize<'de> for ReasonMap<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ReasonMap;
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = ReasonMap<'a>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a map of node name to reason, or null")
             }
-            fn visit_unit<E: de::Error>(self) -> Result<ReasonMap, E> {
+            fn visit_unit<E: de::Error>(self) -> Result<ReasonMap<'a>, E> {
                 Ok(ReasonMap::default())
             }
-            fn visit_none<E: de::Error>(self) -> Result<ReasonMap, E> {
+            fn visit_none<E: de::Error>(self) -> Result<ReasonMap<'a>, E> {
                 Ok(ReasonMap::default())
             }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<ReasonMap, D::Error> {
-                d.deserialize_map(V)
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<ReasonMap<'a>, D::Error> {
+                d.deserialize_map(self)
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<ReasonMap, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<ReasonMap<'a>, A::Error> {
                 let mut out = Vec::new();
                 while let Some((k, v)) = m.next_entry::<String, String>()? {
-                    out.push((k, std::sync::Arc::from(v)));
+                    out.push((Cow::Owned(k), Arc::from(v)));
                 }
                 Ok(ReasonMap(out))
             }
         }
-        deserializer.deserialize_option(V)
+        deserializer.deserialize_option(V(std::marker::PhantomData))
     }
 }
 
 /// `HostPriority`: one entry of the answer to `prioritize`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostPriority {
+pub struct HostPriority<'a> {
     /// Node name.
-    #[serde(rename = "Host", alias = "host")]
-    pub host: String,
+    #[serde(rename = "Host", alias = "host", borrow)]
+    pub host: Cow<'a, str>,
     /// Score 0..10 (`MaxExtenderPriority`).
     #[serde(rename = "Score", alias = "score")]
     pub score: i64,
@@ -332,11 +313,12 @@ mod tests {
 
     #[test]
     fn go_nulls_and_lowercase_keys_are_read() {
-        let r: ExtenderFilterResult = serde_json::from_value(json!({
+        let text = json!({
             "nodes": null, "nodenames": ["a"], "failedNodes": null, "error": "x"
-        }))
-        .unwrap();
-        assert_eq!(r.node_names, Some(vec!["a".to_string()]));
+        })
+        .to_string();
+        let r: ExtenderFilterResult<'_> = serde_json::from_str(&text).unwrap();
+        assert_eq!(r.node_names, Some(vec![Cow::Borrowed("a")]));
         assert!(r.failed_nodes.is_empty());
         assert_eq!(r.error, "x");
         let b: ExtenderBindingArgs = serde_json::from_value(json!({
@@ -348,21 +330,20 @@ mod tests {
 
     #[test]
     fn node_list_keeps_each_node_verbatim() {
-        let args: ExtenderArgs = serde_json::from_value(json!({
+        let text = json!({
             "Pod": {"metadata": {"name": "p"}},
             "Nodes": {"items": [{"metadata": {"name": "n1", "labels": {"x": "y"}}, "status": {}}]},
-        }))
-        .unwrap();
+        })
+        .to_string();
+        let args: ExtenderArgs<'_> = serde_json::from_str(&text).unwrap();
         assert_eq!(args.candidate_names(), vec!["n1"]);
         let list = args.nodes.unwrap();
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(list.items[0].raw.get()).unwrap(),
             json!({"metadata": {"name": "n1", "labels": {"x": "y"}}, "status": {}})
         );
-        let err = serde_json::from_value::<ExtenderArgs>(json!({
-            "Pod": {}, "Nodes": {"items": [{"metadata": {}}]}
-        }))
-        .unwrap_err();
+        let text = json!({ "Pod": {}, "Nodes": {"items": [{"metadata": {}}]} }).to_string();
+        let err = serde_json::from_str::<ExtenderArgs<'_>>(&text).unwrap_err();
         assert!(err.to_string().contains("name"), "{err}");
     }
 }

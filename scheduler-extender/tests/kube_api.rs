@@ -62,19 +62,22 @@ fn bind_args_for(pod: &Value, node: &str) -> ExtenderBindingArgs {
     serde_json::from_value(bind_args(pod, node)).unwrap()
 }
 
-fn filter_args(pod: &Value, nodes: &[&str]) -> ExtenderArgs {
-    serde_json::from_value(args_names(pod, nodes)).unwrap()
+fn filter_text(pod: &Value, nodes: &[&str]) -> String {
+    args_names(pod, nodes).to_string()
+}
+
+fn filter_args(text: &str) -> ExtenderArgs<'_> {
+    serde_json::from_str(text).unwrap()
 }
 
 #[tokio::test]
 async fn bind_patches_annotations_then_creates_the_binding() {
     let (ext, mut api) = live_extender();
     let pod = fixture_pod("pending-override");
-    let filtered = ext.filter(&filter_args(&pod, &["gpu-node-b"]));
-    assert_eq!(
-        filtered.node_names.as_deref(),
-        Some(&["gpu-node-b".to_string()][..])
-    );
+    let text = filter_text(&pod, &["gpu-node-b"]);
+    let args = filter_args(&text);
+    let filtered = ext.filter(&args);
+    assert_eq!(filtered.node_names, Some(vec!["gpu-node-b".into()]));
 
     let pod_for_api = pod.clone();
     let script = tokio::spawn(async move {
@@ -155,7 +158,7 @@ async fn bind_patches_annotations_then_creates_the_binding() {
 async fn failed_binding_releases_the_booking_and_returns_an_error() {
     let (ext, mut api) = live_extender();
     let pod = fixture_pod("pending-override");
-    ext.filter(&filter_args(&pod, &["gpu-node-a"]));
+    ext.filter(&filter_args(&filter_text(&pod, &["gpu-node-a"])));
     let script = tokio::spawn(async move {
         let (req, send) = api.next_request().await.unwrap();
         assert_eq!(req.method(), Method::PATCH);
@@ -202,7 +205,7 @@ async fn failed_binding_releases_the_booking_and_returns_an_error() {
 async fn failed_patch_creates_no_binding() {
     let (ext, mut api) = live_extender();
     let pod = fixture_pod("pending-override");
-    ext.filter(&filter_args(&pod, &["gpu-node-a"]));
+    ext.filter(&filter_args(&filter_text(&pod, &["gpu-node-a"])));
     let script = tokio::spawn(async move {
         let (req, send) = api.next_request().await.unwrap();
         assert_eq!(req.method(), Method::PATCH);
@@ -261,7 +264,9 @@ async fn bind_without_a_filter_reads_the_pod_first() {
 async fn malformed_annotation_posts_a_warning_event() {
     let (ext, mut api) = live_extender();
     let pod = fixture_pod("pending-bad-annotation");
-    let result = ext.filter(&filter_args(&pod, &["gpu-node-a", "gpu-node-b"]));
+    let text = filter_text(&pod, &["gpu-node-a", "gpu-node-b"]);
+    let args = filter_args(&text);
+    let result = ext.filter(&args);
     assert_eq!(result.failed_and_unresolvable_nodes.len(), 2);
     let (req, send) = api.next_request().await.expect("an Event");
     let (req, event) = body_json(req).await;
