@@ -62,7 +62,8 @@ impl NodeEntry {
 /// Everything behind the lock.
 #[derive(Debug, Default)]
 pub struct Inner {
-    nodes: HashMap<String, NodeEntry>,
+    /// By node name; looked up once per candidate on every filter, hence the fast hasher.
+    nodes: HashMap<String, NodeEntry, foldhash::fast::RandomState>,
     ledger: Ledger,
     /// Node of each GPU UUID (from the GpuNodes).
     gpu_owner: HashMap<String, String>,

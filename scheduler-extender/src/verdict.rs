@@ -183,6 +183,7 @@ fn judge_one(
         .node
         .gpus
         .iter()
+        .filter(|g| state.ledger().pods_on(&g.uuid) > 0)
         .filter_map(|g| state.ledger().warmup_holder(&g.uuid, cfg.warmup_ms, now))
         .map(|(_, left)| left.min(WARMUP_REFRESH_MS))
         .min();

@@ -33,9 +33,22 @@ pub struct ExtenderArgs<'a> {
         alias = "nodeNames",
         alias = "nodenames",
         default,
-        borrow
+        borrow,
+        deserialize_with = "borrowed_names"
     )]
     pub node_names: Option<Vec<Cow<'a, str>>>,
+}
+
+/// A list of names that borrow from the body (serde's `Cow` inside a `Vec`
+/// would copy every one).
+fn borrowed_names<'de: 'a, 'a, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<Cow<'a, str>>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(transparent)]
+    struct Name<'n>(#[serde(borrow)] Cow<'n, str>);
+    let names: Option<Vec<Name<'a>>> = Option::deserialize(d)?;
+    Ok(names.map(|v| v.into_iter().map(|n| n.0).collect()))
 }
 
 impl<'a> ExtenderArgs<'a> {
@@ -326,6 +339,18 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(b.pod_uid, "u");
+    }
+
+    #[test]
+    fn node_names_borrow_from_the_body() {
+        let text = r#"{"Pod": {}, "NodeNames": ["n1", "n\u0032"]}"#;
+        let args: ExtenderArgs<'_> = serde_json::from_str(text).unwrap();
+        let names = args.node_names.unwrap();
+        assert!(matches!(names[0], Cow::Borrowed("n1")));
+        assert_eq!(names[1], "n2", "escaped names are decoded");
+        let args: ExtenderArgs<'_> =
+            serde_json::from_str(r#"{"Pod": {}, "NodeNames": null}"#).unwrap();
+        assert!(args.node_names.is_none());
     }
 
     #[test]
