@@ -54,6 +54,19 @@ pub fn is_idle(gpu: &Gpu, ledger: &Ledger) -> bool {
     gpu.healthy && gpu.processes == 0 && ledger.pods_on(&gpu.uuid) == 0
 }
 
+/// The GPU cannot hold the reservation even alone.
+fn too_small(gpu: &Gpu, demand: &Demand) -> Option<GpuRejection> {
+    match demand.reservation {
+        Reservation::Mib(need) if need > gpu.memory_total_mib => Some(GpuRejection::TooSmall {
+            uuid: gpu.uuid.clone(),
+            index: gpu.index,
+            total_mib: gpu.memory_total_mib,
+            need_mib: need,
+        }),
+        _ => None,
+    }
+}
+
 /// Checks every rule for sharing one GPU with `demand`.
 fn check_shared<'a>(
     gpu: &'a Gpu,
@@ -63,6 +76,9 @@ fn check_shared<'a>(
     now: Millis,
 ) -> Result<Fit<'a>, GpuRejection> {
     let uuid = || gpu.uuid.clone();
+    if let Some(r) = too_small(gpu, demand) {
+        return Err(r);
+    }
     if !gpu.healthy {
         return Err(GpuRejection::Unhealthy {
             uuid: uuid(),
@@ -189,7 +205,7 @@ pub fn place_on_node(
     let idle: Vec<&Gpu> = by_index
         .iter()
         .copied()
-        .filter(|g| is_idle(g, ledger))
+        .filter(|g| is_idle(g, ledger) && too_small(g, demand).is_none())
         .collect();
     if idle.len() >= wanted as usize {
         let chosen = &idle[..wanted as usize];
@@ -214,9 +230,11 @@ pub fn place_on_node(
     if demand.wants_exclusive() {
         let rejections = by_index
             .iter()
-            .filter(|g| !is_idle(g, ledger))
+            .filter(|g| !idle.iter().any(|i| i.uuid == g.uuid))
             .map(|g| {
-                if g.healthy {
+                if let Some(r) = too_small(g, demand) {
+                    r
+                } else if g.healthy {
                     GpuRejection::NotIdle {
                         uuid: g.uuid.clone(),
                         index: g.index,

@@ -9,6 +9,20 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Serialize, Error)]
 #[serde(rename_all = "camelCase", tag = "rule")]
 pub enum GpuRejection {
+    /// The reservation is larger than the GPU's memory: it can never fit there.
+    #[error(
+        "GPU {index} ({uuid}) has {total_mib} MiB in all; the pod reserves {need_mib} MiB per GPU"
+    )]
+    TooSmall {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// GPU memory.
+        total_mib: u64,
+        /// Reservation of the pod.
+        need_mib: u64,
+    },
     /// Telemetry marks the GPU unhealthy.
     #[error("GPU {index} ({uuid}) is unhealthy")]
     Unhealthy {
@@ -133,6 +147,7 @@ impl GpuRejection {
     /// A short, stable label for metrics.
     pub fn code(&self) -> &'static str {
         match self {
+            GpuRejection::TooSmall { .. } => "gpu-too-small",
             GpuRejection::Unhealthy { .. } => "unhealthy",
             GpuRejection::ExclusivelyHeld { .. } => "exclusively-held",
             GpuRejection::WarmUpLock { .. } => "warm-up-lock",

@@ -506,3 +506,35 @@ fn policies_parse_and_print() {
     let err = "fastest".parse::<Policy>().unwrap_err();
     assert!(err.to_string().contains("fastest"));
 }
+
+#[test]
+fn a_reservation_larger_than_the_gpu_never_fits() {
+    // 64 GiB asked, 40 GiB GPUs: not even an idle GPU may take it.
+    let gpus: Vec<Gpu> = (0..2)
+        .map(|i| Gpu::idle(format!("GPU-{i}"), i, A100))
+        .collect();
+    for policy in Policy::ALL {
+        let err = place_on_node(
+            &node(gpus.clone()),
+            &Ledger::new(),
+            &demand(65_536, policy),
+            &PlacementConfig::default(),
+            NOW,
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), "gpu-too-small", "{policy}");
+        assert!(err.to_string().contains("40960 MiB in all"), "{err}");
+    }
+    assert!(
+        place_on_node(
+            &node(gpus),
+            &Ledger::new(),
+            &demand(A100, Policy::Magm),
+            &PlacementConfig::default(),
+            NOW,
+            0
+        )
+        .is_ok()
+    );
+}

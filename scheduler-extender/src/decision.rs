@@ -189,6 +189,14 @@ impl Decisions {
         let policy = request.policy.unwrap_or(self.default_policy);
         let (reservation, source, class) = if gpus == 0 {
             (Reservation::WholeGpu, SOURCE_NO_GPU.to_string(), None)
+        } else if request.exclusive && request.gpu_memory_mib.is_none() {
+            // An exclusive pod (e.g. recovery escalation after repeated OOMs)
+            // owns its GPUs: book them whole, never the estimate that crashed.
+            // A malformed profile is still an error the user must see.
+            if let Some(raw) = &request.model_profile {
+                parse_profile(raw).map_err(|e| DecisionError::Profile(e.to_string()))?;
+            }
+            (Reservation::WholeGpu, SOURCE_WHOLE_GPU.to_string(), None)
         } else if let Some(mib) = request.gpu_memory_mib {
             (Reservation::Mib(mib), SOURCE_OVERRIDE.to_string(), None)
         } else if let Some(raw) = &request.model_profile {
@@ -390,6 +398,33 @@ mod tests {
         assert!(matches!(d.demand.reservation, Reservation::Mib(m) if m > 0));
         assert_eq!(d.source, "gpumemnet-mlp");
         assert!(d.class.is_some());
+    }
+
+    #[test]
+    fn exclusive_pods_book_whole_gpus_not_the_estimate() {
+        let profile = r#"{"family":"mlp","batchSize":256,"parameters":2000000,"activations":6000,"depth":5,"activation":"ReLU","layers":{"linear":5}}"#;
+        let d = decisions()
+            .compute(&pod(
+                &[
+                    (ANNOTATION_MODEL_PROFILE, profile),
+                    (ANNOTATION_EXCLUSIVE, "true"),
+                ],
+                &["1"],
+            ))
+            .unwrap();
+        assert_eq!(d.demand.reservation, Reservation::WholeGpu);
+        assert!(d.demand.exclusive);
+        assert_eq!(d.source, SOURCE_WHOLE_GPU);
+        let err = decisions()
+            .compute(&pod(
+                &[
+                    (ANNOTATION_MODEL_PROFILE, "{\"family\":\"mlp\"}"),
+                    (ANNOTATION_EXCLUSIVE, "true"),
+                ],
+                &["1"],
+            ))
+            .unwrap_err();
+        assert!(err.to_string().contains(ANNOTATION_MODEL_PROFILE), "{err}");
     }
 
     #[test]

@@ -39,18 +39,75 @@ pub struct SchedulerExtenderArgs {
     /// PEM private key for HTTPS.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+
+    /// Placement thresholds (CARMA's figures by default).
+    #[command(flatten)]
+    pub thresholds: Thresholds,
+}
+
+/// The placement thresholds of `carma-core`, as flags and environment variables
+/// (the Helm chart sets the variables from its `placement.*` values).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Thresholds {
+    /// SM activity risk score at or above which the utilization gate may exclude a GPU.
+    #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = PlacementConfig::default().sm_activity_cap, value_parser = ratio)]
+    pub sm_activity_cap: f64,
+    /// SM occupancy risk score that, with high SM activity, excludes a GPU.
+    #[arg(long, env = "CARMA_SM_OCCUPANCY_CAP", default_value_t = PlacementConfig::default().sm_occupancy_cap, value_parser = ratio)]
+    pub sm_occupancy_cap: f64,
+    /// DRAM activity risk score that, with high SM activity, excludes a GPU.
+    #[arg(long, env = "CARMA_DRAM_ACTIVITY_CAP", default_value_t = PlacementConfig::default().dram_activity_cap, value_parser = ratio)]
+    pub dram_activity_cap: f64,
+    /// MiB a GPU must have free beyond the reservation.
+    #[arg(long, env = "CARMA_MEMORY_MARGIN_MIB", default_value_t = PlacementConfig::default().memory_margin_mib)]
+    pub memory_margin_mib: u64,
+    /// MiB held back from the telemetry free-memory figure.
+    #[arg(long, env = "CARMA_TELEMETRY_RESERVE_MIB", default_value_t = PlacementConfig::default().telemetry_reserve_mib)]
+    pub telemetry_reserve_mib: u64,
+    /// Warm-up lock: a GPU that just received a pod takes no other for this many
+    /// milliseconds unless the pod's memory shows in telemetry first.
+    #[arg(long, env = "CARMA_WARMUP_MS", default_value_t = PlacementConfig::default().warmup_ms)]
+    pub warmup_ms: u64,
+}
+
+impl Thresholds {
+    /// The core configuration with these thresholds.
+    pub fn to_config(&self) -> PlacementConfig {
+        PlacementConfig {
+            sm_activity_cap: self.sm_activity_cap,
+            sm_occupancy_cap: self.sm_occupancy_cap,
+            dram_activity_cap: self.dram_activity_cap,
+            memory_margin_mib: self.memory_margin_mib,
+            telemetry_reserve_mib: self.telemetry_reserve_mib,
+            warmup_ms: self.warmup_ms,
+            ..PlacementConfig::default()
+        }
+    }
+}
+
+/// A ratio in 0..=1.
+fn ratio(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside 0..1"))
+    }
 }
 
 /// Run `carma scheduler-extender`.
 pub fn run(args: SchedulerExtenderArgs) -> anyhow::Result<ExitCode> {
-    if let Some(path) = &args.cluster_snapshot {
-        if !path.is_file() {
-            eprintln!(
-                "carma scheduler-extender: --cluster-snapshot {}: no such file",
-                path.display()
-            );
-            return Ok(ExitCode::from(super::EXIT_BAD_INPUT));
-        }
+    if let Some(path) = &args.cluster_snapshot
+        && !path.is_file()
+    {
+        eprintln!(
+            "carma scheduler-extender: --cluster-snapshot {}: no such file",
+            path.display()
+        );
+        return Ok(ExitCode::from(super::EXIT_BAD_INPUT));
     }
     let tls = match (args.tls_cert, args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
@@ -61,7 +118,7 @@ pub fn run(args: SchedulerExtenderArgs) -> anyhow::Result<ExitCode> {
         cluster_snapshot: args.cluster_snapshot,
         policy: args.policy,
         tls,
-        placement: PlacementConfig::default(),
+        placement: args.thresholds.to_config(),
     };
     match super::runtime()?.block_on(carma_scheduler_extender::run(opts)) {
         Ok(()) => Ok(ExitCode::SUCCESS),
