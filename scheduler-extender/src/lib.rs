@@ -112,8 +112,11 @@ pub fn snapshot_extender(
     )))
 }
 
-/// Run the extender until SIGTERM or Ctrl-C.
-pub async fn run(opts: Options) -> Result<(), RunError> {
+/// Run the extender until `shutdown` completes (the CLI passes SIGTERM / Ctrl-C).
+pub async fn run(
+    opts: Options,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
     let mut watchers = Vec::new();
     let ext = match &opts.cluster_snapshot {
         Some(path) => {
@@ -149,13 +152,7 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
         policy = %opts.policy,
         "carma scheduler extender serving"
     );
-    let result = serve(
-        listener,
-        router(ext),
-        opts.tls.clone(),
-        server::shutdown_signal(),
-    )
-    .await;
+    let result = serve(listener, router(ext), opts.tls.clone(), shutdown).await;
     for w in watchers {
         w.abort();
     }

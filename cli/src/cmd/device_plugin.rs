@@ -154,22 +154,6 @@ async fn connect_kube() -> Option<kube::Client> {
     }
 }
 
-async fn terminated() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = term.recv() => info!("SIGTERM received: shutting down"),
-                _ = tokio::signal::ctrl_c() => info!("interrupt received: shutting down"),
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
-    info!("interrupt received: shutting down");
-}
-
 /// Run `carma device-plugin`.
 pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
     let config = match args.to_config() {
@@ -203,7 +187,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
             }
             Err(e) => return Err(anyhow::Error::new(e).context("carma device-plugin cannot start")),
         };
-        terminated().await;
+        super::shutdown_signal().await;
         running.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })

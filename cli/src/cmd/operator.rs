@@ -75,7 +75,7 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
         let client = kube::Client::try_default().await.context(
             "connecting to the Kubernetes API (in-cluster service account or kubeconfig)",
         )?;
-        carma_operator::run(client, config, shutdown_signal()).await?;
+        carma_operator::run(client, config, super::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -125,33 +125,6 @@ fn default_identity() -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| format!("carma-operator-{}", std::process::id()))
-}
-
-/// Completes on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
 }
 
 #[cfg(test)]

@@ -120,7 +120,10 @@ pub fn run(args: SchedulerExtenderArgs) -> anyhow::Result<ExitCode> {
         tls,
         placement: args.thresholds.to_config(),
     };
-    match super::runtime()?.block_on(carma_scheduler_extender::run(opts)) {
+    match super::runtime()?.block_on(carma_scheduler_extender::run(
+        opts,
+        super::shutdown_signal(),
+    )) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) if e.is_bad_input() => {
             eprintln!("carma scheduler-extender: {e}");
