@@ -209,12 +209,18 @@ pub fn place_on_node(
         .collect();
     if idle.len() >= wanted as usize {
         let chosen = &idle[..wanted as usize];
+        // A pod that must be alone owns its GPUs whole; a sharer that merely
+        // found idle GPUs books its own reservation, so others may join later.
         let reserved = chosen
             .iter()
             .map(|g| {
-                demand
-                    .reservation
-                    .booked_mib(g.memory_total_mib, cfg.min_free_without_estimate_mib)
+                if demand.wants_exclusive() {
+                    g.memory_total_mib
+                } else {
+                    demand
+                        .reservation
+                        .booked_mib(g.memory_total_mib, cfg.min_free_without_estimate_mib)
+                }
             })
             .max()
             .unwrap_or(0);

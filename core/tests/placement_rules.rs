@@ -74,6 +74,15 @@ fn exclusive_first_takes_idle_gpus_in_index_order() {
         assert_eq!(p.indices, vec![1], "{policy}");
         assert_eq!(p.score, 10, "{policy}");
         assert_eq!(p.exclusive, policy == Policy::Exclusive, "{policy}");
+        let booked = if policy == Policy::Exclusive {
+            A100
+        } else {
+            8000
+        };
+        assert_eq!(
+            p.reserved_mib, booked,
+            "{policy}: an exclusive pod books the whole GPU"
+        );
     }
     let mut two = demand(8000, Policy::Magm);
     two.gpus = 2;
