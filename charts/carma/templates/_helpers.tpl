@@ -101,8 +101,10 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* Extender URL as kube-scheduler sees it. */}}
 {{- define "carma.extenderURL" -}}
+{{- with .Values.scheduler.extenderConfig.urlPrefix }}{{ . }}{{- else }}
 {{- $scheme := ternary "https" "http" .Values.extender.tls.enabled }}
 {{- printf "%s://%s.%s.svc:%d" $scheme (include "carma.componentName" (dict "root" . "component" "scheduler-extender")) .Release.Namespace (int .Values.extender.port) }}
+{{- end }}
 {{- end }}
 
 {{/* Namespace helpers. */}}
