@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use carma_api::Assignment;
-use carma_api::names::{ENV_ASSIGNED_GPUS, ENV_RESERVED_MIB, ENV_VISIBLE_DEVICES, SCHEDULER_NAME};
+use carma_api::names::{ENV_ASSIGNED_GPUS, ENV_RESERVED_MIB, ENV_VISIBLE_DEVICES};
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
@@ -89,7 +89,7 @@ pub fn select_pod_for<'p>(
 /// The reason no pod matched, naming what was found instead.
 fn explain_no_match(pods: &[PodInfo], node: &str, n: usize, skip: &HashSet<String>) -> NoMatch {
     let mut msg = format!(
-        "no pod on node {node} assigned by {SCHEDULER_NAME} awaits allocation of {n} GPU(s)"
+        "no pod on node {node} with a carma GPU assignment awaits allocation of {n} GPU(s)"
     );
     let on_node: Vec<&PodInfo> = pods
         .iter()
@@ -141,7 +141,7 @@ fn explain_no_match(pods: &[PodInfo], node: &str, n: usize, skip: &HashSet<Strin
         msg.push(')');
     }
     msg.push_str(&format!(
-        "; pods scheduled by another scheduler cannot use carma.io/gpu: set spec.schedulerName: {SCHEDULER_NAME}"
+        "; pods scheduled by another scheduler cannot use carma.io/gpu: set spec.schedulerName to carma's scheduler profile (the chart's scheduler.schedulerName)"
     ));
     NoMatch(msg)
 }
@@ -452,6 +452,7 @@ impl Allocator {
 mod tests {
     use super::*;
     use carma_api::EstimateAnnotation;
+    use carma_api::names::SCHEDULER_NAME;
     use chrono::{DateTime, Utc};
 
     fn at(s: &str) -> DateTime<Utc> {
@@ -555,7 +556,7 @@ mod tests {
         let msg = err.to_string();
         assert!(
             msg.contains(
-                "no pod on node n1 assigned by carma-scheduler awaits allocation of 1 GPU(s)"
+                "no pod on node n1 with a carma GPU assignment awaits allocation of 1 GPU(s)"
             ),
             "{msg}"
         );

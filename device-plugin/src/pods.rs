@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK, RESOURCE_GPU, SCHEDULER_NAME};
+use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK, RESOURCE_GPU};
 use carma_api::{AnnotationError, Assignment};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
@@ -115,11 +115,6 @@ impl PodInfo {
     /// The assignment, when the pod has a well-formed one.
     pub fn assignment(&self) -> Option<&Assignment> {
         self.assignment.as_ref().ok().and_then(Option::as_ref)
-    }
-
-    /// Whether the pod was placed by carma's scheduler profile.
-    pub fn by_carma_scheduler(&self) -> bool {
-        self.scheduler_name == SCHEDULER_NAME
     }
 
     /// Whether the pod holds (or is about to hold) GPUs of this node: assigned and not finished.
@@ -279,7 +274,6 @@ mod tests {
         })));
         assert_eq!(p.key(), "ml/train-1");
         assert_eq!(p.gpu_request, 2);
-        assert!(p.by_carma_scheduler());
         assert_eq!(p.task.as_deref(), Some("resnet"));
         let a = p.assignment().unwrap();
         assert_eq!(a.gpus, ["GPU-a", "GPU-b"]);

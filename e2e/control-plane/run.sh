@@ -229,6 +229,9 @@ log "$NODES GPU nodes: node-harness (kubelet device manager) + carma device plug
 for i in $(seq "$NODES"); do start_node "$i"; done
 for i in $(seq "$NODES"); do
   for _ in $(seq 60); do k get node "gpu-node-$i" >/dev/null 2>&1 && break; sleep 0.5; done
+  # The API server taints new nodes not-ready; kube-controller-manager's node lifecycle controller
+  # (not run here) lifts the taint once the kubelet reports Ready. The harness does that step as admin.
+  k taint node "gpu-node-$i" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
   # A token bound to the node, as a DaemonSet pod's projected token is: it carries the node's name.
   token_dir "device-plugin-gpu-node-$i" "$RELEASE-device-plugin" --bound-object-kind Node --bound-object-name "gpu-node-$i"
   start_device_plugin "$i"
@@ -238,5 +241,5 @@ log "scenarios"
 "$BIN/scenarios" --kubeconfig "$WORK/kubeconfig" --kubectl "$KUBECTL" --ctl "$HERE/run.sh ctl" \
   --work "$WORK" --nodes "$NODES" --examples "$ROOT/deploy/examples" --namespace "$NS" \
   --scheduler-name "$(awk '/schedulerName:/{print $2; exit}' "$HERE/values.yaml")" \
-  --extender "http://127.0.0.1:$EXT_PORT" --operator-metrics "127.0.0.1:$(nth "$OP_PORTS" 0),127.0.0.1:$(nth "$OP_PORTS" 1)"
+  ${CARMA_E2E_ONLY:+--only "$CARMA_E2E_ONLY"} --extender "http://127.0.0.1:$EXT_PORT" --operator-metrics "127.0.0.1:$(nth "$OP_PORTS" 0),127.0.0.1:$(nth "$OP_PORTS" 1)"
 log "done in $(( $(date +%s) - t_start )) s"

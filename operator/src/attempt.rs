@@ -105,7 +105,13 @@ pub fn attempt_index_from_name(pod: &str) -> Option<u32> {
 }
 
 /// Build the pod of an attempt.
-pub fn build_attempt_pod(task: &TrainingTask, req: &AttemptRequest) -> Result<Pod, InvalidSpec> {
+/// `scheduler_name` is the kube-scheduler profile whose extender is carma (the chart's
+/// `scheduler.schedulerName`).
+pub fn build_attempt_pod(
+    task: &TrainingTask,
+    req: &AttemptRequest,
+    scheduler_name: &str,
+) -> Result<Pod, InvalidSpec> {
     let name = task
         .metadata
         .name
@@ -152,7 +158,7 @@ pub fn build_attempt_pod(task: &TrainingTask, req: &AttemptRequest) -> Result<Po
         annotations.insert(ANNOTATION_EXCLUSIVE.to_string(), "true".to_string());
     }
 
-    spec.scheduler_name = Some(SCHEDULER_NAME.to_string());
+    spec.scheduler_name = Some(scheduler_name.to_string());
     spec.restart_policy = Some("Never".to_string());
     // A template that names a node would bypass carma-scheduler and its GPU choice.
     spec.node_name = None;
@@ -260,7 +266,7 @@ mod tests {
 
     #[test]
     fn first_attempt_pod() {
-        let pod = build_attempt_pod(&task(), &req(1)).unwrap();
+        let pod = build_attempt_pod(&task(), &req(1), SCHEDULER_NAME).unwrap();
         let m = &pod.metadata;
         assert_eq!(m.name.as_deref(), Some("bert-a1"));
         assert_eq!(m.namespace.as_deref(), Some("ml"));
@@ -291,6 +297,13 @@ mod tests {
 
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!(spec.scheduler_name.as_deref(), Some(SCHEDULER_NAME));
+        // The profile name is the chart's value, not a constant (a real API server with the chart's
+        // admission policy rejected attempt pods naming carma-scheduler under another name).
+        let renamed = build_attempt_pod(&task(), &req(1), "gpu-share").unwrap();
+        assert_eq!(
+            renamed.spec.unwrap().scheduler_name.as_deref(),
+            Some("gpu-share")
+        );
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(spec.node_name, None);
         assert_eq!(spec.priority_class_name, None);
@@ -336,18 +349,24 @@ mod tests {
         let mut t = task();
         t.spec.template.spec.as_mut().unwrap().containers.clear();
         assert_eq!(
-            build_attempt_pod(&t, &req(1)),
+            build_attempt_pod(&t, &req(1), SCHEDULER_NAME),
             Err(InvalidSpec::NoContainer)
         );
         t.spec.template.spec = None;
-        assert_eq!(build_attempt_pod(&t, &req(1)), Err(InvalidSpec::NoPodSpec));
+        assert_eq!(
+            build_attempt_pod(&t, &req(1), SCHEDULER_NAME),
+            Err(InvalidSpec::NoPodSpec)
+        );
         let mut t = task();
         t.spec.gpus = 0;
-        assert_eq!(build_attempt_pod(&t, &req(1)), Err(InvalidSpec::NoGpus));
+        assert_eq!(
+            build_attempt_pod(&t, &req(1), SCHEDULER_NAME),
+            Err(InvalidSpec::NoGpus)
+        );
         let mut t = task();
         t.metadata.uid = None;
         assert_eq!(
-            build_attempt_pod(&t, &req(1)),
+            build_attempt_pod(&t, &req(1), SCHEDULER_NAME),
             Err(InvalidSpec::Metadata("uid"))
         );
     }

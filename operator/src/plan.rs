@@ -38,6 +38,8 @@ pub struct PlanInput<'a> {
     pub defaults: &'a RecoveryConfig,
     /// How often a running attempt is looked at again (to record its memory peak).
     pub peak_poll: Duration,
+    /// The kube-scheduler profile attempt pods name (`spec.schedulerName`).
+    pub scheduler_name: &'a str,
 }
 
 /// An Event to publish about the task.
@@ -303,7 +305,10 @@ impl Step<'_, '_> {
             self.st,
             TaskPhase::Pending,
             "AttemptCreated",
-            "attempt 1 waits for carma-scheduler",
+            &format!(
+                "attempt 1 waits for scheduler {}",
+                self.input.scheduler_name
+            ),
             now,
         );
     }
@@ -321,7 +326,7 @@ impl Step<'_, '_> {
 
     /// Create attempt `req.index` and record it.
     fn create(&mut self, req: &AttemptRequest, why: &str) -> Result<(), InvalidSpec> {
-        let pod = build_attempt_pod(self.input.task, req)?;
+        let pod = build_attempt_pod(self.input.task, req, self.input.scheduler_name)?;
         let ann = pod.metadata.annotations.clone().unwrap_or_default();
         let exclusive = ann
             .get(ANNOTATION_EXCLUSIVE)
@@ -369,7 +374,10 @@ impl Step<'_, '_> {
             CONDITION_SCHEDULED,
             false,
             "WaitingForScheduler",
-            &format!("attempt {} waits for carma-scheduler", req.index),
+            &format!(
+                "attempt {} waits for scheduler {}",
+                req.index, self.input.scheduler_name
+            ),
             now,
         );
         let (reason, note) = if req.index == 1 {
@@ -427,7 +435,10 @@ impl Step<'_, '_> {
                 CONDITION_SCHEDULED,
                 false,
                 "WaitingForScheduler",
-                &format!("attempt {} waits for carma-scheduler", a.index),
+                &format!(
+                    "attempt {} waits for scheduler {}",
+                    a.index, self.input.scheduler_name
+                ),
                 now,
             ),
         }
@@ -457,7 +468,10 @@ impl Step<'_, '_> {
         }
         let waiting = match &o.node {
             Some(node) => format!("attempt {} ({}) is starting on node {node}", a.index, a.pod),
-            None => format!("attempt {} ({}) waits for carma-scheduler", a.index, a.pod),
+            None => format!(
+                "attempt {} ({}) waits for scheduler {}",
+                a.index, a.pod, self.input.scheduler_name
+            ),
         };
         if a.index == 1 {
             status::set_phase(self.st, TaskPhase::Pending, "AttemptPending", &waiting, now);

@@ -41,6 +41,8 @@ pub struct Settings {
     pub peak_poll: Duration,
     /// Requeue delay after a failed reconcile.
     pub error_requeue: Duration,
+    /// The kube-scheduler profile whose extender is carma; attempt pods name it.
+    pub scheduler_name: String,
 }
 
 impl Default for Settings {
@@ -51,6 +53,7 @@ impl Default for Settings {
             log_tail_lines: 50,
             peak_poll: Duration::from_secs(15),
             error_requeue: Duration::from_secs(15),
+            scheduler_name: carma_api::names::SCHEDULER_NAME.to_string(),
         }
     }
 }
@@ -149,6 +152,7 @@ pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Act
         now,
         defaults: &ctx.settings.recovery_defaults,
         peak_poll: ctx.settings.peak_poll,
+        scheduler_name: &ctx.settings.scheduler_name,
     });
     debug!(task = name, namespace = ns, ?step, "planned");
     execute(&task, step, &pods_api, &ctx).await
@@ -325,6 +329,22 @@ async fn create_pod(task: &TrainingTask, pods_api: &Api<Pod>, pod: &Pod) -> Resu
     }
 }
 
+/// Longest Event note the API server accepts, in bytes (longer ones make the whole Event invalid).
+const EVENT_NOTE_MAX_BYTES: usize = 1024;
+
+/// `note` cut to what the API server accepts, on a character boundary, marked with an ellipsis.
+/// Notes quoting API errors (an admission policy's message, say) easily run past the limit.
+fn event_note(note: &str) -> String {
+    if note.len() <= EVENT_NOTE_MAX_BYTES {
+        return note.to_string();
+    }
+    let mut end = EVENT_NOTE_MAX_BYTES - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &note[..end])
+}
+
 async fn publish(task: &TrainingTask, ctx: &Context, ev: &PlannedEvent) {
     let secondary = ev.pod.as_ref().map(|p| ObjectReference {
         api_version: Some("v1".to_string()),
@@ -340,11 +360,28 @@ async fn publish(task: &TrainingTask, ctx: &Context, ev: &PlannedEvent) {
             EventType::Normal
         },
         reason: ev.reason.clone(),
-        note: Some(ev.note.clone()),
+        note: Some(event_note(&ev.note)),
         action: ev.action.clone(),
         secondary,
     };
     if let Err(e) = ctx.recorder.publish(&event, &task.object_ref(&())).await {
         warn!(task = %task.name_any(), reason = %ev.reason, error = %e, "publishing an Event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_notes_fit_the_api_servers_limit() {
+        // An admission policy's rejection quoted in full is longer than 1 KiB (seen against a real
+        // kube-apiserver: the Event was refused and nothing explained the failed attempt).
+        let long = format!("creating pod x failed: {}", "é".repeat(2000));
+        let note = event_note(&long);
+        assert!(note.len() <= EVENT_NOTE_MAX_BYTES, "{} bytes", note.len());
+        assert!(note.ends_with('…'));
+        assert!(long.starts_with(note.trim_end_matches('…')));
+        assert_eq!(event_note("short"), "short");
     }
 }

@@ -80,6 +80,8 @@ app.kubernetes.io/component: {{ .component }}
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+- name: CARMA_SCHEDULER_NAME
+  value: {{ .Values.scheduler.schedulerName | quote }}
 {{- end }}
 
 {{/* Placement thresholds as environment variables, named after carma-core's PlacementConfig fields

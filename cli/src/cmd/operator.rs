@@ -59,6 +59,10 @@ pub struct OperatorArgs {
     /// TrainingTasks reconciled concurrently.
     #[arg(long, default_value_t = 4)]
     pub concurrency: u16,
+    /// The kube-scheduler profile whose extender is carma; attempt pods set it as
+    /// spec.schedulerName (the chart sets it from scheduler.schedulerName).
+    #[arg(long, env = "CARMA_SCHEDULER_NAME", default_value = carma_api::names::SCHEDULER_NAME)]
+    pub scheduler_name: String,
 }
 
 /// Run `carma operator`.
@@ -110,6 +114,7 @@ fn config(args: &OperatorArgs) -> anyhow::Result<OperatorConfig> {
             oom_patterns,
             log_tail_lines: args.log_tail_lines,
             peak_poll: Duration::from_secs(args.peak_poll_seconds),
+            scheduler_name: args.scheduler_name.clone(),
             ..Settings::default()
         },
     };

@@ -966,6 +966,7 @@ impl World {
             now: self.now,
             defaults: &self.defaults,
             peak_poll: PEAK_POLL,
+            scheduler_name: SCHEDULER_NAME,
         });
         if let Some(pod) = &step.create_pod {
             self.api.create_pod((**pod).clone(), self.now);

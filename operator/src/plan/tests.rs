@@ -79,6 +79,7 @@ fn step(task: &TrainingTask, pods: &[ObservedAttempt], now: DateTime<Utc>) -> Pl
         now,
         defaults: &defaults,
         peak_poll: Duration::from_secs(15),
+        scheduler_name: carma_api::names::SCHEDULER_NAME,
     })
 }
 

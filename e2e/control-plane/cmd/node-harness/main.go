@@ -119,9 +119,17 @@ func main() {
 	}
 	klog.Infof("node %s: device manager listening for device plugins", node)
 
+	// Like kubelet's sync loop, admit one pod at a time in the order the pods arrive; only the fake
+	// containers run concurrently.
+	admitQueue := make(chan *v1.Pod, 4096)
+	go func() {
+		for p := range admitQueue {
+			h.handle(ctx, p)
+		}
+	}()
 	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { go h.handle(ctx, obj.(*v1.Pod)) },
-		UpdateFunc: func(_, obj any) { go h.handle(ctx, obj.(*v1.Pod)) },
+		AddFunc:    func(obj any) { admitQueue <- obj.(*v1.Pod) },
+		UpdateFunc: func(_, obj any) { admitQueue <- obj.(*v1.Pod) },
 	})
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
@@ -218,6 +226,11 @@ func (h *harness) handle(ctx context.Context, pod *v1.Pod) {
 		return
 	}
 	h.writeRecord(pod, admitted)
+	go h.run(ctx, pod)
+}
+
+// run plays the pod's containers: Running, then the outcome its annotation asks for.
+func (h *harness) run(ctx context.Context, pod *v1.Pod) {
 	if err := h.setRunning(ctx, pod); err != nil {
 		klog.Errorf("pod %s/%s: running: %v", pod.Namespace, pod.Name, err)
 		return

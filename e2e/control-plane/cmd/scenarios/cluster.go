@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+const (
+	gpuResource     = "carma.io/gpu"
+	annAssignedGPUs = "carma.io/assigned-gpus"
+	annAssignedNode = "carma.io/assigned-node"
+	annEstimate     = "carma.io/estimate"
+	annExclusive    = "carma.io/exclusive"
+	annGPUMemory    = "carma.io/gpu-memory"
+	annProfile      = "carma.io/model-profile"
+	annOutcome      = "e2e.carma.io/outcome"
+	annRunSeconds   = "e2e.carma.io/run-seconds"
+	replicasPerGPU  = 8
+	gpusPerNode     = 8
+)
+
+// gpu is one GPU of a GpuNode's status.
+type gpu struct {
+	UUID     string `json:"uuid"`
+	TotalMiB int64  `json:"memoryTotalMiB"`
+}
+
+// gpuNodes maps node → GPU UUID → GPU, read from the GpuNodes the device plugins publish.
+func (e *env) gpuNodes(ctx context.Context) (map[string]map[string]gpu, error) {
+	list, err := e.dyn.Resource(gnGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]gpu{}
+	for _, item := range list.Items {
+		gpus, _, _ := unstructured.NestedSlice(item.Object, "status", "gpus")
+		m := map[string]gpu{}
+		for _, g := range gpus {
+			raw, _ := json.Marshal(g)
+			var x gpu
+			_ = json.Unmarshal(raw, &x)
+			m[x.UUID] = x
+		}
+		out[item.GetName()] = m
+	}
+	return out, nil
+}
+
+func (e *env) waitReady(ctx context.Context, _ *summary) {
+	want := int64(gpusPerNode * replicasPerGPU)
+	ok := poll(ctx, time.Second, 90*time.Second, func() bool {
+		nodes, err := e.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil || len(nodes.Items) < e.nodes {
+			return false
+		}
+		for _, n := range nodes.Items {
+			q := n.Status.Allocatable[gpuResource]
+			if q.Value() != want {
+				return false
+			}
+		}
+		g, err := e.gpuNodes(ctx)
+		if err != nil || len(g) < e.nodes {
+			return false
+		}
+		for _, m := range g {
+			if len(m) != gpusPerNode {
+				return false
+			}
+		}
+		resp, err := http.Get(e.extender + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	e.check(ok, "%d nodes advertise %d %s through the kubelet device manager, GpuNodes list %d GPUs each, the extender is ready",
+		e.nodes, want, gpuResource, gpusPerNode)
+}
+
+// reservationMiB is what a bound pod holds on each of its GPUs: the whole GPU when exclusive, else
+// the estimate the extender wrote at bind.
+func reservationMiB(p *v1.Pod, gpuTotal int64) int64 {
+	if p.Annotations[annExclusive] == "true" {
+		return gpuTotal
+	}
+	var est struct {
+		MiB int64 `json:"mib"`
+	}
+	if err := json.Unmarshal([]byte(p.Annotations[annEstimate]), &est); err != nil {
+		return -1
+	}
+	return est.MiB
+}
+
+func assignedGPUs(p *v1.Pod) []string {
+	s := strings.TrimSpace(p.Annotations[annAssignedGPUs])
+	if s == "" {
+		return nil
+	}
+	out := strings.Split(s, ",")
+	sort.Strings(out)
+	return out
+}
+
+func terminated(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
+}
+
+// overCommitted lists the GPUs whose live pods' reservations exceed their memory, or that hold more
+// pods than they advertise replicas, judged from the pods' annotations and the GpuNodes.
+func (e *env) overCommitted(ctx context.Context, namespaces ...string) ([]string, error) {
+	gn, err := e.gpuNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type use struct {
+		mib  int64
+		pods []string
+	}
+	per := map[string]*use{}
+	for _, ns := range namespaces {
+		pods, err := e.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Spec.NodeName == "" || terminated(p) {
+				continue
+			}
+			for _, u := range assignedGPUs(p) {
+				g := gn[p.Spec.NodeName][u]
+				key := p.Spec.NodeName + "/" + u
+				if per[key] == nil {
+					per[key] = &use{}
+				}
+				per[key].mib += reservationMiB(p, g.TotalMiB)
+				per[key].pods = append(per[key].pods, p.Name)
+			}
+		}
+	}
+	var bad []string
+	for key, u := range per {
+		node, uuid, _ := strings.Cut(key, "/")
+		g, ok := gn[node][uuid]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("%s: assigned GPU is not in the GpuNode", key))
+		case u.mib > g.TotalMiB:
+			bad = append(bad, fmt.Sprintf("%s: %d MiB reserved on %d MiB by %v", key, u.mib, g.TotalMiB, u.pods))
+		case len(u.pods) > replicasPerGPU:
+			bad = append(bad, fmt.Sprintf("%s: %d pods on a GPU advertised as %d replicas", key, len(u.pods), replicasPerGPU))
+		}
+	}
+	sort.Strings(bad)
+	return bad, nil
+}
+
+// admissionRecord is one line the node harness wrote for an admitted pod.
+type admissionRecord struct {
+	Node       string `json:"node"`
+	Namespace  string `json:"namespace"`
+	Pod        string `json:"pod"`
+	UID        string `json:"uid"`
+	Containers map[string]struct {
+		Devices []string          `json:"devices"`
+		Env     map[string]string `json:"env"`
+	} `json:"containers"`
+}
+
+// admissions reads every node's records, keyed by pod UID.
+func (e *env) admissions() map[string]admissionRecord {
+	out := map[string]admissionRecord{}
+	files, _ := filepath.Glob(filepath.Join(e.work, "nodes", "*.admitted.jsonl"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var r admissionRecord
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				out[r.UID] = r
+			}
+		}
+		fh.Close()
+	}
+	return out
+}
+
+// deviceGPUs turns replica IDs <UUID>::<k> into their sorted, distinct GPU UUIDs.
+func deviceGPUs(ids []string) []string {
+	set := map[string]bool{}
+	for _, id := range ids {
+		u, _, _ := strings.Cut(id, "::")
+		set[u] = true
+	}
+	var out []string
+	for u := range set {
+		out = append(out, u)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkAdmission: what the device manager gave each GPU container of a bound pod agrees with the
+// extender's assignment (the devices kubelet chose and the environment the plugin returned).
+// Returns false for a swapped or missing assignment.
+func (e *env) checkAdmission(p *v1.Pod, rec admissionRecord, quiet bool) bool {
+	want := strings.Join(assignedGPUs(p), ",")
+	ok := true
+	for name, c := range rec.Containers {
+		got := strings.Join(deviceGPUs(c.Devices), ",")
+		vis := strings.Split(c.Env["NVIDIA_VISIBLE_DEVICES"], ",")
+		sort.Strings(vis)
+		if got != want || strings.Join(vis, ",") != want {
+			ok = false
+			if !quiet {
+				e.check(false, "pod %s container %s: assigned %s, kubelet's devices on %s, NVIDIA_VISIBLE_DEVICES %s",
+					p.Name, name, want, got, c.Env["NVIDIA_VISIBLE_DEVICES"])
+			}
+		}
+	}
+	return ok && len(rec.Containers) > 0
+}

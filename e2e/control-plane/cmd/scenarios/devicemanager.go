@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+func gpuContainer(name string, n int64) v1.Container {
+	return v1.Container{Name: name, Image: "example.com/train:1",
+		Resources: v1.ResourceRequirements{Limits: v1.ResourceList{gpuResource: *resource.NewQuantity(n, resource.DecimalSI)}}}
+}
+
+// dmPod is a pod pinned to node (by node selector, so kube-scheduler and the extender still place it).
+func (e *env) dmPod(name, node string, init []v1.Container, containers ...v1.Container) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "devices", Annotations: map[string]string{annGPUMemory: "3Gi", annRunSeconds: "3"}},
+		Spec: v1.PodSpec{
+			SchedulerName: e.schedulerName, RestartPolicy: v1.RestartPolicyNever,
+			NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
+			InitContainers: init, Containers: containers,
+		},
+	}
+}
+
+// checkContainers: per container, the devices kubelet's device manager chose and the environment the
+// plugin returned name the same GPUs, all of them assigned to the pod; together the app containers
+// use every assigned GPU. Returns whether the pod is consistent ("not swapped").
+func (e *env) checkContainers(p *v1.Pod, rec admissionRecord) bool {
+	assigned := assignedGPUs(p)
+	in := map[string]bool{}
+	for _, u := range assigned {
+		in[u] = true
+	}
+	used := map[string]bool{}
+	ok := len(rec.Containers) > 0
+	appNames := map[string]bool{}
+	for _, c := range p.Spec.Containers {
+		appNames[c.Name] = true
+	}
+	for name, c := range rec.Containers {
+		dev := deviceGPUs(c.Devices)
+		vis := strings.Split(c.Env["NVIDIA_VISIBLE_DEVICES"], ",")
+		sort.Strings(vis)
+		same := strings.Join(dev, ",") == strings.Join(vis, ",")
+		for _, u := range dev {
+			same = same && in[u]
+			if appNames[name] {
+				used[u] = true
+			}
+		}
+		if !same {
+			fmt.Printf("    %s/%s: assigned %v, devices on %v, NVIDIA_VISIBLE_DEVICES %v\n", p.Name, name, assigned, dev, vis)
+		}
+		ok = ok && same
+	}
+	return ok && len(used) == len(assigned)
+}
+
+// scenarioDeviceManager: the kubelet's own device manager admits every pod shape through carma's
+// plugin — one Allocate per container, init containers first, GetPreferredAllocation before it — two
+// same-size pods bound to one node together, and a kubelet restart (checkpoint, re-registration).
+func (e *env) scenarioDeviceManager(ctx context.Context, s *summary) {
+	ns := "devices"
+	_, _ = e.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, _ = e.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	type shape struct {
+		pod         *v1.Pod
+		multi, init bool
+	}
+	shapes := []shape{
+		{e.dmPod("single", "gpu-node-3", nil, gpuContainer("train", 1)), false, false},
+		{e.dmPod("two-gpu-containers", "gpu-node-3", nil, gpuContainer("trainer", 1), gpuContainer("evaluator", 1)), true, false},
+		{e.dmPod("gpu-init", "gpu-node-3", []v1.Container{gpuContainer("warmup", 1)}, gpuContainer("train", 1)), false, true},
+		{e.dmPod("gpu-init-two-app", "gpu-node-3", []v1.Container{gpuContainer("prepare", 2)}, gpuContainer("a", 1), gpuContainer("b", 1)), true, true},
+		{e.dmPod("cpu-sidecar", "gpu-node-3", nil, gpuContainer("train", 1), v1.Container{Name: "logger", Image: "example.com/log:1"}), true, false},
+		{e.dmPod("twin-a", "gpu-node-4", nil, gpuContainer("train", 1)), false, false},
+		{e.dmPod("twin-b", "gpu-node-4", nil, gpuContainer("train", 1)), false, false},
+	}
+	var wg sync.WaitGroup
+	for _, sh := range shapes {
+		wg.Add(1)
+		go func(p *v1.Pod) {
+			defer wg.Done()
+			_, err := e.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+			e.check(err == nil, "create pod %s (%v)", p.Name, err)
+		}(sh.pod)
+	}
+	wg.Wait()
+	// Same-size twins in the other order too.
+	for _, n := range []string{"twin-d", "twin-c"} {
+		wg.Add(1)
+		go func(n string) {
+			defer wg.Done()
+			_, err := e.kube.CoreV1().Pods(ns).Create(ctx, e.dmPod(n, "gpu-node-4", nil, gpuContainer("train", 1)), metav1.CreateOptions{})
+			e.check(err == nil, "create pod %s (%v)", n, err)
+		}(n)
+	}
+	wg.Wait()
+	shapes = append(shapes, shape{pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "twin-c"}}}, shape{pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "twin-d"}}})
+
+	finished := poll(ctx, 500*time.Millisecond, 2*time.Minute, func() bool {
+		list, err := e.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		n := 0
+		for i := range list.Items {
+			if terminated(&list.Items[i]) {
+				n++
+			}
+		}
+		return n == len(shapes)
+	})
+	e.check(finished, "all %d device-manager pods finished", len(shapes))
+	adm := e.admissions()
+	for _, sh := range shapes {
+		p, err := e.kube.CoreV1().Pods(ns).Get(ctx, sh.pod.Name, metav1.GetOptions{})
+		if err != nil {
+			e.check(false, "get pod %s: %v", sh.pod.Name, err)
+			continue
+		}
+		rec, admitted := adm[string(p.UID)]
+		consistent := admitted && e.checkContainers(p, rec)
+		e.check(p.Status.Phase == v1.PodSucceeded && consistent,
+			"pod %s: %s %s; admitted by the device manager with the assigned GPUs %v in every container", p.Name, p.Status.Phase, p.Status.Message, assignedGPUs(p))
+		if p.Status.Phase == v1.PodSucceeded {
+			s.dmAdmitted++
+			if sh.multi {
+				s.dmMulti++
+			}
+			if sh.init {
+				s.dmInit++
+			}
+		}
+		if admitted && !consistent {
+			s.dmSwapped++
+		}
+	}
+
+	// kubelet restart: a new device manager reads its checkpoint; the plugin re-registers.
+	node := "gpu-node-3"
+	e.ctlRun("restart-node", node)
+	ok := poll(ctx, 500*time.Millisecond, 60*time.Second, func() bool {
+		n, err := e.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		q := n.Status.Allocatable[gpuResource]
+		return q.Value() == gpusPerNode*replicasPerGPU
+	})
+	_, err := e.kube.CoreV1().Pods(ns).Create(ctx, e.dmPod("after-restart", node, nil, gpuContainer("train", 1)), metav1.CreateOptions{})
+	e.check(err == nil, "create pod after-restart (%v)", err)
+	var p *v1.Pod
+	admittedAfter := poll(ctx, 500*time.Millisecond, time.Minute, func() bool {
+		p, err = e.kube.CoreV1().Pods(ns).Get(ctx, "after-restart", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodSucceeded
+	})
+	s.dmReregistered = ok && admittedAfter
+	if admittedAfter {
+		s.dmAdmitted++
+	}
+	e.check(s.dmReregistered, "after a kubelet restart on %s the plugin re-registered and a new pod was admitted (%v)", node, p.Status.Phase)
+	e.check(s.dmSwapped == 0, "no container got GPUs other than its pod's assignment (%d pods differ)", s.dmSwapped)
+}
