@@ -1,11 +1,14 @@
 //! Allocate and GetPreferredAllocation: find the pod being admitted and expose exactly its GPUs.
 //!
-//! Kubelet's Allocate carries device IDs but no pod identity (kubernetes#82606), so the plugin finds
-//! the pod itself: a pod bound to this node, assigned by carma's extender (annotations), not yet
-//! allocated, whose number of assigned GPUs equals the number of replicas requested; among several,
-//! the one whose assigned GPUs are exactly the requested replicas' GPUs first, then the oldest
-//! assignment. The container then sees the pod's assigned GPUs — whatever replicas kubelet picked —
-//! and never a GPU that carma did not assign.
+//! Kubelet's Allocate carries device IDs but no pod identity (kubernetes#82606), and it comes once
+//! per container that asks for `carma.io/gpu` — init containers first, then app containers, one pod
+//! at a time. The plugin finds the pod and container itself: a pod bound to this node, assigned by
+//! carma's extender (annotations), not yet fully allocated, whose next GPU container asks for as
+//! many replicas as requested; the pod already part-way through admission first, then one whose
+//! assigned GPUs include the requested replicas' GPUs, then the oldest assignment. Each container
+//! sees only GPUs of its pod's assignment: an init container any of them, each app container GPUs of
+//! its own. GetPreferredAllocation steers kubelet to replicas of exactly those GPUs, so the devices
+//! kubelet records (and PodResources reports) name the GPUs the container uses.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -38,12 +41,61 @@ pub const ENV_MPS_PIPE_DIRECTORY: &str = "CUDA_MPS_PIPE_DIRECTORY";
 #[error("{0}")]
 pub struct NoMatch(pub String);
 
-/// Choose the pod an Allocate request of `requested` replicas belongs to.
-///
-/// Candidates: bound to `node`, not finished or terminating, with a well-formed carma assignment
-/// that is not yet allocated (and not in `skip`, the pods this process allocated already), and as
-/// many assigned GPUs as replicas requested. Order: the pod whose assigned GPUs are exactly the
-/// requested replicas' GPUs, then the oldest `assigned-at`, then the name.
+/// How far kubelet has got in admitting one pod. Kubelet calls Allocate once per container that
+/// asks for `carma.io/gpu` — init containers first, then app containers, one pod at a time — so a
+/// pod whose first GPU container was served is the one being admitted until its last is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// GPU containers served so far (an index into [`PodInfo::gpu_containers`]).
+    pub served: usize,
+    /// GPUs already given to the pod's app containers; each app container gets GPUs of its own.
+    pub app_gpus: Vec<String>,
+}
+
+/// The pod and container an Allocate (or GetPreferredAllocation) request belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selected<'p> {
+    /// The pod being admitted.
+    pub pod: &'p PodInfo,
+    /// Index of the container in the pod's `gpu_containers`.
+    pub container: usize,
+    /// The assigned GPUs this container may take: all of the pod's for an init container, those not
+    /// yet given to an earlier app container otherwise.
+    pub pool: Vec<String>,
+}
+
+impl Selected<'_> {
+    /// Whether the container is an init container (its GPUs are reused by the app containers).
+    pub fn is_init(&self) -> bool {
+        self.container < self.pod.gpu_init_containers
+    }
+
+    /// The GPUs to expose to this container for `n` requested replicas on `requested_gpus`: the
+    /// requested GPUs that are in the pool (kubelet followed GetPreferredAllocation), then further
+    /// pool GPUs — never a GPU outside the pod's assignment — in the assignment's order.
+    pub fn gpus_for(&self, requested_gpus: &[String], n: usize) -> Vec<String> {
+        let mut chosen: Vec<&String> = requested_gpus
+            .iter()
+            .filter(|g| self.pool.contains(g))
+            .take(n)
+            .collect();
+        for g in &self.pool {
+            if chosen.len() >= n {
+                break;
+            }
+            if !chosen.contains(&g) {
+                chosen.push(g);
+            }
+        }
+        self.pool
+            .iter()
+            .filter(|g| chosen.contains(g))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Choose the pod an Allocate request of `requested` replicas belongs to (`progress` empty).
 pub fn select_pod<'p>(
     pods: &'p [PodInfo],
     node: &str,
@@ -51,39 +103,70 @@ pub fn select_pod<'p>(
     skip: &HashSet<String>,
 ) -> Result<&'p PodInfo, NoMatch> {
     let (requested_gpus, _) = distinct_gpus(requested);
-    select_pod_for(pods, node, requested.len(), &requested_gpus, skip)
+    select_container(
+        pods,
+        node,
+        requested.len(),
+        &requested_gpus,
+        skip,
+        &HashMap::new(),
+    )
+    .map(|s| s.pod)
 }
 
-/// [`select_pod`] by count and (possibly empty) set of requested GPUs.
-pub fn select_pod_for<'p>(
+/// Choose the pod and container a request for `n` replicas on `requested_gpus` (empty for
+/// GetPreferredAllocation) belongs to.
+///
+/// Candidates: bound to `node`, not finished or terminating, with a well-formed carma assignment not
+/// yet allocated (and not in `skip`, the pods this process finished allocating), whose next GPU
+/// container asks for `n`. Order: the pod kubelet is in the middle of admitting; then a pod whose
+/// assigned GPUs include every requested GPU; then the oldest `assigned-at` (the extender binds in
+/// that order, and kubelet admits in the order pods are bound to it); then the name.
+pub fn select_container<'p>(
     pods: &'p [PodInfo],
     node: &str,
     n: usize,
     requested_gpus: &[String],
     skip: &HashSet<String>,
-) -> Result<&'p PodInfo, NoMatch> {
-    let requested_set: HashSet<&str> = requested_gpus.iter().map(String::as_str).collect();
+    progress: &HashMap<String, Progress>,
+) -> Result<Selected<'p>, NoMatch> {
     let candidate = pods
         .iter()
         .filter(|p| p.node_name.as_deref() == Some(node))
         .filter(|p| !p.finished() && !p.terminating && !skip.contains(&p.uid))
         .filter_map(|p| p.assignment().map(|a| (p, a)))
-        .filter(|(_, a)| !a.allocated && a.gpus.len() == n)
-        .min_by(|(pa, a), (pb, b)| {
-            let exact = |a: &Assignment| {
-                let set: HashSet<&str> = a.gpus.iter().map(String::as_str).collect();
-                set != requested_set // false (exact) sorts first
+        .filter(|(_, a)| !a.allocated)
+        .filter_map(|(p, a)| {
+            let pr = progress.get(&p.uid);
+            let container = pr.map_or(0, |x| x.served);
+            let want = *p.gpu_containers.get(container)?;
+            if want as usize != n {
+                return None;
+            }
+            let pool: Vec<String> = if container < p.gpu_init_containers {
+                a.gpus.clone()
+            } else {
+                a.gpus
+                    .iter()
+                    .filter(|g| pr.is_none_or(|x| !x.app_gpus.contains(g)))
+                    .cloned()
+                    .collect()
             };
-            exact(a)
-                .cmp(&exact(b))
-                .then(a.assigned_at.cmp(&b.assigned_at))
-                .then(pa.namespace.cmp(&pb.namespace))
-                .then(pa.name.cmp(&pb.name))
-        });
-    match candidate {
-        Some((p, _)) => Ok(p),
-        None => Err(explain_no_match(pods, node, n, skip)),
-    }
+            let in_progress = container > 0;
+            let covers =
+                !requested_gpus.is_empty() && requested_gpus.iter().all(|g| pool.contains(g));
+            Some((
+                (!in_progress, !covers, a.assigned_at, &p.namespace, &p.name),
+                Selected {
+                    pod: p,
+                    container,
+                    pool,
+                },
+            ))
+        })
+        .min_by(|(ka, _), (kb, _)| ka.cmp(kb))
+        .map(|(_, s)| s);
+    candidate.ok_or_else(|| explain_no_match(pods, node, n, skip))
 }
 
 /// The reason no pod matched, naming what was found instead.
@@ -154,13 +237,15 @@ fn explain_no_match(pods: &[PodInfo], node: &str, n: usize, skip: &HashSet<Strin
 /// assigned GPUs; every GPU of a pod carries the same per-GPU reservation, so their enumeration order
 /// does not matter, and the ordinal form is the one MPS is known to honour), and
 /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` = 100 / replicas (100 for exclusive pods); the pipe directory is
-/// mounted and exported when configured.
+/// mounted and exported when configured. `gpus` are the container's share of the assignment (all of
+/// it for a pod with one GPU container).
 pub fn container_response(
     assignment: &Assignment,
+    gpus: &[String],
     mps: Option<&MpsConfig>,
     replicas: u32,
 ) -> ContainerAllocateResponse {
-    let uuids = assignment.gpus.join(",");
+    let uuids = gpus.join(",");
     let mut envs = HashMap::new();
     envs.insert(ENV_VISIBLE_DEVICES.to_string(), uuids.clone());
     envs.insert(ENV_ASSIGNED_GPUS.to_string(), uuids);
@@ -170,7 +255,7 @@ pub fn container_response(
     );
     let mut mounts = Vec::new();
     if let Some(mps) = mps {
-        let limit = (0..assignment.gpus.len())
+        let limit = (0..gpus.len())
             .map(|i| format!("{i}={}M", assignment.estimate.mib))
             .collect::<Vec<_>>()
             .join(",");
@@ -262,6 +347,8 @@ pub struct Allocator {
     metrics: Arc<Metrics>,
     /// Pods this process has allocated (UID → when), so a stale cache never offers them again.
     allocated: Mutex<HashMap<String, Instant>>,
+    /// Pods part-way through admission (UID → containers served), with when they were last served.
+    progress: Mutex<HashMap<String, (Progress, Instant)>>,
     /// One Allocate at a time on this node.
     serial: tokio::sync::Mutex<()>,
     /// GPUs present on this node (UUIDs), to reject assignments naming other GPUs.
@@ -290,6 +377,7 @@ impl Allocator {
             replicas,
             metrics,
             allocated: Mutex::new(HashMap::new()),
+            progress: Mutex::new(HashMap::new()),
             serial: tokio::sync::Mutex::new(()),
             gpus,
         }
@@ -299,6 +387,14 @@ impl Allocator {
         let mut map = self.allocated.lock();
         map.retain(|_, at| at.elapsed() < REMEMBER_ALLOCATED);
         map.keys().cloned().collect()
+    }
+
+    fn progress_map(&self) -> HashMap<String, Progress> {
+        let mut map = self.progress.lock();
+        map.retain(|_, (_, at)| at.elapsed() < REMEMBER_ALLOCATED);
+        map.iter()
+            .map(|(k, (p, _))| (k.clone(), p.clone()))
+            .collect()
     }
 
     /// Serve an Allocate request; the error is the message for kubelet.
@@ -337,26 +433,29 @@ impl Allocator {
             return Err(("lookup_off", LookupError::Off.to_string()));
         };
         let skip = self.skip_set();
+        let progress = self.progress_map();
         let lookup_err = |e: LookupError| {
             (
                 "lookup_error",
                 format!("cannot find the pod being admitted: {e}"),
             )
         };
+        let (requested_gpus, _) = distinct_gpus(ids);
+        let n = ids.len();
         let mut pods = lookup
             .pods_on_node(ALLOCATE_MAX_AGE)
             .await
             .map_err(lookup_err)?;
-        let mut selected = select_pod(&pods, &self.node, ids, &skip).cloned();
-        if selected.is_err() {
+        if select_container(&pods, &self.node, n, &requested_gpus, &skip, &progress).is_err() {
             // The pod may have been bound a moment ago: look again with a fresh list.
             pods = lookup
                 .pods_on_node(Duration::ZERO)
                 .await
                 .map_err(lookup_err)?;
-            selected = select_pod(&pods, &self.node, ids, &skip).cloned();
         }
-        let pod = selected.map_err(|e| ("no_pod", e.0))?;
+        let selected = select_container(&pods, &self.node, n, &requested_gpus, &skip, &progress)
+            .map_err(|e| ("no_pod", e.0))?;
+        let pod = selected.pod.clone();
         let Some(assignment) = pod.assignment().cloned() else {
             return Err(("error", format!("pod {} lost its assignment", pod.key())));
         };
@@ -379,46 +478,100 @@ impl Allocator {
                 ));
             }
         }
-        self.allocated
-            .lock()
-            .insert(pod.uid.clone(), Instant::now());
-        let result = match lookup.mark_allocated(&pod.namespace, &pod.name).await {
-            Ok(()) => "ok",
-            Err(e) => {
-                warn!(pod = %pod.key(), "allocated, but annotating the pod failed (this process remembers it): {e}");
-                "ok_unannotated"
+        let gpus = selected.gpus_for(&requested_gpus, n);
+        if gpus.len() < n {
+            return Err((
+                "bad_assignment",
+                format!(
+                    "pod {} container {} asks for {n} GPU(s) but only {:?} of its assignment are left",
+                    pod.key(),
+                    selected.container,
+                    selected.pool
+                ),
+            ));
+        }
+        if !requested_gpus.iter().all(|g| gpus.contains(g)) {
+            warn!(pod = %pod.key(), requested = ?ids, exposed = ?gpus,
+                "kubelet chose replicas of GPUs outside the pod's assignment; exposing the assigned GPUs");
+        }
+        let mut next = progress.get(&pod.uid).cloned().unwrap_or_default();
+        next.served += 1;
+        if !selected.is_init() {
+            next.app_gpus.extend(gpus.iter().cloned());
+        }
+        let done = next.served >= pod.gpu_containers.len();
+        let result = if done {
+            self.progress.lock().remove(&pod.uid);
+            self.allocated
+                .lock()
+                .insert(pod.uid.clone(), Instant::now());
+            match lookup.mark_allocated(&pod.namespace, &pod.name).await {
+                Ok(()) => "ok",
+                Err(e) => {
+                    warn!(pod = %pod.key(), "allocated, but annotating the pod failed (this process remembers it): {e}");
+                    "ok_unannotated"
+                }
             }
+        } else {
+            self.progress
+                .lock()
+                .insert(pod.uid.clone(), (next, Instant::now()));
+            "ok"
         };
         self.metrics.allocation(result);
         info!(
             pod = %pod.key(),
-            gpus = %assignment.gpus.join(","),
+            container = selected.container,
+            of = pod.gpu_containers.len(),
+            gpus = %gpus.join(","),
             reserved_mib = assignment.estimate.mib,
             requested = ?ids,
             mps = self.mps.is_some(),
-            "Allocate: exposing the pod's assigned GPUs"
+            "Allocate: exposing the container's assigned GPUs"
         );
         Ok(container_response(
             &assignment,
+            &gpus,
             self.mps.as_ref(),
             self.replicas,
         ))
     }
 
-    /// Serve GetPreferredAllocation: prefer replicas of the GPUs assigned to the pending pod.
+    /// Serve GetPreferredAllocation: prefer replicas of the GPUs the pending pod's next container
+    /// is to get, so that the devices kubelet records are the GPUs the container uses.
     pub async fn preferred(
         &self,
         request: PreferredAllocationRequest,
     ) -> PreferredAllocationResponse {
-        let pods = match &self.pods {
-            Some(lookup) => lookup.pods_on_node(ALLOCATE_MAX_AGE).await.ok(),
-            None => None,
-        };
         let skip = self.skip_set();
+        let progress = self.progress_map();
+        let sizes: Vec<usize> = request
+            .container_requests
+            .iter()
+            .map(|c| usize::try_from(c.allocation_size).unwrap_or(0))
+            .collect();
+        let mut pods = None;
+        if let Some(lookup) = &self.pods {
+            pods = lookup.pods_on_node(ALLOCATE_MAX_AGE).await.ok();
+            let found = |pods: &Option<Arc<Vec<PodInfo>>>| {
+                pods.as_ref().is_some_and(|p| {
+                    sizes
+                        .iter()
+                        .all(|n| select_container(p, &self.node, *n, &[], &skip, &progress).is_ok())
+                })
+            };
+            if !found(&pods) {
+                // A pod bound a moment ago is missing from the cached list: without it kubelet
+                // would be steered to replicas of some other GPU.
+                pods = lookup.pods_on_node(Duration::ZERO).await.ok().or(pods);
+            }
+        }
         let container_responses = request
             .container_requests
             .iter()
-            .map(|c| self.preferred_container(c, pods.as_deref().map(Vec::as_slice), &skip))
+            .map(|c| {
+                self.preferred_container(c, pods.as_deref().map(Vec::as_slice), &skip, &progress)
+            })
             .collect();
         PreferredAllocationResponse {
             container_responses,
@@ -430,12 +583,12 @@ impl Allocator {
         c: &ContainerPreferredAllocationRequest,
         pods: Option<&[PodInfo]>,
         skip: &HashSet<String>,
+        progress: &HashMap<String, Progress>,
     ) -> ContainerPreferredAllocationResponse {
         let size = usize::try_from(c.allocation_size).unwrap_or(0);
-        // The pending pod whose GPU count matches; its GPUs are what Allocate will expose.
         let preferred_gpus = pods
-            .and_then(|pods| select_pod_for(pods, &self.node, size, &[], skip).ok())
-            .and_then(|p| p.assignment().map(|a| a.gpus.clone()))
+            .and_then(|pods| select_container(pods, &self.node, size, &[], skip, progress).ok())
+            .map(|s| s.pool)
             .unwrap_or_default();
         ContainerPreferredAllocationResponse {
             device_i_ds: preferred_ids(
@@ -469,6 +622,8 @@ mod tests {
             phase: Some("Pending".into()),
             terminating: false,
             gpu_request: gpus.len() as u32,
+            gpu_containers: vec![gpus.len() as u32],
+            gpu_init_containers: 0,
             assignment: Ok(Some(Assignment {
                 gpus: gpus.iter().map(|s| s.to_string()).collect(),
                 assigned_at: at(assigned_at),
@@ -514,6 +669,123 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got.name, "two");
+    }
+
+    /// A pod with the given GPU containers (init containers first), assigned `gpus`.
+    fn shaped(name: &str, gpus: &[&str], init: &[u32], app: &[u32], assigned_at: &str) -> PodInfo {
+        let mut p = pod(name, "n1", gpus, assigned_at, false);
+        p.gpu_containers = init.iter().chain(app).copied().collect();
+        p.gpu_init_containers = init.len();
+        p.gpu_request = app.iter().sum();
+        p
+    }
+
+    /// Serve `n` replicas on `requested` GPUs the way the Allocator does; returns (pod, GPUs).
+    fn serve(
+        pods: &[PodInfo],
+        requested: &[&str],
+        n: usize,
+        progress: &mut HashMap<String, Progress>,
+        done: &mut HashSet<String>,
+    ) -> (String, Vec<String>) {
+        let req = ids(requested);
+        let s = select_container(pods, "n1", n, &req, done, progress).unwrap();
+        let gpus = s.gpus_for(&req, n);
+        let e = progress.entry(s.pod.uid.clone()).or_default();
+        e.served += 1;
+        if !s.is_init() {
+            e.app_gpus.extend(gpus.iter().cloned());
+        }
+        if e.served == s.pod.gpu_containers.len() {
+            done.insert(s.pod.uid.clone());
+            progress.remove(&s.pod.uid);
+        }
+        (s.pod.name.clone(), gpus)
+    }
+
+    #[test]
+    fn every_container_of_a_multi_container_pod_gets_gpus_of_its_own() {
+        // Seen with the kubelet's own device manager: one Allocate per container. The old plugin
+        // matched one container's count against the pod's total and failed admission.
+        let pods = vec![shaped(
+            "two",
+            &["GPU-a", "GPU-b"],
+            &[],
+            &[1, 1],
+            "2026-01-01T00:00:01Z",
+        )];
+        let (mut progress, mut done) = (HashMap::new(), HashSet::new());
+        assert_eq!(
+            serve(&pods, &["GPU-b"], 1, &mut progress, &mut done),
+            ("two".into(), ids(&["GPU-b"]))
+        );
+        // The second container: the GPU left, whatever replica kubelet offers.
+        assert_eq!(
+            serve(&pods, &["GPU-b"], 1, &mut progress, &mut done),
+            ("two".into(), ids(&["GPU-a"]))
+        );
+        assert!(done.contains("uid-two"));
+    }
+
+    #[test]
+    fn gpu_init_containers_come_first_and_share_the_assignment() {
+        let pods = vec![shaped(
+            "init",
+            &["GPU-a", "GPU-b"],
+            &[2],
+            &[1, 1],
+            "2026-01-01T00:00:01Z",
+        )];
+        let (mut progress, mut done) = (HashMap::new(), HashSet::new());
+        assert_eq!(
+            serve(&pods, &["GPU-a", "GPU-b"], 2, &mut progress, &mut done).1,
+            ids(&["GPU-a", "GPU-b"])
+        );
+        // kubelet reuses the init container's devices for the app containers.
+        assert_eq!(
+            serve(&pods, &["GPU-a"], 1, &mut progress, &mut done).1,
+            ids(&["GPU-a"])
+        );
+        assert_eq!(
+            serve(&pods, &["GPU-a"], 1, &mut progress, &mut done).1,
+            ids(&["GPU-b"])
+        );
+        assert!(done.contains("uid-init"));
+    }
+
+    #[test]
+    fn the_pod_being_admitted_keeps_its_turn() {
+        // Two pods of the same shape pending together: once kubelet started admitting one, its next
+        // container is not given to the other (older) pod.
+        let pods = vec![
+            shaped(
+                "older",
+                &["GPU-a", "GPU-b"],
+                &[],
+                &[1, 1],
+                "2026-01-01T00:00:01Z",
+            ),
+            shaped(
+                "newer",
+                &["GPU-c", "GPU-d"],
+                &[],
+                &[1, 1],
+                "2026-01-01T00:00:02Z",
+            ),
+        ];
+        let (mut progress, mut done) = (HashMap::new(), HashSet::new());
+        assert_eq!(
+            serve(&pods, &["GPU-c"], 1, &mut progress, &mut done),
+            ("newer".into(), ids(&["GPU-c"]))
+        );
+        assert_eq!(
+            serve(&pods, &["GPU-a"], 1, &mut progress, &mut done),
+            ("newer".into(), ids(&["GPU-d"]))
+        );
+        assert_eq!(
+            serve(&pods, &["GPU-a"], 1, &mut progress, &mut done),
+            ("older".into(), ids(&["GPU-a"]))
+        );
     }
 
     #[test]
@@ -581,7 +853,7 @@ mod tests {
             false,
         );
         let a = p.assignment().unwrap();
-        let r = container_response(a, None, 8);
+        let r = container_response(a, &a.gpus, None, 8);
         assert_eq!(r.envs[ENV_VISIBLE_DEVICES], "GPU-a,GPU-b");
         assert_eq!(r.envs[ENV_ASSIGNED_GPUS], "GPU-a,GPU-b");
         assert_eq!(r.envs[ENV_RESERVED_MIB], "6000");
@@ -589,7 +861,7 @@ mod tests {
         let mps = MpsConfig {
             pipe_directory: Some("/tmp/nvidia-mps".into()),
         };
-        let r = container_response(a, Some(&mps), 8);
+        let r = container_response(a, &a.gpus, Some(&mps), 8);
         assert_eq!(r.envs[ENV_MPS_MEM_LIMIT], "0=6000M,1=6000M");
         assert_eq!(r.envs[ENV_MPS_THREAD_PERCENTAGE], "12");
         assert_eq!(r.envs[ENV_MPS_PIPE_DIRECTORY], "/tmp/nvidia-mps");

@@ -47,6 +47,11 @@ pub struct PodInfo {
     pub terminating: bool,
     /// Sum of the containers' `carma.io/gpu` requests (limits, else requests).
     pub gpu_request: u32,
+    /// `carma.io/gpu` of each container that asks for any, in the order kubelet admits them (one
+    /// Allocate each): init containers first, then app containers, each in spec order.
+    pub gpu_containers: Vec<u32>,
+    /// How many of `gpu_containers` are init containers.
+    pub gpu_init_containers: usize,
     /// The extender's assignment, `Ok(None)` when the pod carries none.
     pub assignment: Result<Option<Assignment>, AnnotationError>,
     /// `carma.io/task` label, when set.
@@ -62,26 +67,28 @@ impl PodInfo {
         let empty = BTreeMap::new();
         let annotations = meta.annotations.as_ref().unwrap_or(&empty);
         let spec = pod.spec.as_ref();
-        let gpu_request = spec
-            .map(|s| {
-                s.containers
-                    .iter()
-                    .map(|c| {
-                        let res = c.resources.as_ref();
-                        let limit = res
-                            .and_then(|r| r.limits.as_ref())
-                            .and_then(|l| l.get(RESOURCE_GPU));
-                        let request = res
-                            .and_then(|r| r.requests.as_ref())
-                            .and_then(|l| l.get(RESOURCE_GPU));
-                        limit
-                            .or(request)
-                            .and_then(|q| q.0.trim().parse::<u32>().ok())
-                            .unwrap_or(0)
-                    })
-                    .fold(0u32, u32::saturating_add)
-            })
-            .unwrap_or(0);
+        let gpus_of = |c: &k8s_openapi::api::core::v1::Container| {
+            let res = c.resources.as_ref();
+            let limit = res
+                .and_then(|r| r.limits.as_ref())
+                .and_then(|l| l.get(RESOURCE_GPU));
+            let request = res
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|l| l.get(RESOURCE_GPU));
+            limit
+                .or(request)
+                .and_then(|q| q.0.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        let init: Vec<u32> = spec
+            .map(|s| s.init_containers.iter().flatten().map(gpus_of).collect())
+            .unwrap_or_default();
+        let app: Vec<u32> = spec
+            .map(|s| s.containers.iter().map(gpus_of).collect())
+            .unwrap_or_default();
+        let gpu_request = app.iter().fold(0u32, |a, b| a.saturating_add(*b));
+        let gpu_init_containers = init.iter().filter(|n| **n > 0).count();
+        let gpu_containers: Vec<u32> = init.into_iter().chain(app).filter(|n| *n > 0).collect();
         Self {
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
@@ -93,6 +100,8 @@ impl PodInfo {
             phase: pod.status.as_ref().and_then(|s| s.phase.clone()),
             terminating: meta.deletion_timestamp.is_some(),
             gpu_request,
+            gpu_containers,
+            gpu_init_containers,
             assignment: Assignment::from_annotations(annotations),
             task: meta
                 .labels

@@ -416,6 +416,8 @@ mod tests {
             phase: Some("Running".into()),
             terminating: false,
             gpu_request: gpus.len() as u32,
+            gpu_containers: vec![gpus.len() as u32],
+            gpu_init_containers: 0,
             assignment: Ok(Some(Assignment {
                 gpus: gpus.iter().map(|s| s.to_string()).collect(),
                 assigned_at: DateTime::UNIX_EPOCH,

@@ -359,7 +359,7 @@ async fn allocate_chooses_among_pending_pods() {
     let msg = err.message();
     assert!(
         msg.contains(&format!(
-            "no pod on node {NODE} assigned by carma-scheduler awaits allocation of 1 GPU(s)"
+            "no pod on node {NODE} with a carma GPU assignment awaits allocation of 1 GPU(s)"
         )),
         "{msg}"
     );

@@ -239,9 +239,13 @@ fn classify_terminated(
         return PodProgress::Finished(Verdict::Succeeded);
     }
     if reason == "OOMKilled" {
-        return PodProgress::Finished(Verdict::GpuOutOfMemory {
-            evidence: format!(
-                "container OOMKilled (exit code {}); the kernel killed it at its memory limit",
+        // The kernel's cgroup OOM killer: host memory, not GPU memory. A larger GPU reservation or an
+        // exclusive GPU cannot help, so it is an ordinary failure (retried per spec.recovery) whose
+        // reason says what to change.
+        return PodProgress::Finished(Verdict::Failed {
+            reason: format!(
+                "OOMKilled (exit code {}): the container hit its host memory limit; raise \
+                 resources.limits.memory (this is not a GPU out-of-memory crash)",
                 t.exit_code
             ),
         });
@@ -415,9 +419,12 @@ mod tests {
     }
 
     #[test]
-    fn oomkilled_counts_as_out_of_memory() {
+    fn oomkilled_is_a_host_memory_failure_not_a_gpu_oom() {
+        // Seen against the real control plane: OOMKilled grew the GPU reservation and ran the next
+        // attempt at recovery priority, which cannot help a host-memory kill.
         let v = finished(&failed(137, "OOMKilled", ""), None);
-        assert_eq!(v.kind(), AttemptOutcomeKind::GpuOutOfMemory);
+        assert_eq!(v.kind(), AttemptOutcomeKind::Failed);
+        assert!(v.reason().contains("host memory limit"), "{}", v.reason());
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub struct ClusterState {
     nodes_synced: AtomicBool,
     gpu_nodes_synced: AtomicBool,
     pods_synced: AtomicBool,
+    handoff: crate::handoff::Handoff,
 }
 
 /// Wall-clock milliseconds since the Unix epoch (assignment times are wall clock).
@@ -109,6 +110,11 @@ impl ClusterState {
         self.nodes_synced.load(Ordering::SeqCst)
             && self.gpu_nodes_synced.load(Ordering::SeqCst)
             && self.pods_synced.load(Ordering::SeqCst)
+    }
+
+    /// The per-node admission handoff that bind uses (fed by [`Self::apply_pod`]).
+    pub fn handoff(&self) -> &crate::handoff::Handoff {
+        &self.handoff
     }
 
     /// Read access for filter and prioritize.
@@ -245,6 +251,15 @@ impl ClusterState {
             return false;
         };
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let allocated = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(carma_api::names::ANNOTATION_ALLOCATED))
+            .is_some_and(|v| v.trim() == "true");
+        if allocated || matches!(phase, Some("Running" | "Succeeded" | "Failed")) {
+            self.handoff.admitted(uid);
+        }
         if matches!(phase, Some("Succeeded" | "Failed")) {
             return self.release_pod(uid);
         }
@@ -300,6 +315,7 @@ impl ClusterState {
 
     /// A pod is gone (deleted or terminated): its GPUs are free of it.
     pub fn release_pod(&self, uid: &str) -> bool {
+        self.handoff.admitted(uid);
         if self.inner.read().ledger.get(uid).is_none() {
             return false;
         }

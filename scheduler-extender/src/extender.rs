@@ -340,6 +340,24 @@ impl Extender {
             };
         }
 
+        // One pending admission per node (see crate::handoff); snapshot mode writes nothing.
+        let handoff = self.cluster.handoff();
+        let _turn = if dry {
+            None
+        } else {
+            match handoff.turn(&args.node).await {
+                Some(t) => Some(t),
+                None => {
+                    return fail(
+                        BindResultKind::Conflict,
+                        format!(
+                            "node {} is still admitting the carma pod bound to it before {}/{}; retry",
+                            args.node, args.pod_namespace, args.pod_name
+                        ),
+                    );
+                }
+            }
+        };
         let now = now_ms();
         let placement = {
             let mut state = self.cluster.write();
@@ -379,9 +397,19 @@ impl Extender {
             allocated: false,
         };
         let annotations = assignment.to_annotations(&args.node);
+        handoff.expect(uid);
         if let Err(e) = self.backend.bind(&target, Some(&annotations)).await {
+            handoff.forget(uid);
             self.cluster.write().unbook(uid);
             return fail(BindResultKind::Error, e.to_string());
+        }
+        if !dry && !handoff.wait_admitted(uid).await {
+            tracing::warn!(
+                pod = %format!("{}/{}", args.pod_namespace, args.pod_name),
+                node = %args.node,
+                wait_ms = handoff.admission_wait.as_millis() as u64,
+                "the node did not admit the pod in time; letting the next bind to it go ahead"
+            );
         }
         self.decisions.forget(uid);
         (

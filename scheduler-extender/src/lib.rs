@@ -21,6 +21,7 @@ pub mod backend;
 pub mod cluster;
 pub mod decision;
 pub mod extender;
+pub mod handoff;
 pub mod kube_backend;
 pub mod metrics;
 pub mod server;

@@ -167,6 +167,8 @@ impl SimulatedBackend {
                     phase: Some("Running".to_string()),
                     terminating: false,
                     gpu_request: 1,
+                    gpu_containers: vec![1],
+                    gpu_init_containers: 0,
                     assignment: Ok(Some(Assignment {
                         gpus: vec![gpu.uuid.clone()],
                         assigned_at: at,

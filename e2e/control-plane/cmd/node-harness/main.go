@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
@@ -343,6 +344,12 @@ func outcomeFor(pod *v1.Pod) string {
 }
 
 func (h *harness) setRunning(ctx context.Context, pod *v1.Pod) error {
+	// The device plugin annotates the pod at the same moment; retry on conflict as kubelet's status
+	// manager does.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return h.trySetRunning(ctx, pod) })
+}
+
+func (h *harness) trySetRunning(ctx context.Context, pod *v1.Pod) error {
 	now := metav1.Now()
 	p, err := h.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {

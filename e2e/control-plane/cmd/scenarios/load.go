@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"reflect"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 )
 
 const loadPods = 300
@@ -79,27 +81,25 @@ func (e *env) scenarioLoad(ctx context.Context, s *summary) {
 	var mu sync.Mutex
 	created := map[string]time.Time{}
 	bound := map[string]time.Time{}
-	w, err := e.kube.CoreV1().Pods("load").Watch(ctx, metav1.ListOptions{})
-	if !e.check(err == nil, "watch pods in namespace load (%v)", err) {
-		return
-	}
-	go func() {
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				continue
-			}
-			p, ok := ev.Object.(*v1.Pod)
-			if !ok || p.Spec.NodeName == "" {
-				continue
-			}
-			mu.Lock()
-			if _, seen := bound[p.Name]; !seen {
-				bound[p.Name] = time.Now()
-			}
-			mu.Unlock()
+	// An informer, as a controller would watch: the first sight of spec.nodeName is the bind time.
+	factory := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, informers.WithNamespace("load"))
+	inf := factory.Core().V1().Pods().Informer()
+	record := func(obj any) {
+		p, ok := obj.(*v1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return
 		}
-	}()
-	defer w.Stop()
+		mu.Lock()
+		if _, seen := bound[p.Name]; !seen {
+			bound[p.Name] = time.Now()
+		}
+		mu.Unlock()
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }})
+	stopInf := make(chan struct{})
+	defer close(stopInf)
+	factory.Start(stopInf)
+	e.check(factory.WaitForCacheSync(stopInf)[reflect.TypeOf(&v1.Pod{})], "pod informer for namespace load synced")
 
 	// The over-commit check runs throughout, the extender's crash included.
 	violations := map[string]bool{}

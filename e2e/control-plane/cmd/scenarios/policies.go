@@ -80,7 +80,7 @@ func (e *env) scenarioPolicies(ctx context.Context, s *summary) {
 
 	// The CRD schema rejects malformed TrainingTasks with a message naming the field.
 	bad := map[string]string{
-		"gpus: -1": `{"gpus": -1}`,
+		"gpus: -1":                         `{"gpus": -1}`,
 		"modelProfile.batchSize: \"many\"": `{"gpus": 1, "modelProfile": {"family": "mlp", "batchSize": "many"}}`,
 		"modelProfile.family: rnn":         `{"gpus": 1, "modelProfile": {"family": "rnn", "batchSize": 8}}`,
 	}

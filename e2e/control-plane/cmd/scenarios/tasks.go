@@ -172,9 +172,9 @@ func (e *env) scenarioOOM(ctx context.Context, s *summary) {
 					e.check(curMiB > prevMiB, "%s attempt %d: reservation grew %d → %d MiB (%s)", t.name, i, prevMiB, curMiB, cur.Annotations[annGPUMemory])
 				}
 			} else {
-				e.check(cur.Spec.PriorityClassName != "carma-recovery" && cur.Annotations[annExclusive] != "true" && cur.Annotations[annGPUMemory] == prev.Annotations[annGPUMemory],
-					"%s attempt %d: a host-memory kill is retried as an ordinary failure (priority %q, exclusive %q, gpu-memory %q → %q)",
-					t.name, i, cur.Spec.PriorityClassName, cur.Annotations[annExclusive], prev.Annotations[annGPUMemory], cur.Annotations[annGPUMemory])
+				e.check(cur.Spec.PriorityClassName != "carma-recovery" && cur.Annotations[annExclusive] != "true" && curMiB == prevMiB,
+					"%s attempt %d: a host-memory kill is retried as an ordinary failure (priority %q, exclusive %q, reservation %d → %d MiB)",
+					t.name, i, cur.Spec.PriorityClassName, cur.Annotations[annExclusive], prevMiB, curMiB)
 			}
 		}
 		switch t.name {

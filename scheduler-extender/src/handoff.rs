@@ -1,0 +1,148 @@
+//! One kubelet admission at a time per node.
+//!
+//! kubelet's Allocate names device replicas but not the pod (kubernetes#82606), so when two carma
+//! pods bound to one node await admission together, the device plugin can only guess which one
+//! kubelet is admitting — and the real kubelet device manager showed that guesses go wrong under load
+//! (a container got another pod's GPU and reservation). HAMi avoids this with a node lock; carma
+//! does it inside the (single-active) extender: a bind to a node waits until the previous carma pod
+//! bound there has been allocated by the device plugin (`carma.io/allocated`), has started, or has
+//! ended — at most [`Handoff::admission_wait`] — so at most one carma pod per node is ever pending
+//! admission. A bind that cannot get its node within [`Handoff::lock_wait`] is refused as a
+//! conflict and kube-scheduler retries it. The two waits together stay below kube-scheduler's
+//! extender `httpTimeout` (5 s in the chart).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
+
+/// Per-node bind serialization and admission tracking.
+#[derive(Debug)]
+pub struct Handoff {
+    nodes: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    /// Pods a bind is waiting on, and those of them seen admitted.
+    waiting: Mutex<(HashSet<String>, HashSet<String>)>,
+    admitted: Notify,
+    /// Longest wait for the previous pod on the node to be admitted.
+    pub admission_wait: Duration,
+    /// Longest wait for the node's turn.
+    pub lock_wait: Duration,
+}
+
+impl Default for Handoff {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(2), Duration::from_millis(2500))
+    }
+}
+
+/// Held while a node admits the pod just bound to it.
+#[derive(Debug)]
+pub struct NodeTurn {
+    _guard: OwnedMutexGuard<()>,
+}
+
+impl Handoff {
+    /// Waits as documented on the module.
+    pub fn new(admission_wait: Duration, lock_wait: Duration) -> Self {
+        Self {
+            nodes: Mutex::new(HashMap::new()),
+            waiting: Mutex::new((HashSet::new(), HashSet::new())),
+            admitted: Notify::new(),
+            admission_wait,
+            lock_wait,
+        }
+    }
+
+    /// Wait for `node`'s turn; `None` after [`Self::lock_wait`].
+    pub async fn turn(&self, node: &str) -> Option<NodeTurn> {
+        let lock = self
+            .nodes
+            .lock()
+            .entry(node.to_string())
+            .or_insert_with(|| Arc::new(AsyncMutex::new(())))
+            .clone();
+        tokio::time::timeout(self.lock_wait, lock.lock_owned())
+            .await
+            .ok()
+            .map(|g| NodeTurn { _guard: g })
+    }
+
+    /// Start watching for pod `uid`'s admission (call before binding it).
+    pub fn expect(&self, uid: &str) {
+        self.waiting.lock().0.insert(uid.to_string());
+    }
+
+    /// Stop watching `uid` (a failed bind).
+    pub fn forget(&self, uid: &str) {
+        let mut w = self.waiting.lock();
+        w.0.remove(uid);
+        w.1.remove(uid);
+    }
+
+    /// The pod watcher saw pod `uid` allocated, running or ended.
+    pub fn admitted(&self, uid: &str) {
+        let mut w = self.waiting.lock();
+        if w.0.contains(uid) && w.1.insert(uid.to_string()) {
+            drop(w);
+            self.admitted.notify_waiters();
+        }
+    }
+
+    /// Wait until `uid` is admitted or [`Self::admission_wait`] passes; whether it was admitted.
+    /// Either way `uid` is no longer watched afterwards.
+    pub async fn wait_admitted(&self, uid: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + self.admission_wait;
+        let seen = loop {
+            let notified = self.admitted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.waiting.lock().1.contains(uid) {
+                break true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break false;
+            }
+        };
+        self.forget(uid);
+        seen
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_node_takes_its_next_pod_only_after_the_previous_is_admitted() {
+        let h = Arc::new(Handoff::new(
+            Duration::from_secs(5),
+            Duration::from_millis(100),
+        ));
+        let first = h.turn("n1").await.expect("free node");
+        h.expect("a");
+        // A second bind to the same node waits; to another node it does not.
+        assert!(h.turn("n1").await.is_none(), "n1 is busy admitting a");
+        assert!(h.turn("n2").await.is_some());
+        let h2 = h.clone();
+        let waiter = tokio::spawn(async move { h2.wait_admitted("a").await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        h.admitted("b"); // not awaited: ignored
+        h.admitted("a");
+        assert!(waiter.await.unwrap());
+        drop(first);
+        assert!(h.turn("n1").await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_pod_never_admitted_releases_its_node_after_the_wait() {
+        let h = Handoff::new(Duration::from_millis(30), Duration::from_millis(100));
+        h.expect("stuck");
+        assert!(!h.wait_admitted("stuck").await);
+        // Admission seen before the wait began still counts.
+        h.expect("quick");
+        h.admitted("quick");
+        assert!(h.wait_admitted("quick").await);
+    }
+}
