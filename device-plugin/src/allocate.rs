@@ -223,9 +223,9 @@ fn explain_no_match(pods: &[PodInfo], node: &str, n: usize, skip: &HashSet<Strin
         msg.push_str(&notes.join("; "));
         msg.push(')');
     }
-    msg.push_str(&format!(
-        "; pods scheduled by another scheduler cannot use carma.io/gpu: set spec.schedulerName to carma's scheduler profile (the chart's scheduler.schedulerName)"
-    ));
+    msg.push_str(
+        "; pods scheduled by another scheduler cannot use carma.io/gpu: set spec.schedulerName to carma's scheduler profile (the chart's scheduler.schedulerName)",
+    );
     NoMatch(msg)
 }
 

@@ -107,11 +107,12 @@ export CARMA_E2E_WORK="$WORK"
 mkdir -p "$WORK"/{pids,logs,sa,pki,nodes}
 cleanup() {
   local rc=$?
+  set +e # a process that already exited must not abort the cleanup
   # Newest first, so the API server and etcd outlive their clients.
   local f
   for f in $(ls -t "$WORK"/pids/ 2>/dev/null); do
     kill "$(cat "$WORK/pids/$f")" 2>/dev/null
-    [[ $f == apiserver ]] && sleep 1
+    if [[ $f == apiserver ]]; then sleep 1; fi
   done
   sleep 1
   for f in "$WORK"/pids/*; do [[ -f "$f" ]] && kill -9 "$(cat "$f")" 2>/dev/null; done

@@ -330,6 +330,7 @@ mod tests {
                 exclusive: true,
                 recovery_priority: true,
             },
+            SCHEDULER_NAME,
         )
         .unwrap();
         assert_eq!(pod.metadata.name.as_deref(), Some("bert-a3"));

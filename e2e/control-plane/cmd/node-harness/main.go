@@ -221,6 +221,7 @@ func (h *harness) handle(ctx context.Context, pod *v1.Pod) {
 
 	admitted, err := h.admit(ctx, pod)
 	if err != nil {
+		klog.Errorf("pod %s/%s: admission failed: %v", pod.Namespace, pod.Name, err)
 		// kubelet rejects the pod at admission; for a bare pod this is terminal.
 		h.finish(ctx, pod, v1.PodFailed, "UnexpectedAdmissionError",
 			fmt.Sprintf("Allocate failed due to %v, which is unexpected", err), nil)

@@ -151,6 +151,7 @@ func (e *env) scenarioDeviceManager(ctx context.Context, s *summary) {
 	// kubelet restart: a new device manager reads its checkpoint; the plugin re-registers.
 	node := "gpu-node-3"
 	e.ctlRun("restart-node", node)
+	time.Sleep(3 * time.Second) // the new device manager posts the node's capacity every 2 s
 	ok := poll(ctx, 500*time.Millisecond, 60*time.Second, func() bool {
 		n, err := e.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
@@ -170,6 +171,10 @@ func (e *env) scenarioDeviceManager(ctx context.Context, s *summary) {
 	if admittedAfter {
 		s.dmAdmitted++
 	}
-	e.check(s.dmReregistered, "after a kubelet restart on %s the plugin re-registered and a new pod was admitted (%v)", node, p.Status.Phase)
+	phase, msg := "", ""
+	if p != nil {
+		phase, msg = string(p.Status.Phase), p.Status.Message
+	}
+	e.check(s.dmReregistered, "after a kubelet restart on %s the plugin re-registered and a new pod was admitted (%s %s)", node, phase, msg)
 	e.check(s.dmSwapped == 0, "no container got GPUs other than its pod's assignment (%d pods differ)", s.dmSwapped)
 }
