@@ -171,6 +171,7 @@ impl GpuStatus {
             dram_activity: self.dram_activity,
             healthy: self.healthy,
             processes: self.processes,
+            max_pods: None,
         }
     }
 }
@@ -179,10 +180,19 @@ impl GpuNode {
     /// The scheduler's view of this node.
     pub fn to_core(&self) -> carma_core::Node {
         let name = self.metadata.name.clone().unwrap_or_default();
+        let max_pods = (self.spec.replicas_per_gpu > 0).then_some(self.spec.replicas_per_gpu);
         let gpus = self
             .status
             .as_ref()
-            .map(|s| s.gpus.iter().map(GpuStatus::to_core).collect())
+            .map(|s| {
+                s.gpus
+                    .iter()
+                    .map(|g| carma_core::Gpu {
+                        max_pods,
+                        ..g.to_core()
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
         carma_core::Node { name, gpus }
     }

@@ -30,6 +30,10 @@ pub struct Gpu {
     pub healthy: bool,
     /// Compute processes running on the GPU according to telemetry (MPS daemon excluded).
     pub processes: u32,
+    /// Most pods that may share the GPU: the replicas the device plugin advertises for it
+    /// (kubelet cannot admit more). `None`: no limit known.
+    #[serde(default)]
+    pub max_pods: Option<u32>,
 }
 
 impl Gpu {
@@ -46,6 +50,7 @@ impl Gpu {
             dram_activity: Some(0.0),
             healthy: true,
             processes: 0,
+            max_pods: None,
         }
     }
 }

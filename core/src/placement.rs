@@ -92,6 +92,18 @@ fn check_shared<'a>(
             holder: holder.to_string(),
         });
     }
+    // A mechanical limit, whatever the policy: kubelet admits at most one pod per replica.
+    if let Some(max_pods) = gpu.max_pods {
+        let pods = ledger.pods_on(&gpu.uuid);
+        if pods >= max_pods as usize {
+            return Err(GpuRejection::ReplicasTaken {
+                uuid: uuid(),
+                index: gpu.index,
+                pods,
+                max_pods,
+            });
+        }
+    }
     if let Some((holder, left_ms)) = ledger.warmup_holder(&gpu.uuid, cfg.warmup_ms, now) {
         return Err(GpuRejection::WarmUpLock {
             uuid: uuid(),

@@ -69,6 +69,20 @@ pub enum GpuRejection {
         /// Compute processes seen by telemetry.
         processes: u32,
     },
+    /// Every replica the device plugin advertises for the GPU is taken.
+    #[error(
+        "GPU {index} ({uuid}) already holds {pods} pod(s), all the replicas its device plugin advertises ({max_pods})"
+    )]
+    ReplicasTaken {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// Pods placed on it.
+        pods: usize,
+        /// Replicas advertised.
+        max_pods: u32,
+    },
     /// Free memory is below the reservation plus the margin.
     #[error(
         "GPU {index} ({uuid}) has {usable_mib} MiB usable ({free_mib} free − {reserve_mib} telemetry reserve − {in_flight_mib} in flight), needs {need_mib} + {margin_mib} margin"
@@ -152,6 +166,7 @@ impl GpuRejection {
             GpuRejection::ExclusivelyHeld { .. } => "exclusively-held",
             GpuRejection::WarmUpLock { .. } => "warm-up-lock",
             GpuRejection::NotIdle { .. } => "not-idle",
+            GpuRejection::ReplicasTaken { .. } => "replicas-taken",
             GpuRejection::InsufficientMemory { .. } => "insufficient-memory",
             GpuRejection::OverReserved { .. } => "over-reserved",
             GpuRejection::UtilizationGate { .. } => "utilization-gate",

@@ -21,6 +21,7 @@ fn gpu(index: u32, free: u64, smact: f64, smocc: f64, drama: f64) -> Gpu {
         dram_activity: Some(drama),
         healthy: true,
         processes: 1,
+        max_pods: None,
     }
 }
 
@@ -243,6 +244,51 @@ fn round_robin_skips_memory_test_and_gate_and_cycles() {
         })
         .collect();
     assert_eq!(picks, vec![0, 1, 2, 0]);
+}
+
+/// A GPU advertised as R replicas takes at most R pods, whatever the policy (seen against the real
+/// kubelet device manager: nine small pods went to a GPU with eight replicas, and kubelet gave the
+/// ninth a replica of another GPU).
+#[test]
+fn a_gpu_takes_no_more_pods_than_its_replicas() {
+    let mut full = gpu(0, A100, 0.1, 0.1, 0.1);
+    full.max_pods = Some(1);
+    let mut roomy = gpu(1, A100, 0.1, 0.1, 0.1);
+    roomy.max_pods = Some(2);
+    let ledger = busy_ledger(&[0, 1], 100);
+    let cfg = PlacementConfig::default();
+    for policy in [
+        Policy::Ff,
+        Policy::Bf,
+        Policy::Magm,
+        Policy::Lug,
+        Policy::Rr,
+    ] {
+        let p = place_on_node(
+            &node(vec![full.clone(), roomy.clone()]),
+            &ledger,
+            &demand(100, policy),
+            &cfg,
+            NOW,
+            0,
+        )
+        .unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+        assert_eq!(p.indices, vec![1], "{policy:?}");
+    }
+    let err = place_on_node(
+        &node(vec![full]),
+        &ledger,
+        &demand(100, Policy::Rr),
+        &cfg,
+        NOW,
+        0,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("all the replicas its device plugin advertises (1)"),
+        "{err}"
+    );
 }
 
 /// Ordering of the sharing policies over the same four GPUs.
