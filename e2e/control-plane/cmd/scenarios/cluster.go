@@ -239,3 +239,27 @@ func (e *env) checkAdmission(p *v1.Pod, rec admissionRecord, quiet bool) bool {
 	}
 	return ok && len(rec.Containers) > 0
 }
+
+// ensureNamespace creates ns and its default ServiceAccount (no kube-controller-manager runs here to
+// create the latter).
+func (e *env) ensureNamespace(ctx context.Context, ns string) {
+	_, _ = e.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, _ = e.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+}
+
+// waitTerminated polls until want pods of ns have ended (Succeeded or Failed).
+func (e *env) waitTerminated(ctx context.Context, ns string, want int, interval, timeout time.Duration) bool {
+	return poll(ctx, interval, timeout, func() bool {
+		list, err := e.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		n := 0
+		for i := range list.Items {
+			if terminated(&list.Items[i]) {
+				n++
+			}
+		}
+		return n == want
+	})
+}

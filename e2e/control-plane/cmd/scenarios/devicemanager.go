@@ -72,8 +72,7 @@ func (e *env) checkContainers(p *v1.Pod, rec admissionRecord) bool {
 // same-size pods bound to one node together, and a kubelet restart (checkpoint, re-registration).
 func (e *env) scenarioDeviceManager(ctx context.Context, s *summary) {
 	ns := "devices"
-	_, _ = e.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	_, _ = e.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	e.ensureNamespace(ctx, ns)
 	type shape struct {
 		pod         *v1.Pod
 		multi, init bool
@@ -109,19 +108,7 @@ func (e *env) scenarioDeviceManager(ctx context.Context, s *summary) {
 	wg.Wait()
 	shapes = append(shapes, shape{pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "twin-c"}}}, shape{pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "twin-d"}}})
 
-	finished := poll(ctx, 500*time.Millisecond, 2*time.Minute, func() bool {
-		list, err := e.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		n := 0
-		for i := range list.Items {
-			if terminated(&list.Items[i]) {
-				n++
-			}
-		}
-		return n == len(shapes)
-	})
+	finished := e.waitTerminated(ctx, ns, len(shapes), 500*time.Millisecond, 2*time.Minute)
 	e.check(finished, "all %d device-manager pods finished", len(shapes))
 	adm := e.admissions()
 	for _, sh := range shapes {

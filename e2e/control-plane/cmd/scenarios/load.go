@@ -75,8 +75,7 @@ func percentile(sorted []float64, p float64) float64 {
 // scenarioLoad: 300 mixed pods at once on 4 nodes × 8 GPUs, with the extender SIGKILLed and restarted
 // in the middle; no GPU is ever over-committed; then operator failover and a device-plugin restart.
 func (e *env) scenarioLoad(ctx context.Context, s *summary) {
-	_, _ = e.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "load"}}, metav1.CreateOptions{})
-	_, _ = e.kube.CoreV1().ServiceAccounts("load").Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	e.ensureNamespace(ctx, "load")
 
 	var mu sync.Mutex
 	created := map[string]time.Time{}
@@ -164,19 +163,7 @@ func (e *env) scenarioLoad(ctx context.Context, s *summary) {
 	time.Sleep(2 * time.Second)
 	e.ctlRun("start-extender")
 
-	done := poll(ctx, time.Second, 8*time.Minute, func() bool {
-		list, err := e.kube.CoreV1().Pods("load").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		n := 0
-		for i := range list.Items {
-			if terminated(&list.Items[i]) {
-				n++
-			}
-		}
-		return n == loadPods
-	})
+	done := e.waitTerminated(ctx, "load", loadPods, time.Second, 8*time.Minute)
 	close(stopCheck)
 	<-checkDone
 	list, _ := e.kube.CoreV1().Pods("load").List(ctx, metav1.ListOptions{})
@@ -258,8 +245,7 @@ func (e *env) leaseHolder(ctx context.Context) string {
 // duplicated.
 func (e *env) scenarioOperatorFailover(ctx context.Context, s *summary) {
 	fmt.Println("  -- operator failover")
-	_, _ = e.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "failover"}}, metav1.CreateOptions{})
-	_, _ = e.kube.CoreV1().ServiceAccounts("failover").Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	e.ensureNamespace(ctx, "failover")
 	leader := e.leaseHolder(ctx)
 	if !e.check(leader != "", "the operator Lease has a holder (%s)", leader) {
 		return

@@ -44,8 +44,7 @@ func (e *env) asDevicePlugin(node string) kubernetes.Interface {
 // malformed annotation, all through the real API server.
 func (e *env) scenarioPolicies(ctx context.Context, s *summary) {
 	ns := "policies"
-	_, _ = e.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	_, _ = e.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	e.ensureNamespace(ctx, ns)
 	pods := e.kube.CoreV1().Pods(ns)
 
 	// Policy 1: GPU pods must use carma's scheduler profile.

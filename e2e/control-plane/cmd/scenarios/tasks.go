@@ -122,8 +122,7 @@ func oomTask(name, outcomes string, exclusiveAfter int) *unstructured.Unstructur
 // scenarioOOM: CUDA out-of-memory crashes are recovered with a larger reservation at recovery priority,
 // repeated ones end on an exclusive GPU, and a host-memory kill (OOMKilled) is not a GPU OOM.
 func (e *env) scenarioOOM(ctx context.Context, s *summary) {
-	_, _ = e.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "recovery"}}, metav1.CreateOptions{})
-	_, _ = e.kube.CoreV1().ServiceAccounts("recovery").Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	e.ensureNamespace(ctx, "recovery")
 	tasks := []struct {
 		name, outcomes string
 		exclusiveAfter int
