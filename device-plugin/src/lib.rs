@@ -13,7 +13,6 @@
 //! [`plugin::start`] wires it all together; `carma device-plugin` is its command line.
 
 pub mod allocate;
-pub mod authority;
 pub mod backends;
 pub mod cgroup;
 pub mod config;

@@ -17,7 +17,6 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
 use tower::service_fn;
@@ -166,10 +165,7 @@ impl KubeletLink {
             stop_rx.clone(),
         );
         let mut shutdown = stop_rx;
-        // Every connection goes through the `:authority` normalizer (older kubelets send the
-        // socket path, which the HTTP/2 server would reject).
-        let incoming =
-            UnixListenerStream::new(listener).map(|conn| conn.map(crate::authority::normalize));
+        let incoming = UnixListenerStream::new(listener);
         let server = tokio::spawn(async move {
             Server::builder()
                 .add_service(DevicePluginServer::new(svc))
