@@ -24,11 +24,13 @@ use crate::devices::{ReplicaId, distinct_gpus};
 use crate::metrics::Metrics;
 use crate::pods::{LookupError, PodInfo, PodLookup};
 use crate::proto::{
-    AllocateRequest, AllocateResponse, ContainerAllocateResponse,
+    AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse,
     ContainerPreferredAllocationRequest, ContainerPreferredAllocationResponse, Mount,
     PreferredAllocationRequest, PreferredAllocationResponse,
 };
 
+/// CDI device kind of NVIDIA GPUs (devices are named `nvidia.com/gpu=<UUID>`).
+pub const CDI_KIND: &str = "nvidia.com/gpu";
 /// MPS: per-GPU device memory limit of a client.
 pub const ENV_MPS_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 /// MPS: share of SMs a client may use.
@@ -277,6 +279,14 @@ pub fn container_response(
     ContainerAllocateResponse {
         envs,
         mounts,
+        // CDI names as NVIDIA's container toolkit generates them, for nodes whose runtime ignores
+        // NVIDIA_VISIBLE_DEVICES from unprivileged containers (accept-nvidia-visible-devices-envvar-when-unprivileged=false).
+        cdi_devices: gpus
+            .iter()
+            .map(|u| CdiDevice {
+                name: format!("{CDI_KIND}={u}"),
+            })
+            .collect(),
         ..Default::default()
     }
 }
@@ -858,6 +868,8 @@ mod tests {
         assert_eq!(r.envs[ENV_ASSIGNED_GPUS], "GPU-a,GPU-b");
         assert_eq!(r.envs[ENV_RESERVED_MIB], "6000");
         assert!(!r.envs.contains_key(ENV_MPS_MEM_LIMIT));
+        let cdi: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(cdi, ["nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"]);
         let mps = MpsConfig {
             pipe_directory: Some("/tmp/nvidia-mps".into()),
         };

@@ -268,6 +268,7 @@ type containerAdmission struct {
 	Devices []string          `json:"devices"`
 	Env     map[string]string `json:"env,omitempty"`
 	Mounts  []string          `json:"mounts,omitempty"`
+	CDI     []string          `json:"cdi,omitempty"`
 }
 
 // admit calls the device manager as kubelet's resource allocator does: every init container, then
@@ -306,6 +307,9 @@ func (h *harness) admit(ctx context.Context, pod *v1.Pod) (map[string]containerA
 			}
 			for _, m := range opts.Mounts {
 				a.Mounts = append(a.Mounts, m.ContainerPath)
+			}
+			for _, d := range opts.CDIDevices {
+				a.CDI = append(a.CDI, d.Name)
 			}
 		}
 		out[c.Name] = a

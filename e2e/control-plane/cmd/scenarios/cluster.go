@@ -179,6 +179,7 @@ type admissionRecord struct {
 	Containers map[string]struct {
 		Devices []string          `json:"devices"`
 		Env     map[string]string `json:"env"`
+		CDI     []string          `json:"cdi"`
 	} `json:"containers"`
 }
 
@@ -201,6 +202,18 @@ func (e *env) admissions() map[string]admissionRecord {
 		}
 		fh.Close()
 	}
+	return out
+}
+
+// cdiGPUs turns CDI names nvidia.com/gpu=<UUID> into their sorted GPU UUIDs.
+func cdiGPUs(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if u, ok := strings.CutPrefix(n, "nvidia.com/gpu="); ok {
+			out = append(out, u)
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 
@@ -229,7 +242,7 @@ func (e *env) checkAdmission(p *v1.Pod, rec admissionRecord, quiet bool) bool {
 		got := strings.Join(deviceGPUs(c.Devices), ",")
 		vis := strings.Split(c.Env["NVIDIA_VISIBLE_DEVICES"], ",")
 		sort.Strings(vis)
-		if got != want || strings.Join(vis, ",") != want {
+		if got != want || strings.Join(vis, ",") != want || strings.Join(cdiGPUs(c.CDI), ",") != want {
 			ok = false
 			if !quiet {
 				e.check(false, "pod %s container %s: assigned %s, kubelet's devices on %s, NVIDIA_VISIBLE_DEVICES %s",

@@ -52,7 +52,7 @@ func (e *env) checkContainers(p *v1.Pod, rec admissionRecord) bool {
 		dev := deviceGPUs(c.Devices)
 		vis := strings.Split(c.Env["NVIDIA_VISIBLE_DEVICES"], ",")
 		sort.Strings(vis)
-		same := strings.Join(dev, ",") == strings.Join(vis, ",")
+		same := strings.Join(dev, ",") == strings.Join(vis, ",") && strings.Join(dev, ",") == strings.Join(cdiGPUs(c.CDI), ",")
 		for _, u := range dev {
 			same = same && in[u]
 			if appNames[name] {
@@ -60,7 +60,7 @@ func (e *env) checkContainers(p *v1.Pod, rec admissionRecord) bool {
 			}
 		}
 		if !same {
-			fmt.Printf("    %s/%s: assigned %v, devices on %v, NVIDIA_VISIBLE_DEVICES %v\n", p.Name, name, assigned, dev, vis)
+			fmt.Printf("    %s/%s: assigned %v, devices on %v, NVIDIA_VISIBLE_DEVICES %v, CDI %v\n", p.Name, name, assigned, dev, vis, c.CDI)
 		}
 		ok = ok && same
 	}
