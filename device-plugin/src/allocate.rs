@@ -369,6 +369,40 @@ pub struct Allocator {
 const REMEMBER_ALLOCATED: Duration = Duration::from_secs(600);
 /// Freshness of the pod list that Allocate decides on.
 const ALLOCATE_MAX_AGE: Duration = Duration::from_secs(1);
+/// Pauses between attempts at a pod list that failed: a transient API error must not fail the
+/// admission (terminal for a bare pod); all of them stay far inside kubelet's Allocate deadline.
+const LIST_RETRY_BACKOFF: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_millis(300),
+    Duration::from_millis(900),
+];
+
+/// The pods on the node, retrying API errors with [`LIST_RETRY_BACKOFF`].
+async fn list_with_retry(
+    lookup: &dyn PodLookup,
+    max_age: Duration,
+) -> Result<Arc<Vec<PodInfo>>, LookupError> {
+    let mut attempt = 0;
+    loop {
+        match lookup.pods_on_node(max_age).await {
+            Err(LookupError::Api(e)) if attempt < LIST_RETRY_BACKOFF.len() => {
+                warn!(
+                    attempt = attempt + 1,
+                    "listing the node's pods failed, retrying: {e}"
+                );
+                tokio::time::sleep(LIST_RETRY_BACKOFF[attempt]).await;
+                attempt += 1;
+            }
+            Err(LookupError::Api(e)) => {
+                return Err(LookupError::Api(format!(
+                    "{e} (after {} attempts)",
+                    attempt + 1
+                )));
+            }
+            other => return other,
+        }
+    }
+}
 
 impl Allocator {
     /// An allocator for `node`; without `pods`, every Allocate fails with the reason.
@@ -452,14 +486,12 @@ impl Allocator {
         };
         let (requested_gpus, _) = distinct_gpus(ids);
         let n = ids.len();
-        let mut pods = lookup
-            .pods_on_node(ALLOCATE_MAX_AGE)
+        let mut pods = list_with_retry(lookup.as_ref(), ALLOCATE_MAX_AGE)
             .await
             .map_err(lookup_err)?;
         if select_container(&pods, &self.node, n, &requested_gpus, &skip, &progress).is_err() {
             // The pod may have been bound a moment ago: look again with a fresh list.
-            pods = lookup
-                .pods_on_node(Duration::ZERO)
+            pods = list_with_retry(lookup.as_ref(), Duration::ZERO)
                 .await
                 .map_err(lookup_err)?;
         }

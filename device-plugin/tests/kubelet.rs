@@ -240,6 +240,27 @@ async fn allocate_chooses_among_pending_pods() {
     );
     assert_eq!(pods.annotated.lock().as_slice(), ["ml/b", "ml/a", "ml/d"]);
 
+    // A pod bound a moment ago is only in a fresh list, and the API fails twice while the plugin
+    // lists: the plugin retries (a failed Allocate is terminal for a bare pod).
+    pods.pods
+        .lock()
+        .push(TestPod::new("g", NODE, &[&g[3]], "2026-01-01T11:00:00Z", 3000).info());
+    *pods.fail_next.lock() = 2;
+    let r = client
+        .allocate(alloc(&[format!("{}::0", g[3])]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+        g[3]
+    );
+    assert_eq!(
+        *pods.fail_next.lock(),
+        0,
+        "both failures were met and retried"
+    );
+
     // Nothing left: a gRPC error that says why, naming the pod of another scheduler.
     let err = client
         .allocate(alloc(&[format!("{}::0", g[2])]))
@@ -276,7 +297,7 @@ async fn allocate_chooses_among_pending_pods() {
     let (code, body) = http_get(running.metrics_addr(), "/metrics").await;
     assert_eq!(code, 200);
     assert!(
-        body.contains("carma_device_plugin_allocations_total{result=\"ok\"} 3"),
+        body.contains("carma_device_plugin_allocations_total{result=\"ok\"} 4"),
         "{body}"
     );
     assert!(

@@ -101,15 +101,32 @@ pub async fn plugin_client(socket: &Path) -> DevicePluginClient<Channel> {
 pub struct FakePods {
     pub pods: Mutex<Vec<PodInfo>>,
     pub annotated: Mutex<Vec<String>>,
+    /// The next this many lists that Allocate asks for (at most 1 s old; the telemetry loop's
+    /// may be older) fail with an API error: a transient outage.
+    pub fail_next: Mutex<u32>,
 }
 
 impl PodLookup for FakePods {
     fn pods_on_node(
         &self,
-        _max_age: Duration,
+        max_age: Duration,
     ) -> BoxFuture<'_, Result<Arc<Vec<PodInfo>>, LookupError>> {
         let pods = Arc::new(self.pods.lock().clone());
-        Box::pin(async move { Ok(pods) })
+        let fail = {
+            let mut n = self.fail_next.lock();
+            let fail = *n > 0 && max_age <= Duration::from_secs(1);
+            if fail {
+                *n -= 1;
+            }
+            fail
+        };
+        Box::pin(async move {
+            if fail {
+                Err(LookupError::Api("etcdserver: request timed out".into()))
+            } else {
+                Ok(pods)
+            }
+        })
     }
 
     fn mark_allocated<'a>(
