@@ -267,7 +267,10 @@ func (e *env) scenarioOperatorFailover(ctx context.Context, s *summary) {
 		return next != "" && next != leader
 	})
 	s.failoverS = time.Since(t0).Seconds()
-	e.check(ok && s.failoverS <= 17, "after SIGKILL of %s, %s holds the Lease in %.1f s (lease duration 15 s, retry 2 s)", leader, next, s.failoverS)
+	// A killed leader cannot release the Lease: the other replica may take it once the last renewal
+	// is a lease duration (15 s) old, and tries every retry period (2 s); 3 s of slack for a loaded
+	// machine.
+	e.check(ok && s.failoverS <= 15+2+3, "after SIGKILL of %s, %s holds the Lease in %.1f s (lease duration 15 s, retry 2 s)", leader, next, s.failoverS)
 	st := e.waitTask(ctx, "failover", "failover-task", "Succeeded", 2*time.Minute)
 	pods, _ := e.kube.CoreV1().Pods("failover").List(ctx, metav1.ListOptions{LabelSelector: "carma.io/task=failover-task"})
 	e.check(st.phase == "Succeeded" && len(st.attempts) == 2 && len(pods.Items) == 2,
