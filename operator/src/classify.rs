@@ -11,13 +11,22 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod}
 
 use carma_api::AttemptOutcomeKind;
 
-/// Text that marks a GPU out-of-memory crash, matched case-insensitively.
+/// Text that marks a GPU out-of-memory crash, matched case-insensitively within one line; parts
+/// joined by `&&` must all appear in that line. GPU wording only: a JVM `OutOfMemoryError`, a gRPC
+/// `RESOURCE_EXHAUSTED` or a Python `MemoryError` is a failure of another kind.
 pub const DEFAULT_OOM_PATTERNS: &[&str] = &[
+    // PyTorch's caching allocator (torch.OutOfMemoryError / RuntimeError).
     "CUDA out of memory",
-    "OutOfMemoryError",
+    // The CUDA runtime's cudaErrorMemoryAllocation, as PyTorch and CuPy print it.
+    "CUDA error: out of memory",
+    "cudaErrorMemoryAllocation",
     "CUBLAS_STATUS_ALLOC_FAILED",
-    "RESOURCE_EXHAUSTED",
-    "OOM when allocating",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    // NCCL's warning when a CUDA allocation fails.
+    "Cuda failure 'out of memory'",
+    // TensorFlow and XLA: only with a GPU device or allocator in the same line.
+    "OOM when allocating && GPU",
+    "RESOURCE_EXHAUSTED && GPU",
 ];
 
 /// Pod `status.reason` values that mean the pod was removed or refused through no
@@ -72,6 +81,15 @@ impl OomPatterns {
         Ok(Self { patterns, lowered })
     }
 
+    /// Whether one lowered line matches one lowered pattern (every `&&` part present).
+    fn matches(line: &str, pattern: &str) -> bool {
+        pattern
+            .split("&&")
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .all(|part| line.contains(part))
+    }
+
     /// The patterns as given.
     pub fn patterns(&self) -> &[String] {
         &self.patterns
@@ -83,7 +101,7 @@ impl OomPatterns {
             .map(str::trim)
             .find(|line| {
                 let l = line.to_lowercase();
-                self.lowered.iter().any(|p| l.contains(p.as_str()))
+                self.lowered.iter().any(|p| Self::matches(&l, p))
             })
             .map(|line| truncate(line, MAX_REASON_CHARS))
     }
@@ -365,17 +383,51 @@ mod tests {
                 "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)",
                 AttemptOutcomeKind::GpuOutOfMemory,
             ),
+            // Without the device TensorFlow names, nothing says it was GPU memory.
             (
                 "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[64,1024]",
+                AttemptOutcomeKind::Failed,
+            ),
+            (
+                "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call",
                 AttemptOutcomeKind::GpuOutOfMemory,
             ),
             (
-                "status: RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
+                "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 8,589,934,592 bytes (allocated so far: 0 bytes). cudaErrorMemoryAllocation",
                 AttemptOutcomeKind::GpuOutOfMemory,
             ),
             (
-                "jax: outofmemoryerror in lowercase",
+                "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
                 AttemptOutcomeKind::GpuOutOfMemory,
+            ),
+            (
+                "node-0:123:456 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'",
+                AttemptOutcomeKind::GpuOutOfMemory,
+            ),
+            (
+                "ResourceExhaustedError: OOM when allocating tensor with shape[256,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+                AttemptOutcomeKind::GpuOutOfMemory,
+            ),
+            (
+                "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 16.00GiB (17179869184B) on device ordinal 0 (GPU)",
+                AttemptOutcomeKind::GpuOutOfMemory,
+            ),
+            // Host-memory and other RESOURCE_EXHAUSTED errors are not GPU OOMs.
+            (
+                "Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space",
+                AttemptOutcomeKind::Failed,
+            ),
+            (
+                "grpc._channel._InactiveRpcError: status = StatusCode.RESOURCE_EXHAUSTED details = \"Received message larger than max (5242880 vs. 4194304)\"",
+                AttemptOutcomeKind::Failed,
+            ),
+            (
+                "ResourceExhaustedError: OOM when allocating tensor with shape[4096,4096] on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu",
+                AttemptOutcomeKind::Failed,
+            ),
+            (
+                "MemoryError: Unable to allocate 32.0 GiB for an array",
+                AttemptOutcomeKind::Failed,
             ),
             ("ValueError: bad config", AttemptOutcomeKind::Failed),
             ("Killed", AttemptOutcomeKind::Failed),
