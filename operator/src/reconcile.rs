@@ -14,7 +14,7 @@ use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, instrument, warn};
 
 use carma_api::names::LABEL_TASK;
 use carma_api::{GpuNode, TrainingTask};
@@ -116,6 +116,7 @@ impl Context {
 }
 
 /// Reconcile one TrainingTask: one step of its lifecycle.
+#[instrument(skip_all, fields(task = %task.name_any(), namespace = task.metadata.namespace.as_deref().unwrap_or("")))]
 pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Action> {
     if plan::is_settled(&task) {
         return Ok(Action::await_change());

@@ -90,6 +90,7 @@ fn answer<T: serde::Serialize>(body: T, outcome: &'static str) -> Response {
     r
 }
 
+#[tracing::instrument(name = "filter", skip_all)]
 async fn filter(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
     let body = match body {
         Ok(b) => b,
@@ -108,6 +109,7 @@ async fn filter(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejecti
     answer(result, outcome)
 }
 
+#[tracing::instrument(name = "prioritize", skip_all)]
 async fn prioritize(
     State(ext): State<Arc<Extender>>,
     body: Result<Body, WireRejection>,
@@ -122,6 +124,7 @@ async fn prioritize(
     }
 }
 
+#[tracing::instrument(name = "bind", skip_all)]
 async fn bind(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
     let args: ExtenderBindingArgs = match body.and_then(|b| b.decode()) {
         Ok(a) => a,
