@@ -2,7 +2,7 @@
 //!
 //! Allocate and the telemetry loop both need "the pods bound to this node with their carma
 //! assignment". [`PodLookup`] hides where that comes from: the API server ([`KubePodLookup`], a
-//! field-selected list with a short cache) or a test double.
+//! field-selected watch, with a consistent list when a fresher view is needed) or a test double.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,10 +10,13 @@ use std::time::{Duration, Instant};
 
 use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK, RESOURCE_GPU};
 use carma_api::{AnnotationError, Assignment};
+use futures::{FutureExt, StreamExt};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use thiserror::Error;
+use tracing::warn;
 
 /// The pod lookup failed.
 #[derive(Debug, Clone, Error)]
@@ -151,10 +154,15 @@ pub trait PodLookup: Send + Sync + std::fmt::Debug {
 /// Longest wait for one API call (kube's own read timeout is minutes).
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Pod lookup through the API server: pods listed with `spec.nodeName=<node>`, cached briefly.
+/// Pod lookup through the API server: a watch of the pods with `spec.nodeName=<node>` (kube's
+/// reflector) answers every lookup from memory; a request for a list younger than the watch can
+/// promise (Allocate's second look, when a pod bound a moment ago is not in the store yet) and the
+/// time before the watch has synced are served by one consistent LIST.
 pub struct KubePodLookup {
     client: kube::Client,
     node: String,
+    store: reflector::Store<Pod>,
+    /// The last direct LIST, shared by concurrent callers.
     cache: tokio::sync::Mutex<Option<(Instant, Arc<Vec<PodInfo>>)>>,
 }
 
@@ -166,12 +174,33 @@ impl std::fmt::Debug for KubePodLookup {
     }
 }
 
+/// A list requested at most this old is read from the API server rather than the watch.
+const WATCH_FRESHNESS: Duration = Duration::from_millis(100);
+
 impl KubePodLookup {
-    /// Lookup of the pods on `node`.
+    /// Lookup of the pods on `node`; starts the watch (on the current Tokio runtime).
     pub fn new(client: kube::Client, node: impl Into<String>) -> Self {
+        let node = node.into();
+        let api: Api<Pod> = Api::all(client.clone());
+        let (store, writer) = reflector::store();
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let stream = watcher(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects();
+        let watched = node.clone();
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    warn!(node = %watched, "watching the node's pods: {e} (retrying with backoff)");
+                }
+            }
+        });
         Self {
             client,
-            node: node.into(),
+            node,
+            store,
             cache: tokio::sync::Mutex::new(None),
         }
     }
@@ -190,6 +219,18 @@ impl KubePodLookup {
             .map_err(|e| LookupError::Api(format!("list pods on node {}: {e}", self.node)))?;
         Ok(list.items.iter().map(PodInfo::from_pod).collect())
     }
+
+    /// The watched pods, once the watch has listed them all.
+    fn watched(&self) -> Option<Vec<PodInfo>> {
+        let ready = matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())));
+        ready.then(|| {
+            self.store
+                .state()
+                .iter()
+                .map(|p| PodInfo::from_pod(p))
+                .collect()
+        })
+    }
 }
 
 impl PodLookup for KubePodLookup {
@@ -198,6 +239,11 @@ impl PodLookup for KubePodLookup {
         max_age: Duration,
     ) -> BoxFuture<'_, Result<Arc<Vec<PodInfo>>, LookupError>> {
         Box::pin(async move {
+            if max_age >= WATCH_FRESHNESS
+                && let Some(pods) = self.watched()
+            {
+                return Ok(Arc::new(pods));
+            }
             // One list at a time: concurrent callers wait and then share the fresh result.
             let mut cache = self.cache.lock().await;
             if let Some((at, pods)) = cache.as_ref()

@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -349,10 +350,16 @@ func outcomeFor(pod *v1.Pod) string {
 }
 
 func (h *harness) setRunning(ctx context.Context, pod *v1.Pod) error {
-	// The device plugin annotates the pod at the same moment; retry on conflict as kubelet's status
-	// manager does.
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return h.trySetRunning(ctx, pod) })
+	// The device plugin annotates the pod at the same moment (conflict), and the Node authorizer
+	// learns that the pod is bound to this node a moment after the bind (forbidden): retry both, as
+	// kubelet's status manager does.
+	return retry.OnError(statusBackoff, retriable, func() error { return h.trySetRunning(ctx, pod) })
 }
+
+// statusBackoff spans about 10 s.
+var statusBackoff = wait.Backoff{Steps: 12, Duration: 50 * time.Millisecond, Factor: 1.5, Cap: 2 * time.Second}
+
+func retriable(err error) bool { return apierrors.IsConflict(err) || apierrors.IsForbidden(err) }
 
 func (h *harness) trySetRunning(ctx context.Context, pod *v1.Pod) error {
 	now := metav1.Now()
@@ -384,11 +391,10 @@ func (h *harness) trySetRunning(ctx context.Context, pod *v1.Pod) error {
 
 // finish ends the pod: a pod-level reason (admission failure) or every container terminated as term.
 func (h *harness) finish(ctx context.Context, pod *v1.Pod, phase v1.PodPhase, reason, message string, term *v1.ContainerStateTerminated) {
-	for attempt := 0; attempt < 5; attempt++ {
+	err := retry.OnError(statusBackoff, retriable, func() error {
 		p, err := h.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
-			klog.Errorf("pod %s/%s: finish: %v", pod.Namespace, pod.Name, err)
-			return
+			return err
 		}
 		now := metav1.Now()
 		p.Status.Phase = phase
@@ -412,12 +418,11 @@ func (h *harness) finish(ctx context.Context, pod *v1.Pod, phase v1.PodPhase, re
 				p.Status.Conditions[i].LastTransitionTime = now
 			}
 		}
-		if _, err = h.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err == nil {
-			return
-		} else if !apierrors.IsConflict(err) {
-			klog.Errorf("pod %s/%s: finish: %v", pod.Namespace, pod.Name, err)
-			return
-		}
+		_, err = h.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		klog.Errorf("pod %s/%s: finish: %v", pod.Namespace, pod.Name, err)
 	}
 }
 
