@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK, RESOURCE_GPU};
 use carma_api::{AnnotationError, Assignment};
-use futures::{FutureExt, StreamExt};
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
