@@ -31,6 +31,10 @@ pub struct NodePlacement {
     pub reserved_mib: u64,
     /// Node score 0..10 for prioritize.
     pub score: u8,
+    /// Whether booking must keep each GPU's reservations within its memory — exactly when placement
+    /// checked it, so that a bind never refuses what filter passed: round robin (no memory test, as in
+    /// CARMA) books without the check.
+    pub capacity_checked: bool,
 }
 
 /// A GPU that passed, with what the policy orders by.
@@ -243,6 +247,7 @@ pub fn place_on_node(
             exclusive: demand.wants_exclusive(),
             reserved_mib: reserved,
             score: 10,
+            capacity_checked: true,
         });
     }
     if demand.wants_exclusive() {
@@ -304,6 +309,7 @@ pub fn place_on_node(
         exclusive: false,
         reserved_mib: chosen.iter().map(|f| f.need_mib).max().unwrap_or(0),
         score,
+        capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
     })
 }
 

@@ -244,6 +244,27 @@ fn round_robin_skips_memory_test_and_gate_and_cycles() {
         })
         .collect();
     assert_eq!(picks, vec![0, 1, 2, 0]);
+    // What placement did not check, booking must not check either (filter and bind agree).
+    let p = place_on_node(
+        &node(gpus),
+        &ledger,
+        &demand(30_000, Policy::Rr),
+        &cfg,
+        NOW,
+        0,
+    )
+    .unwrap();
+    assert!(!p.capacity_checked);
+    let shared = place_on_node(
+        &node(vec![gpu(0, A100, 0.1, 0.1, 0.1)]),
+        &Ledger::new(),
+        &demand(1_000, Policy::Magm),
+        &cfg,
+        NOW,
+        0,
+    )
+    .unwrap();
+    assert!(shared.capacity_checked);
 }
 
 /// A GPU advertised as R replicas takes at most R pods, whatever the policy (seen against the real

@@ -480,6 +480,7 @@ impl Inner {
             |uuid| {
                 gpus.iter()
                     .find(|g| g.uuid == uuid)
+                    .filter(|_| placement.capacity_checked)
                     .map(|g| g.memory_total_mib)
             },
             cfg.warmup_ms,

@@ -363,6 +363,37 @@ mod tests {
     }
 
     #[test]
+    fn round_robin_bind_books_what_filter_passed() {
+        // rr has no memory test, so filter passed a GPU whose bookings already exceeded its memory
+        // and bind then refused it (OverCommit): the pod was retried for ever. Both follow core's
+        // NodePlacement::capacity_checked now.
+        let cfg = PlacementConfig {
+            warmup_ms: 0,
+            ..PlacementConfig::default()
+        };
+        let snap = synthetic::cluster(1, 1);
+        let cluster = ClusterState::new();
+        snap.apply(&cluster);
+        let node = synthetic::node_name(0);
+        let total = snap.gpu_nodes[0].status.as_ref().unwrap().gpus[0].memory_total_mib;
+        let big = Demand::new(1, Reservation::Mib(total - 1000), Policy::Rr);
+        let t0: Millis = 5_000_000;
+        for (i, uid) in ["a", "b"].iter().enumerate() {
+            let now = t0 + i as u64;
+            let passed = Verdicts::new().judge(&cluster.read(), &[node.as_str()], &big, &cfg, now);
+            assert!(
+                matches!(passed[0], Verdict::Pass { .. }),
+                "{uid}: {passed:?}"
+            );
+            let mut w = cluster.write();
+            let p = w.place(&node, &big, &cfg, now).unwrap();
+            assert!(!p.capacity_checked);
+            w.book(uid, &p, &cfg, now)
+                .unwrap_or_else(|e| panic!("{uid}: {e}"));
+        }
+    }
+
+    #[test]
     fn a_lifting_warm_up_lock_is_noticed() {
         let cfg = PlacementConfig::default();
         let mut snap = synthetic::cluster(1, 1);

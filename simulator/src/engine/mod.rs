@@ -581,8 +581,8 @@ impl<'a> Engine<'a> {
         let gpus = &self.gpus;
         let by_uuid = &self.gpu_by_uuid;
         // The ledger checks reservations against capacity only where placement
-        // does: round robin has no memory test (CARMA's RR relies on recovery).
-        let check_capacity = self.pcfg.honor_reservations && self.policy.checks_memory_and_gate();
+        // did (core's rule; round robin has no memory test, CARMA's RR relies on recovery).
+        let check_capacity = p.capacity_checked;
         if let Err(e) = self.ledger.assume(
             record,
             |u| {
