@@ -10,6 +10,7 @@ pub mod annotations;
 pub mod crds;
 pub mod gpu_node;
 pub mod names;
+pub mod resources;
 pub mod training_task;
 
 pub use annotations::{AnnotationError, Assignment, EstimateAnnotation, PodRequest};

@@ -262,25 +262,10 @@ pub fn gpu_request(pod: &Pod) -> Result<u32, DecisionError> {
 }
 
 fn container_gpus(c: &Container) -> Result<u32, DecisionError> {
-    let Some(res) = &c.resources else {
-        return Ok(0);
-    };
-    let q = res
-        .limits
-        .as_ref()
-        .and_then(|l| l.get(RESOURCE_GPU))
-        .or_else(|| res.requests.as_ref().and_then(|r| r.get(RESOURCE_GPU)));
-    match q {
-        None => Ok(0),
-        Some(q) => {
-            q.0.trim()
-                .parse::<u32>()
-                .map_err(|_| DecisionError::GpuRequest {
-                    container: c.name.clone(),
-                    value: q.0.clone(),
-                })
-        }
-    }
+    carma_api::resources::container_gpus(c).map_err(|value| DecisionError::GpuRequest {
+        container: c.name.clone(),
+        value,
+    })
 }
 
 /// A hash of everything a decision depends on.
