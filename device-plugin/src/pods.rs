@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK, RESOURCE_GPU};
+use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK};
 use carma_api::{AnnotationError, Assignment};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -70,18 +71,9 @@ impl PodInfo {
         let empty = BTreeMap::new();
         let annotations = meta.annotations.as_ref().unwrap_or(&empty);
         let spec = pod.spec.as_ref();
+        // A malformed count is the extender's to reject; here it asks for nothing.
         let gpus_of = |c: &k8s_openapi::api::core::v1::Container| {
-            let res = c.resources.as_ref();
-            let limit = res
-                .and_then(|r| r.limits.as_ref())
-                .and_then(|l| l.get(RESOURCE_GPU));
-            let request = res
-                .and_then(|r| r.requests.as_ref())
-                .and_then(|l| l.get(RESOURCE_GPU));
-            limit
-                .or(request)
-                .and_then(|q| q.0.trim().parse::<u32>().ok())
-                .unwrap_or(0)
+            carma_api::resources::container_gpus(c).unwrap_or(0)
         };
         let init: Vec<u32> = spec
             .map(|s| s.init_containers.iter().flatten().map(gpus_of).collect())
@@ -162,6 +154,11 @@ pub struct KubePodLookup {
     client: kube::Client,
     node: String,
     store: reflector::Store<Pod>,
+    /// Bumped by the watch on every pod added, changed or deleted.
+    changes: Arc<AtomicU64>,
+    /// The store as [`PodInfo`]s and the change count it was built at: the telemetry loop asks every
+    /// sample, and parsing every pod's annotations each time is work the watch makes unnecessary.
+    converted: parking_lot::Mutex<Option<(u64, Arc<Vec<PodInfo>>)>>,
     /// The last direct LIST, shared by concurrent callers.
     cache: tokio::sync::Mutex<Option<(Instant, Arc<Vec<PodInfo>>)>>,
 }
@@ -187,13 +184,20 @@ impl KubePodLookup {
         let stream = watcher(api, config)
             .default_backoff()
             .reflect(writer)
-            .applied_objects();
+            .touched_objects();
         let watched = node.clone();
+        let changes = Arc::new(AtomicU64::new(0));
+        let bump = changes.clone();
         tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
-                if let Err(e) = event {
-                    warn!(node = %watched, "watching the node's pods: {e} (retrying with backoff)");
+                match event {
+                    Ok(_) => {
+                        bump.fetch_add(1, Ordering::Release);
+                    }
+                    Err(e) => {
+                        warn!(node = %watched, "watching the node's pods: {e} (retrying with backoff)")
+                    }
                 }
             }
         });
@@ -201,6 +205,8 @@ impl KubePodLookup {
             client,
             node,
             store,
+            changes,
+            converted: parking_lot::Mutex::new(None),
             cache: tokio::sync::Mutex::new(None),
         }
     }
@@ -220,16 +226,29 @@ impl KubePodLookup {
         Ok(list.items.iter().map(PodInfo::from_pod).collect())
     }
 
-    /// The watched pods, once the watch has listed them all.
-    fn watched(&self) -> Option<Vec<PodInfo>> {
-        let ready = matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())));
-        ready.then(|| {
+    /// The watched pods, once the watch has listed them all; converted again only after a change.
+    fn watched(&self) -> Option<Arc<Vec<PodInfo>>> {
+        if !matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            return None;
+        }
+        // Read the count before the store: a change racing with the conversion bumps it past the
+        // cached value, so the next call converts again.
+        let seen = self.changes.load(Ordering::Acquire);
+        let mut converted = self.converted.lock();
+        if let Some((at, pods)) = converted.as_ref()
+            && *at == seen
+        {
+            return Some(pods.clone());
+        }
+        let pods: Arc<Vec<PodInfo>> = Arc::new(
             self.store
                 .state()
                 .iter()
                 .map(|p| PodInfo::from_pod(p))
-                .collect()
-        })
+                .collect(),
+        );
+        *converted = Some((seen, pods.clone()));
+        Some(pods)
     }
 }
 
@@ -242,7 +261,7 @@ impl PodLookup for KubePodLookup {
             if max_age >= WATCH_FRESHNESS
                 && let Some(pods) = self.watched()
             {
-                return Ok(Arc::new(pods));
+                return Ok(pods);
             }
             // One list at a time: concurrent callers wait and then share the fresh result.
             let mut cache = self.cache.lock().await;
