@@ -1,10 +1,12 @@
 //! Leader election through the Lease adapter, against a scripted API server
-//! that enforces resourceVersion like the real one.
+//! that enforces resourceVersion like the real one. Every candidate reads one
+//! shared timeline through clocks of its own: a monotonic clock with its own
+//! origin, and a wall clock that may be skewed.
 
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use http::Method;
@@ -12,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use tokio::sync::watch;
 
-use carma_operator::leader::{LeaseLock, LeaseTiming, run_elector};
+use carma_operator::leader::{Clock, LeaseLock, LeaseTiming, run_elector};
 
 use common::{Fake, client};
 
@@ -20,66 +22,199 @@ fn at(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
 }
 
-fn lock(fake: &Arc<Mutex<Fake>>, identity: &str) -> LeaseLock {
+/// The true time, in seconds since the test began.
+#[derive(Clone, Default)]
+struct Timeline(Arc<Mutex<u64>>);
+
+impl Timeline {
+    fn set(&self, secs: u64) {
+        *self.0.lock().unwrap() = secs;
+    }
+
+    fn secs(&self) -> u64 {
+        *self.0.lock().unwrap()
+    }
+
+    /// A candidate's clocks: its wall clock is `skew` seconds off the true time.
+    fn clock(&self, skew: i64) -> Arc<dyn Clock> {
+        Arc::new(CandidateClock {
+            timeline: self.clone(),
+            origin: Instant::now(),
+            skew,
+        })
+    }
+}
+
+struct CandidateClock {
+    timeline: Timeline,
+    origin: Instant,
+    skew: i64,
+}
+
+impl Clock for CandidateClock {
+    fn monotonic(&self) -> Instant {
+        self.origin + Duration::from_secs(self.timeline.secs())
+    }
+
+    fn wall(&self) -> DateTime<Utc> {
+        at(self.timeline.secs() as i64 + self.skew)
+    }
+}
+
+fn lock(fake: &Arc<Mutex<Fake>>, identity: &str, clock: Arc<dyn Clock>) -> LeaseLock {
     LeaseLock::new(
         Api::<Lease>::namespaced(client(fake.clone()), "carma-system"),
         "carma-operator",
         identity,
         LeaseTiming::default(),
     )
+    .with_clock(clock)
+}
+
+fn lease(fake: &Arc<Mutex<Fake>>) -> serde_json::Value {
+    fake.lock().unwrap().leases["carma-operator"].clone()
 }
 
 fn holder(fake: &Arc<Mutex<Fake>>) -> serde_json::Value {
-    fake.lock().unwrap().leases["carma-operator"]["spec"]["holderIdentity"].clone()
+    lease(fake)["spec"]["holderIdentity"].clone()
 }
 
 #[tokio::test]
 async fn one_leader_at_a_time_with_takeover_after_expiry() {
     let fake = Arc::new(Mutex::new(Fake::default()));
-    let a = lock(&fake, "replica-a");
-    let b = lock(&fake, "replica-b");
+    let time = Timeline::default();
+    let a = lock(&fake, "replica-a", time.clock(0));
+    let b = lock(&fake, "replica-b", time.clock(0));
 
-    assert!(a.try_acquire_or_renew(at(0)).await.unwrap());
+    assert!(a.try_acquire_or_renew().await.unwrap());
     assert_eq!(holder(&fake), "replica-a");
-    assert!(!b.try_acquire_or_renew(at(1)).await.unwrap());
-    assert!(a.try_acquire_or_renew(at(2)).await.unwrap());
-    assert!(
-        !b.try_acquire_or_renew(at(16)).await.unwrap(),
-        "renewed at 2, valid until 17"
-    );
+    time.set(1);
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    time.set(2);
+    assert!(a.try_acquire_or_renew().await.unwrap());
 
-    // replica-a stops renewing; after the lease duration replica-b takes over.
-    assert!(b.try_acquire_or_renew(at(17)).await.unwrap());
-    let lease = fake.lock().unwrap().leases["carma-operator"].clone();
+    // replica-a stops renewing. replica-b saw the renewal at 3, so the lease is
+    // valid for it until 3 + 15.
+    for s in 3..18 {
+        time.set(s);
+        assert!(!b.try_acquire_or_renew().await.unwrap(), "took over at {s}");
+    }
+    time.set(18);
+    assert!(b.try_acquire_or_renew().await.unwrap());
+    let lease = lease(&fake);
     assert_eq!(lease["spec"]["holderIdentity"], "replica-b");
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
     assert_eq!(lease["spec"]["leaseDurationSeconds"], 15);
-    assert!(!a.try_acquire_or_renew(at(18)).await.unwrap());
+    time.set(19);
+    assert!(!a.try_acquire_or_renew().await.unwrap());
+    assert!(b.try_acquire_or_renew().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_holder_whose_clock_is_behind_keeps_the_lease_while_it_renews() {
+    let fake = Arc::new(Mutex::new(Fake::default()));
+    let time = Timeline::default();
+    // replica-a's wall clock is an hour behind: every renewTime it writes looks
+    // long expired to replica-b's wall clock.
+    let a = lock(&fake, "replica-a", time.clock(-3600));
+    let b = lock(&fake, "replica-b", time.clock(0));
+
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    for s in 1..=120 {
+        time.set(s);
+        if s % 2 == 0 {
+            assert!(a.try_acquire_or_renew().await.unwrap(), "a lost it at {s}");
+        }
+        assert!(
+            !b.try_acquire_or_renew().await.unwrap(),
+            "b took over at {s}"
+        );
+    }
+    assert_eq!(holder(&fake), "replica-a");
+    assert_eq!(lease(&fake)["spec"]["leaseTransitions"], 0);
+
+    // Once replica-a stops (last renewal at 120, seen by b at 120), replica-b
+    // takes over one lease duration later.
+    for s in 121..135 {
+        time.set(s);
+        assert!(
+            !b.try_acquire_or_renew().await.unwrap(),
+            "b took over at {s}"
+        );
+    }
+    time.set(135);
+    assert!(b.try_acquire_or_renew().await.unwrap());
+    assert_eq!(holder(&fake), "replica-b");
+}
+
+#[tokio::test]
+async fn a_holder_whose_clock_is_ahead_loses_the_lease_one_duration_after_it_stops() {
+    let fake = Arc::new(Mutex::new(Fake::default()));
+    let time = Timeline::default();
+    // replica-a's wall clock is an hour ahead: its renewTime looks valid for an
+    // hour to replica-b's wall clock.
+    let a = lock(&fake, "replica-a", time.clock(3600));
+    let b = lock(&fake, "replica-b", time.clock(0));
+
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    for s in 1..19 {
+        time.set(s);
+        // Renewals at 2 and 4, then replica-a hangs.
+        if s == 2 || s == 4 {
+            assert!(a.try_acquire_or_renew().await.unwrap());
+        }
+        assert!(
+            !b.try_acquire_or_renew().await.unwrap(),
+            "b took over at {s}"
+        );
+    }
+    time.set(19);
+    assert!(
+        b.try_acquire_or_renew().await.unwrap(),
+        "the last change was seen at 4: the lease expired at 4 + 15 on b's clock"
+    );
+    assert_eq!(holder(&fake), "replica-b");
+    assert_eq!(lease(&fake)["spec"]["leaseTransitions"], 1);
 }
 
 #[tokio::test]
 async fn a_lost_race_is_not_leadership() {
     let fake = Arc::new(Mutex::new(Fake::default()));
-    let a = lock(&fake, "replica-a");
-    let b = lock(&fake, "replica-b");
-    assert!(a.try_acquire_or_renew(at(0)).await.unwrap());
+    let time = Timeline::default();
+    let a = lock(&fake, "replica-a", time.clock(0));
+    let b = lock(&fake, "replica-b", time.clock(0));
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(!b.try_acquire_or_renew().await.unwrap());
     // replica-b sees an expired lease, but someone writes first.
+    time.set(30);
     fake.lock().unwrap().conflict_next_lease_replace = true;
-    assert!(!b.try_acquire_or_renew(at(30)).await.unwrap());
+    assert!(!b.try_acquire_or_renew().await.unwrap());
     assert_eq!(holder(&fake), "replica-a");
+    assert!(
+        !fake
+            .lock()
+            .unwrap()
+            .calls(&Method::PUT, "/leases/carma-operator")
+            .is_empty(),
+        "b did try to take over"
+    );
 }
 
 #[tokio::test]
 async fn release_hands_over_at_once() {
     let fake = Arc::new(Mutex::new(Fake::default()));
-    let a = lock(&fake, "replica-a");
-    let b = lock(&fake, "replica-b");
-    assert!(a.try_acquire_or_renew(at(0)).await.unwrap());
-    b.release(at(1)).await.unwrap();
+    let time = Timeline::default();
+    let a = lock(&fake, "replica-a", time.clock(0));
+    let b = lock(&fake, "replica-b", time.clock(0));
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    time.set(1);
+    b.release().await.unwrap();
     assert_eq!(holder(&fake), "replica-a", "only the holder may release");
-    a.release(at(1)).await.unwrap();
+    a.release().await.unwrap();
     assert_eq!(holder(&fake), serde_json::Value::Null);
-    assert!(b.try_acquire_or_renew(at(2)).await.unwrap());
+    time.set(2);
+    assert!(b.try_acquire_or_renew().await.unwrap());
     assert_eq!(holder(&fake), "replica-b");
 }
 
