@@ -373,6 +373,12 @@ pub enum AttemptOutcomeKind {
     Failed,
     /// Evicted or preempted.
     Evicted,
+    /// Killed by the kernel for host memory (Kubernetes' `OOMKilled`): the container
+    /// exceeded its memory limit or the node ran short. Not a GPU out-of-memory crash:
+    /// the GPU reservation stays as it was, and it is retried like any other failure
+    /// (`spec.recovery.retriesOnFailure`); raise the pod's memory limit.
+    #[serde(rename = "HostOOMKilled")]
+    HostOomKilled,
 }
 
 /// Reservation of the current attempt.

@@ -5,9 +5,11 @@
 //! training process raises an exception and exits with an ordinary error code,
 //! so the evidence is text — the termination message (the operator sets
 //! `terminationMessagePolicy: FallbackToLogsOnError`, which copies the log tail
-//! there) or, failing that, the log itself.
+//! there) or, failing that, the log itself. `OOMKilled` is the kernel killing the
+//! container for *host* memory; it has a verdict of its own ([`Verdict::HostOomKilled`])
+//! that never grows the GPU reservation.
 
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStateTerminated, ContainerStatus, Pod};
 
 use carma_api::AttemptOutcomeKind;
 
@@ -136,6 +138,12 @@ pub enum Verdict {
         /// What Kubernetes said.
         reason: String,
     },
+    /// The kernel killed it for host memory (`OOMKilled`): the task's fault, but
+    /// one that a GPU reservation cannot fix.
+    HostOomKilled {
+        /// What happened and which memory limit to raise.
+        reason: String,
+    },
 }
 
 impl Verdict {
@@ -146,6 +154,7 @@ impl Verdict {
             Verdict::GpuOutOfMemory { .. } => AttemptOutcomeKind::GpuOutOfMemory,
             Verdict::Failed { .. } => AttemptOutcomeKind::Failed,
             Verdict::Evicted { .. } => AttemptOutcomeKind::Evicted,
+            Verdict::HostOomKilled { .. } => AttemptOutcomeKind::HostOomKilled,
         }
     }
 
@@ -155,7 +164,7 @@ impl Verdict {
             Verdict::Succeeded => "training container exited 0".to_string(),
             Verdict::GpuOutOfMemory { evidence } => format!("out of GPU memory: {evidence}"),
             Verdict::Failed { reason } => reason.clone(),
-            Verdict::Evicted { reason } => reason.clone(),
+            Verdict::Evicted { reason } | Verdict::HostOomKilled { reason } => reason.clone(),
         }
     }
 }
@@ -257,15 +266,11 @@ fn classify_terminated(
         return PodProgress::Finished(Verdict::Succeeded);
     }
     if reason == "OOMKilled" {
-        // The kernel's cgroup OOM killer: host memory, not GPU memory. A larger GPU reservation or an
-        // exclusive GPU cannot help, so it is an ordinary failure (retried per spec.recovery) whose
-        // reason says what to change.
-        return PodProgress::Finished(Verdict::Failed {
-            reason: format!(
-                "OOMKilled (exit code {}): the container hit its host memory limit; raise \
-                 resources.limits.memory (this is not a GPU out-of-memory crash)",
-                t.exit_code
-            ),
+        // The kernel's OOM killer: host memory, not GPU memory. A larger GPU reservation or an
+        // exclusive GPU cannot help; it is retried per spec.recovery like a failure, and its reason
+        // says which limit to raise.
+        return PodProgress::Finished(Verdict::HostOomKilled {
+            reason: host_oom_reason(t.exit_code, training_container(pod)),
         });
     }
     let message = t.message.as_deref().unwrap_or("").trim();
@@ -299,12 +304,47 @@ fn classify_terminated(
     })
 }
 
+/// The status reason of an `OOMKilled` training container: what happened, and
+/// the memory limit to raise (the container's own, when it has one).
+fn host_oom_reason(exit_code: i32, container: Option<&Container>) -> String {
+    let name = container.map_or("training", |c| c.name.as_str());
+    let resources = container.and_then(|c| c.resources.as_ref());
+    let limit = resources
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"));
+    let request = resources
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|l| l.get("memory"));
+    let what = match (limit, request) {
+        (Some(l), _) => format!(
+            "container {name} exceeded its host memory limit (resources.limits.memory {}); \
+             raise that limit in spec.template",
+            l.0
+        ),
+        (None, Some(r)) => format!(
+            "container {name} has no host memory limit and the node ran short of memory \
+             (resources.requests.memory {}); raise its memory request and set a memory limit in \
+             spec.template",
+            r.0
+        ),
+        (None, None) => format!(
+            "container {name} has no host memory request or limit and the node ran short of \
+             memory; set resources.requests.memory and resources.limits.memory in spec.template"
+        ),
+    };
+    format!(
+        "OOMKilled (exit code {exit_code}): killed by the kernel for host memory, not GPU memory: \
+         {what}; the GPU reservation is left as it was"
+    )
+}
+
 /// Name of the training container: the first container of the pod.
 pub fn training_container_name(pod: &Pod) -> Option<String> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
-        .map(|c| c.name.clone())
+    training_container(pod).map(|c| c.name.clone())
+}
+
+fn training_container(pod: &Pod) -> Option<&Container> {
+    pod.spec.as_ref().and_then(|s| s.containers.first())
 }
 
 fn training_container_status(pod: &Pod) -> Option<&ContainerStatus> {
@@ -471,12 +511,55 @@ mod tests {
     }
 
     #[test]
-    fn oomkilled_is_a_host_memory_failure_not_a_gpu_oom() {
+    fn oomkilled_is_a_host_memory_kill_not_a_gpu_oom() {
         // Seen against the real control plane: OOMKilled grew the GPU reservation and ran the next
         // attempt at recovery priority, which cannot help a host-memory kill.
         let v = finished(&failed(137, "OOMKilled", ""), None);
-        assert_eq!(v.kind(), AttemptOutcomeKind::Failed);
-        assert!(v.reason().contains("host memory limit"), "{}", v.reason());
+        assert_eq!(v.kind(), AttemptOutcomeKind::HostOomKilled);
+        let reason = v.reason();
+        assert!(reason.starts_with("OOMKilled (exit code 137)"), "{reason}");
+        assert!(reason.contains("not GPU memory"), "{reason}");
+        assert!(reason.contains("resources.limits.memory"), "{reason}");
+        // Even when the message or log names a CUDA OOM, the kernel's kill decides.
+        let v = finished(
+            &failed(137, "OOMKilled", "RuntimeError: CUDA out of memory."),
+            None,
+        );
+        assert_eq!(v.kind(), AttemptOutcomeKind::HostOomKilled);
+        // No log is needed to tell.
+        assert!(matches!(
+            classify(&failed(137, "OOMKilled", ""), None, &OomPatterns::default()),
+            PodProgress::Finished(Verdict::HostOomKilled { .. })
+        ));
+    }
+
+    #[test]
+    fn oomkilled_reason_names_the_limit_to_raise() {
+        let with = |resources: serde_json::Value| {
+            let mut p = failed(137, "OOMKilled", "");
+            let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(json!({
+                "containers": [{"name": "train", "image": "x", "resources": resources}]
+            }))
+            .unwrap();
+            p.spec = Some(spec);
+            finished(&p, None).reason()
+        };
+        let r = with(json!({"limits": {"memory": "8Gi"}, "requests": {"memory": "6Gi"}}));
+        assert!(
+            r.contains(
+                "container train exceeded its host memory limit (resources.limits.memory 8Gi)"
+            ),
+            "{r}"
+        );
+        assert!(r.contains("raise that limit"), "{r}");
+        let r = with(json!({"requests": {"memory": "6Gi"}}));
+        assert!(r.contains("no host memory limit"), "{r}");
+        assert!(r.contains("resources.requests.memory 6Gi"), "{r}");
+        let r = with(json!({}));
+        assert!(
+            r.contains("set resources.requests.memory and resources.limits.memory"),
+            "{r}"
+        );
     }
 
     #[test]

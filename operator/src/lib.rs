@@ -13,7 +13,8 @@
 //!
 //! Modules, each small and, except the last four, free of I/O:
 //!
-//! * [`classify`] — how a finished attempt ended (success, GPU OOM, failure, eviction);
+//! * [`classify`] — how a finished attempt ended (success, GPU OOM, failure, eviction,
+//!   host-memory kill);
 //! * [`attempt`] — the attempt pod built from `spec.template`;
 //! * [`observe`] — what is read off a pod and its node's `GpuNode`;
 //! * [`status`] — conditions and the status merge patch;

@@ -4,7 +4,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `carma_operator_tasks` | gauge | `phase` (`Pending`, `Running`, `Recovering`, `Succeeded`, `Failed`) |
-//! | `carma_operator_attempts_total` | counter | `outcome` (`Succeeded`, `GpuOutOfMemory`, `Failed`, `Evicted`) |
+//! | `carma_operator_attempts_total` | counter | `outcome` (`Succeeded`, `GpuOutOfMemory`, `Failed`, `Evicted`, `HostOOMKilled`) |
 //! | `carma_operator_oom_recoveries_total` | counter | — recovery attempts created after a GPU OOM crash |
 //! | `carma_operator_recovery_duration_seconds` | histogram | — from the OOM crash to the next attempt running |
 //! | `carma_operator_reconcile_errors_total` | counter | `kind` (see [`crate::Error::kind`]) |
@@ -124,6 +124,7 @@ impl Metrics {
             AttemptOutcomeKind::GpuOutOfMemory,
             AttemptOutcomeKind::Failed,
             AttemptOutcomeKind::Evicted,
+            AttemptOutcomeKind::HostOomKilled,
         ] {
             attempts
                 .get_or_create(&OutcomeLabels {
@@ -210,6 +211,7 @@ pub fn outcome_label(kind: AttemptOutcomeKind) -> &'static str {
         AttemptOutcomeKind::GpuOutOfMemory => "GpuOutOfMemory",
         AttemptOutcomeKind::Failed => "Failed",
         AttemptOutcomeKind::Evicted => "Evicted",
+        AttemptOutcomeKind::HostOomKilled => "HostOOMKilled",
     }
 }
 
@@ -235,6 +237,7 @@ mod tests {
             "carma_operator_tasks{phase=\"Pending\"} 0",
             "carma_operator_attempts_total{outcome=\"GpuOutOfMemory\"} 1",
             "carma_operator_attempts_total{outcome=\"Succeeded\"} 0",
+            "carma_operator_attempts_total{outcome=\"HostOOMKilled\"} 0",
             "carma_operator_oom_recoveries_total 1",
             "carma_operator_recovery_duration_seconds_count 1",
             "carma_operator_recovery_duration_seconds_sum 42.0",

@@ -273,6 +273,11 @@ impl Step<'_, '_> {
                 "AttemptEvicted",
                 format!("attempt {index} ({pod}) was evicted or preempted (not counted): {reason}"),
             ),
+            AttemptOutcomeKind::HostOomKilled => (
+                true,
+                "AttemptHostOOMKilled",
+                format!("attempt {index} ({pod}) ran out of host memory with {reserved}: {reason}"),
+            ),
         };
         self.event(warning, ev_reason, "RecordOutcome", note, Some(&pod));
     }
@@ -531,6 +536,7 @@ impl Step<'_, '_> {
                     match kind {
                         AttemptOutcomeKind::GpuOutOfMemory => "OutOfMemoryOnExclusiveGpu",
                         AttemptOutcomeKind::Evicted => "TooManyEvictions",
+                        AttemptOutcomeKind::HostOomKilled => "HostOOMKilled",
                         _ => "AttemptFailed",
                     }
                 };
@@ -606,10 +612,13 @@ fn recovering_reason(kind: AttemptOutcomeKind) -> &'static str {
         AttemptOutcomeKind::Evicted => "Evicted",
         AttemptOutcomeKind::Failed => "AttemptFailed",
         AttemptOutcomeKind::Succeeded => "AttemptSucceeded",
+        AttemptOutcomeKind::HostOomKilled => "HostOOMKilled",
     }
 }
 
-/// The core's view of a finished attempt; `None` while it runs.
+/// The core's view of a finished attempt; `None` while it runs. A host-memory kill
+/// is an ordinary failure to the core: retried per `retriesOnFailure` with the same
+/// reservation, never counted as a GPU out-of-memory crash.
 pub fn record(a: &AttemptStatus) -> Option<AttemptRecord> {
     let reason = a.reason.clone().unwrap_or_default();
     let outcome = match a.outcome? {
@@ -617,7 +626,9 @@ pub fn record(a: &AttemptStatus) -> Option<AttemptRecord> {
         AttemptOutcomeKind::GpuOutOfMemory => AttemptOutcome::GpuOutOfMemory {
             observed_peak_mib: a.observed_peak_mib,
         },
-        AttemptOutcomeKind::Failed => AttemptOutcome::Failed { reason },
+        AttemptOutcomeKind::Failed | AttemptOutcomeKind::HostOomKilled => {
+            AttemptOutcome::Failed { reason }
+        }
         AttemptOutcomeKind::Evicted => AttemptOutcome::Evicted { reason },
     };
     let reservation = if a.exclusive {

@@ -537,3 +537,87 @@ async fn a_deleted_attempt_pod_is_rerun_as_an_eviction() {
         "carma_operator_attempts_total{outcome=\"Evicted\"} 1"
     ));
 }
+
+#[tokio::test]
+async fn oomkilled_is_a_host_memory_kill_that_keeps_the_gpu_reservation() {
+    let mut task = task_json(json!({"retriesOnFailure": 1, "backoffSeconds": 0}));
+    task["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"memory": "8Gi"}});
+    let h = Harness::new(task);
+    h.reconcile().await.unwrap();
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.set_now(30);
+    h.reconcile().await.unwrap();
+
+    // The kernel kills the training container for host memory.
+    h.with_pod("train-a1", |p| {
+        p["status"] = json!({"phase": "Failed", "containerStatuses": [{
+            "name": "train", "image": "pytorch", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                      "finishedAt": "2027-01-15T08:01:40Z"}}}]});
+    });
+    h.set_now(101);
+    h.clear_requests();
+    h.reconcile().await.unwrap();
+
+    assert_eq!(h.calls(Method::GET, "/log"), 0, "OOMKilled needs no log");
+    let s = h.status();
+    let a1 = &s["attempts"][0];
+    assert_eq!(a1["outcome"], "HostOOMKilled");
+    let reason = a1["reason"].as_str().unwrap();
+    assert!(reason.contains("host memory"), "{reason}");
+    assert!(
+        reason.contains("resources.limits.memory 8Gi") && reason.contains("raise that limit"),
+        "{reason}"
+    );
+    // Retried per spec.recovery with the same reservation: no growth, no
+    // exclusive GPU, no recovery priority.
+    let a2 = h.pod("train-a2");
+    assert_eq!(
+        a2["metadata"]["annotations"]["carma.io/gpu-memory"],
+        "8000Mi"
+    );
+    assert_eq!(
+        a2["metadata"]["annotations"]["carma.io/exclusive"],
+        Value::Null
+    );
+    assert_eq!(a2["spec"]["priorityClassName"], Value::Null);
+    assert_eq!(s["attempts"][1]["reservedMiB"], 8000);
+    assert_eq!(s["phase"], "Recovering");
+    let recovering = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Recovering")
+        .unwrap();
+    assert_eq!(recovering["reason"], "HostOOMKilled");
+    assert_eq!(
+        h.events(),
+        [
+            ("AttemptHostOOMKilled".to_string(), "Warning".to_string()),
+            ("RecoveryAttemptCreated".to_string(), "Normal".to_string())
+        ]
+    );
+    let note = {
+        let f = h.fake.lock().unwrap();
+        let posted = f.calls(&Method::POST, "/events");
+        posted[0].body["note"].as_str().unwrap_or("").to_string()
+    };
+    assert!(note.contains("resources.limits.memory 8Gi"), "{note}");
+    let m = h.metrics();
+    assert!(
+        has_line(
+            &m,
+            "carma_operator_attempts_total{outcome=\"HostOOMKilled\"} 1"
+        ),
+        "{m}"
+    );
+    assert!(
+        has_line(
+            &m,
+            "carma_operator_attempts_total{outcome=\"GpuOutOfMemory\"} 0"
+        ),
+        "{m}"
+    );
+    assert!(has_line(&m, "carma_operator_oom_recoveries_total 0"), "{m}");
+}

@@ -438,6 +438,127 @@ fn other_failures_fail_or_retry_per_spec() {
     assert!(!p.observations.contains(&Observation::OomRecoveryStarted));
 }
 
+fn host_oom() -> PodProgress {
+    PodProgress::Finished(Verdict::HostOomKilled {
+        reason: "OOMKilled (exit code 137): killed by the kernel for host memory, not GPU memory: \
+                 container train exceeded its host memory limit (resources.limits.memory 8Gi); \
+                 raise that limit in spec.template; the GPU reservation is left as it was"
+            .into(),
+    })
+}
+
+#[test]
+fn host_oom_kill_is_its_own_outcome_and_retries_unchanged_per_spec() {
+    let mut tk = task(json!({"recovery": {"retriesOnFailure": 1, "backoffSeconds": 0}}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let mut killed = ended(bound(pod(1, host_oom()), 8000), t(10));
+    // A peak above the reservation must not grow it either.
+    killed.peak_mib = Some(12000);
+    let mut pods = vec![killed];
+    let p = step(&tk, &pods, t(11));
+    let s = p.status.as_ref().unwrap();
+    let a1 = &s.attempts[0];
+    assert_eq!(a1.outcome, Some(AttemptOutcomeKind::HostOomKilled));
+    let reason = a1.reason.as_deref().unwrap();
+    assert!(reason.contains("resources.limits.memory"), "{reason}");
+    // Retried like a failure: same reservation, shared GPU, no recovery priority.
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("8000Mi"));
+    assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE), None);
+    assert_eq!(priority_class(&p), None);
+    assert_eq!(s.attempts[1].reserved_mib, Some(8000));
+    assert!(!s.attempts[1].exclusive);
+    assert_eq!(s.phase, Some(TaskPhase::Recovering));
+    assert_eq!(
+        condition(s, "Recovering").unwrap().reason.as_deref(),
+        Some("HostOOMKilled")
+    );
+    assert_eq!(
+        reasons(&p),
+        ["AttemptHostOOMKilled", "RecoveryAttemptCreated"]
+    );
+    assert!(p.events[0].warning);
+    assert!(
+        p.events[0].note.contains("host memory") && p.events[0].note.contains("8Gi"),
+        "{}",
+        p.events[0].note
+    );
+    assert_eq!(
+        p.observations,
+        vec![Observation::AttemptFinished(
+            AttemptOutcomeKind::HostOomKilled
+        )]
+    );
+    apply(&mut tk, &p);
+
+    // The second kill uses up retriesOnFailure: the task fails, saying why.
+    pods.push(ended(bound(pod(2, host_oom()), 8000), t(20)));
+    let p = step(&tk, &pods, t(21));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Failed));
+    assert_eq!(
+        condition(s, "Failed").unwrap().reason.as_deref(),
+        Some("HostOOMKilled")
+    );
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .contains("resources.limits.memory"),
+        "{:?}",
+        s.message
+    );
+    assert_eq!(reasons(&p), ["AttemptHostOOMKilled", "TaskFailed"]);
+}
+
+#[test]
+fn host_oom_kill_without_retries_fails_the_task() {
+    let mut tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let p = step(&tk, &[ended(bound(pod(1, host_oom()), 8000), t(10))], t(11));
+    assert!(p.create_pod.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(
+        s.attempts[0].outcome,
+        Some(AttemptOutcomeKind::HostOomKilled)
+    );
+    assert_eq!(s.phase, Some(TaskPhase::Failed));
+    assert_eq!(
+        condition(s, "Failed").unwrap().reason.as_deref(),
+        Some("HostOOMKilled")
+    );
+}
+
+#[test]
+fn host_oom_kills_never_count_toward_the_exclusive_gpu() {
+    // One GPU OOM already; with exclusiveAfterOoms 2 a second GPU OOM would escalate.
+    let spec =
+        json!({"recovery": {"backoffSeconds": 0, "retriesOnFailure": 3, "exclusiveAfterOoms": 2}});
+    let (mut tk, mut pods, p) = after_first_oom(spec);
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("16000Mi"));
+    apply(&mut tk, &p);
+    // The recovery attempt is killed for host memory: rerun with the grown
+    // reservation, not exclusive, not as a recovery.
+    pods.push(ended(bound(pod(2, host_oom()), 16000), t(200)));
+    let p = step(&tk, &pods, t(201));
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("16000Mi"));
+    assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE), None);
+    assert_eq!(priority_class(&p), None);
+    assert!(!p.observations.contains(&Observation::OomRecoveryStarted));
+    apply(&mut tk, &p);
+    pods.push(ended(bound(pod(3, host_oom()), 16000), t(300)));
+    let p = step(&tk, &pods, t(301));
+    assert_eq!(ann(&p, ANNOTATION_GPU_MEMORY).as_deref(), Some("16000Mi"));
+    assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE), None);
+    apply(&mut tk, &p);
+    // Only the second GPU OOM escalates.
+    pods.push(ended(bound(pod(4, oom()), 16000), t(400)));
+    let p = step(&tk, &pods, t(401));
+    assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE).as_deref(), Some("true"));
+}
+
 #[test]
 fn evictions_rerun_unchanged_and_do_not_count() {
     let mut tk = task(json!({"recovery": {"maxAttempts": 1}}));
@@ -632,6 +753,19 @@ fn records_map_to_the_core() {
     a.exclusive = false;
     a.reserved_mib = None;
     assert_eq!(record(&a).unwrap().reservation, Reservation::Unknown);
+    a.outcome = Some(AttemptOutcomeKind::HostOomKilled);
+    a.reason = Some("OOMKilled (exit code 137)".into());
+    a.reserved_mib = Some(8000);
+    assert_eq!(
+        record(&a),
+        Some(AttemptRecord {
+            outcome: AttemptOutcome::Failed {
+                reason: "OOMKilled (exit code 137)".into()
+            },
+            reservation: Reservation::Mib(8000),
+            exclusive: false,
+        })
+    );
     a.outcome = None;
     assert_eq!(record(&a), None);
 }
