@@ -110,6 +110,15 @@ pub struct GpuStatus {
     /// Where the activity figures come from: dcgm, gpm, nvml-util (fallback) or simulated.
     #[serde(default)]
     pub activity_source: String,
+    /// The utilization gate the source's metrics allow: smact-smocc-drama (CARMA's gate: DCGM,
+    /// NVML GPM), smact-drama (NVML without GPM), smact-smocc, smact, or none (no SM activity:
+    /// exclusive use only). Empty from device plugins that predate it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gate_rule: String,
+    /// Whether the gate lets the GPU take another shared pod now (telemetry only: memory and
+    /// replicas are judged at placement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing_allowed: Option<bool>,
     /// Power draw in watts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_watts: Option<f64>,
@@ -172,6 +181,19 @@ impl GpuStatus {
             healthy: self.healthy,
             processes: self.processes,
             max_pods: None,
+            gate_rule: self.gate_rule(),
+            telemetry_at: None,
+        }
+    }
+
+    /// The gate rule this GPU is under: as published, or for an older device plugin that did not
+    /// publish one, the rule of its activity source (NVML utilization has no occupancy).
+    pub fn gate_rule(&self) -> carma_core::GateRule {
+        use carma_core::GateRule;
+        match self.gate_rule.parse::<GateRule>() {
+            Ok(rule) => rule,
+            Err(_) if self.activity_source == "nvml-util" => GateRule::SmactDrama,
+            Err(_) => GateRule::SmactSmoccDrama,
         }
     }
 }

@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Default limit on telemetry age: three of the device plugin's 30 s heartbeats missed.
+pub const DEFAULT_MAX_TELEMETRY_AGE_MS: u64 = 90_000;
+
 /// Every threshold the placement rules use. Defaults are CARMA's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -26,6 +29,10 @@ pub struct PlacementConfig {
     /// alone; carma checks both by default so that a GPU is never over-committed
     /// on paper either.
     pub honor_reservations: bool,
+    /// GPUs whose telemetry is older than this take no new shared pods (exclusive placement on
+    /// idle GPUs continues): a node whose device plugin stopped publishing is not trusted with
+    /// collocation. `None`: telemetry never ages.
+    pub max_telemetry_age_ms: Option<u64>,
 }
 
 impl Default for PlacementConfig {
@@ -39,6 +46,7 @@ impl Default for PlacementConfig {
             dram_activity_cap: 0.40,
             warmup_ms: 30_000,
             honor_reservations: true,
+            max_telemetry_age_ms: Some(DEFAULT_MAX_TELEMETRY_AGE_MS),
         }
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! * [`model`] — GPUs, nodes, demands and reservations.
 //! * [`telemetry`] — CARMA's risk reduction over a sample window.
+//! * [`gate`] — the utilization gate for each telemetry source's metric set.
 //! * [`ledger`] — placements in flight and the warm-up lock.
 //! * [`placement`] — the exclusive-first rule, memory test, utilization gate, the
 //!   six policies and node scores.
@@ -15,6 +16,7 @@
 //! * [`quantity`] — Kubernetes memory quantities in MiB.
 
 pub mod config;
+pub mod gate;
 pub mod ledger;
 pub mod model;
 pub mod placement;
@@ -24,6 +26,7 @@ pub mod recovery;
 pub mod telemetry;
 
 pub use config::{PlacementConfig, RecoveryConfig};
+pub use gate::{GateRule, utilization_gate};
 pub use ledger::{Ledger, LedgerError, PlacementRecord};
 pub use model::{Demand, Gpu, Node, Policy, PolicyParseError, Reservation};
 pub use placement::{NodePlacement, place_on_node, score_node};

@@ -6,6 +6,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::gate::GateRule;
+
 /// One physical GPU as the scheduler sees it: inventory plus the latest telemetry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -34,6 +36,13 @@ pub struct Gpu {
     /// (kubelet cannot admit more). `None`: no limit known.
     #[serde(default)]
     pub max_pods: Option<u32>,
+    /// The utilization gate the GPU's telemetry source allows (which risk scores it has at all).
+    #[serde(default)]
+    pub gate_rule: GateRule,
+    /// When the telemetry was published (same clock as placement's `now`); `None`: never ages
+    /// (the simulator's GPUs, tests).
+    #[serde(default)]
+    pub telemetry_at: Option<crate::Millis>,
 }
 
 impl Gpu {
@@ -51,6 +60,8 @@ impl Gpu {
             healthy: true,
             processes: 0,
             max_pods: None,
+            gate_rule: GateRule::SmactSmoccDrama,
+            telemetry_at: None,
         }
     }
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::Millis;
 use crate::config::PlacementConfig;
+use crate::gate::utilization_gate;
 use crate::ledger::Ledger;
 use crate::model::{Demand, Gpu, Node, Policy, Reservation};
 use crate::reason::{GpuRejection, NodeRejection};
@@ -158,28 +159,7 @@ fn check_shared<'a>(
             });
         }
     }
-    let (Some(smact), Some(smocc), Some(drama)) =
-        (gpu.sm_activity, gpu.sm_occupancy, gpu.dram_activity)
-    else {
-        return Err(GpuRejection::TelemetryWarmingUp {
-            uuid: uuid(),
-            index: gpu.index,
-        });
-    };
-    if smact >= cfg.sm_activity_cap
-        && (smocc >= cfg.sm_occupancy_cap || drama >= cfg.dram_activity_cap)
-    {
-        return Err(GpuRejection::UtilizationGate {
-            uuid: uuid(),
-            index: gpu.index,
-            sm_activity: smact,
-            sm_occupancy: smocc,
-            dram_activity: drama,
-            sm_activity_cap: cfg.sm_activity_cap,
-            sm_occupancy_cap: cfg.sm_occupancy_cap,
-            dram_activity_cap: cfg.dram_activity_cap,
-        });
-    }
+    utilization_gate(gpu, cfg, now)?;
     Ok(Fit {
         gpu,
         usable_mib: usable,

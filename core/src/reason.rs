@@ -5,6 +5,8 @@ use std::fmt;
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::gate::GateRule;
+
 /// Why one GPU cannot take a demand.
 #[derive(Debug, Clone, PartialEq, Serialize, Error)]
 #[serde(rename_all = "camelCase", tag = "rule")]
@@ -124,20 +126,20 @@ pub enum GpuRejection {
         need_mib: u64,
     },
     /// The utilization gate: the GPU is already busy.
-    #[error(
-        "GPU {index} ({uuid}) fails the utilization gate: SM activity {sm_activity:.2} ≥ {sm_activity_cap:.2} and (SM occupancy {sm_occupancy:.2} ≥ {sm_occupancy_cap:.2} or DRAM activity {dram_activity:.2} ≥ {dram_activity_cap:.2})"
-    )]
+    #[error("GPU {index} ({uuid}) fails the utilization gate ({gate}): {}", gate_text(*.sm_activity, *.sm_activity_cap, *.sm_occupancy, *.sm_occupancy_cap, *.dram_activity, *.dram_activity_cap))]
     UtilizationGate {
         /// GPU UUID.
         uuid: String,
         /// GPU index.
         index: u32,
+        /// The rule the GPU's telemetry source allows.
+        gate: GateRule,
         /// SM activity risk score.
         sm_activity: f64,
-        /// SM occupancy risk score.
-        sm_occupancy: f64,
-        /// DRAM activity risk score.
-        dram_activity: f64,
+        /// SM occupancy risk score, when the rule reads it.
+        sm_occupancy: Option<f64>,
+        /// DRAM activity risk score, when the rule reads it.
+        dram_activity: Option<f64>,
         /// Cap on SM activity.
         sm_activity_cap: f64,
         /// Cap on SM occupancy.
@@ -147,14 +149,65 @@ pub enum GpuRejection {
     },
     /// The telemetry window has not filled yet, so sharing cannot be judged.
     #[error(
-        "GPU {index} ({uuid}) has no activity risk score yet (telemetry window still filling); it can only be used exclusively"
+        "GPU {index} ({uuid}) has no activity risk score yet for gate rule {gate} (telemetry window still filling); it can only be used exclusively"
     )]
     TelemetryWarmingUp {
         /// GPU UUID.
         uuid: String,
         /// GPU index.
         index: u32,
+        /// The rule whose metrics are awaited.
+        gate: GateRule,
     },
+    /// The GPU's telemetry source delivers no SM activity figure, so sharing cannot be judged.
+    #[error(
+        "GPU {index} ({uuid}) has no SM activity telemetry (gate rule none): it can only be used exclusively; with dcgm-exporter enable DCGM_FI_PROF_SM_ACTIVE in its counters, or use the nvml backend"
+    )]
+    NoActivityTelemetry {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+    },
+    /// The node's telemetry has not been published for too long (device plugin down?).
+    #[error(
+        "GPU {index} ({uuid}) has telemetry {age_s:.0} s old (limit {max_age_s:.0} s): is the node's carma device plugin running? It takes no new shared pods until its telemetry is fresh"
+    )]
+    TelemetryStale {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// Age of the latest publication.
+        age_s: f64,
+        /// The configured limit.
+        max_age_s: f64,
+    },
+}
+
+/// "SM activity 0.91 ≥ 0.80 and (SM occupancy 0.50 ≥ 0.45 or DRAM activity …)", over the metrics
+/// the rule reads.
+fn gate_text(
+    smact: f64,
+    smact_cap: f64,
+    smocc: Option<f64>,
+    smocc_cap: f64,
+    drama: Option<f64>,
+    drama_cap: f64,
+) -> String {
+    let mut second = Vec::new();
+    if let Some(v) = smocc {
+        second.push(format!("SM occupancy {v:.2} ≥ {smocc_cap:.2}"));
+    }
+    if let Some(v) = drama {
+        second.push(format!("DRAM activity {v:.2} ≥ {drama_cap:.2}"));
+    }
+    let first = format!("SM activity {smact:.2} ≥ {smact_cap:.2}");
+    if second.is_empty() {
+        first
+    } else {
+        format!("{first} and ({})", second.join(" or "))
+    }
 }
 
 impl GpuRejection {
@@ -171,6 +224,8 @@ impl GpuRejection {
             GpuRejection::OverReserved { .. } => "over-reserved",
             GpuRejection::UtilizationGate { .. } => "utilization-gate",
             GpuRejection::TelemetryWarmingUp { .. } => "telemetry-warming-up",
+            GpuRejection::NoActivityTelemetry { .. } => "no-activity-telemetry",
+            GpuRejection::TelemetryStale { .. } => "telemetry-stale",
         }
     }
 }

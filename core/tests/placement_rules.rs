@@ -22,6 +22,8 @@ fn gpu(index: u32, free: u64, smact: f64, smocc: f64, drama: f64) -> Gpu {
         healthy: true,
         processes: 1,
         max_pods: None,
+        gate_rule: carma_core::GateRule::SmactSmoccDrama,
+        telemetry_at: None,
     }
 }
 

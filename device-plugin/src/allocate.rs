@@ -37,6 +37,10 @@ pub const ENV_MPS_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 pub const ENV_MPS_THREAD_PERCENTAGE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 /// MPS: directory of the control daemon's pipes.
 pub const ENV_MPS_PIPE_DIRECTORY: &str = "CUDA_MPS_PIPE_DIRECTORY";
+/// MPS: directory of the control daemon's logs.
+pub const ENV_MPS_LOG_DIRECTORY: &str = "CUDA_MPS_LOG_DIRECTORY";
+/// Where a container sees the MPS server's shared memory.
+pub const MPS_SHM_MOUNT: &str = "/dev/shm";
 
 /// Why no pod could be matched to an Allocate request (sent to kubelet as the gRPC error message).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -238,14 +242,13 @@ fn explain_no_match(pods: &[PodInfo], node: &str, n: usize, skip: &HashSet<Strin
 /// the ordinal form `0=<MiB>M,1=<MiB>M,…` (ordinals are the container's own CUDA devices, i.e. the
 /// assigned GPUs; every GPU of a pod carries the same per-GPU reservation, so their enumeration order
 /// does not matter, and the ordinal form is the one MPS is known to honour), and
-/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` = 100 / replicas (100 for exclusive pods); the pipe directory is
-/// mounted and exported when configured. `gpus` are the container's share of the assignment (all of
-/// it for a pod with one GPU container).
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` only when configured, for shared pods; the pipe, shared-memory
+/// and log directories are mounted (and the pipe and log directories exported) when configured.
+/// `gpus` are the container's share of the assignment (all of it for a pod with one GPU container).
 pub fn container_response(
     assignment: &Assignment,
     gpus: &[String],
     mps: Option<&MpsConfig>,
-    replicas: u32,
 ) -> ContainerAllocateResponse {
     let uuids = gpus.join(",");
     let mut envs = HashMap::new();
@@ -262,17 +265,33 @@ pub fn container_response(
             .collect::<Vec<_>>()
             .join(",");
         envs.insert(ENV_MPS_MEM_LIMIT.to_string(), limit);
-        envs.insert(
-            ENV_MPS_THREAD_PERCENTAGE.to_string(),
-            mps_thread_percentage(assignment.exclusive, replicas).to_string(),
-        );
-        if let Some(dir) = &mps.pipe_directory {
-            let dir = dir.to_string_lossy().to_string();
+        if let Some(pct) = mps.active_thread_percentage
+            && !assignment.exclusive
+        {
+            envs.insert(ENV_MPS_THREAD_PERCENTAGE.to_string(), pct.to_string());
+        }
+        let text = |p: &std::path::Path| p.to_string_lossy().to_string();
+        if let Some(dir) = mps.pipe_directory.as_deref().map(text) {
             envs.insert(ENV_MPS_PIPE_DIRECTORY.to_string(), dir.clone());
             mounts.push(Mount {
                 container_path: dir.clone(),
                 host_path: dir,
                 read_only: false,
+            });
+        }
+        if let Some(dir) = mps.shm_directory.as_deref().map(text) {
+            mounts.push(Mount {
+                container_path: MPS_SHM_MOUNT.to_string(),
+                host_path: dir,
+                read_only: false,
+            });
+        }
+        if let Some(dir) = mps.log_directory.as_deref().map(text) {
+            envs.insert(ENV_MPS_LOG_DIRECTORY.to_string(), dir.clone());
+            mounts.push(Mount {
+                container_path: dir.clone(),
+                host_path: dir,
+                read_only: true,
             });
         }
     }
@@ -288,15 +307,6 @@ pub fn container_response(
             })
             .collect(),
         ..Default::default()
-    }
-}
-
-/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`: an even share of the replicas, all for exclusive pods.
-pub fn mps_thread_percentage(exclusive: bool, replicas: u32) -> u32 {
-    if exclusive {
-        100
-    } else {
-        (100 / replicas.max(1)).max(1)
     }
 }
 
@@ -353,7 +363,6 @@ pub struct Allocator {
     node: String,
     pods: Option<Arc<dyn PodLookup>>,
     mps: Option<MpsConfig>,
-    replicas: u32,
     metrics: Arc<Metrics>,
     /// Pods this process has allocated (UID → when), so a stale cache never offers them again.
     allocated: Mutex<HashMap<String, Instant>>,
@@ -410,7 +419,6 @@ impl Allocator {
         node: impl Into<String>,
         pods: Option<Arc<dyn PodLookup>>,
         mps: Option<MpsConfig>,
-        replicas: u32,
         metrics: Arc<Metrics>,
         gpus: Arc<parking_lot::RwLock<Vec<String>>>,
     ) -> Self {
@@ -418,7 +426,6 @@ impl Allocator {
             node: node.into(),
             pods,
             mps,
-            replicas,
             metrics,
             allocated: Mutex::new(HashMap::new()),
             progress: Mutex::new(HashMap::new()),
@@ -571,12 +578,7 @@ impl Allocator {
             mps = self.mps.is_some(),
             "Allocate: exposing the container's assigned GPUs"
         );
-        Ok(container_response(
-            &assignment,
-            &gpus,
-            self.mps.as_ref(),
-            self.replicas,
-        ))
+        Ok(container_response(&assignment, &gpus, self.mps.as_ref()))
     }
 
     /// Serve GetPreferredAllocation: prefer replicas of the GPUs the pending pod's next container
@@ -895,23 +897,45 @@ mod tests {
             false,
         );
         let a = p.assignment().unwrap();
-        let r = container_response(a, &a.gpus, None, 8);
+        let r = container_response(a, &a.gpus, None);
         assert_eq!(r.envs[ENV_VISIBLE_DEVICES], "GPU-a,GPU-b");
         assert_eq!(r.envs[ENV_ASSIGNED_GPUS], "GPU-a,GPU-b");
         assert_eq!(r.envs[ENV_RESERVED_MIB], "6000");
         assert!(!r.envs.contains_key(ENV_MPS_MEM_LIMIT));
         let cdi: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(cdi, ["nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"]);
-        let mps = MpsConfig {
-            pipe_directory: Some("/tmp/nvidia-mps".into()),
-        };
-        let r = container_response(a, &a.gpus, Some(&mps), 8);
+        let mps = MpsConfig::with_defaults();
+        let r = container_response(a, &a.gpus, Some(&mps));
         assert_eq!(r.envs[ENV_MPS_MEM_LIMIT], "0=6000M,1=6000M");
-        assert_eq!(r.envs[ENV_MPS_THREAD_PERCENTAGE], "12");
+        // SMs unlimited by default: a pod alone on its GPU is not held to 1/replicas of it.
+        assert!(!r.envs.contains_key(ENV_MPS_THREAD_PERCENTAGE));
         assert_eq!(r.envs[ENV_MPS_PIPE_DIRECTORY], "/tmp/nvidia-mps");
-        assert_eq!(r.mounts.len(), 1);
-        assert_eq!(mps_thread_percentage(true, 8), 100);
-        assert_eq!(mps_thread_percentage(false, 1000), 1);
+        assert_eq!(r.envs[ENV_MPS_LOG_DIRECTORY], "/var/log/nvidia-mps");
+        // What an MPS client needs: the pipes, the server's shared memory, the logs.
+        let mounts: Vec<(&str, &str, bool)> = r
+            .mounts
+            .iter()
+            .map(|m| (m.host_path.as_str(), m.container_path.as_str(), m.read_only))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("/tmp/nvidia-mps", "/tmp/nvidia-mps", false),
+                ("/dev/shm", "/dev/shm", false),
+                ("/var/log/nvidia-mps", "/var/log/nvidia-mps", true),
+            ]
+        );
+        // An explicit limit applies to shared pods only.
+        let capped = MpsConfig {
+            active_thread_percentage: Some(50),
+            ..MpsConfig::with_defaults()
+        };
+        let r = container_response(a, &a.gpus, Some(&capped));
+        assert_eq!(r.envs[ENV_MPS_THREAD_PERCENTAGE], "50");
+        let mut alone = a.clone();
+        alone.exclusive = true;
+        let r = container_response(&alone, &alone.gpus, Some(&capped));
+        assert!(!r.envs.contains_key(ENV_MPS_THREAD_PERCENTAGE));
     }
 
     #[test]

@@ -67,6 +67,45 @@ impl FromStr for BackendKind {
     }
 }
 
+/// The metric set the simulated backend mimics (`--simulated-metrics`), so every gate rule and
+/// every visibility path can be seen end to end without a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SimulatedMetrics {
+    /// NVML without GPM (pre-Hopper): SM activity and DRAM activity, processes listed.
+    Nvml,
+    /// NVML with GPM (Hopper and newer): SM activity, SM occupancy, DRAM activity, processes listed.
+    #[default]
+    Gpm,
+    /// dcgm-exporter without NVML: all three activity metrics, no process list.
+    Dcgm,
+}
+
+impl SimulatedMetrics {
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SimulatedMetrics::Nvml => "nvml",
+            SimulatedMetrics::Gpm => "gpm",
+            SimulatedMetrics::Dcgm => "dcgm",
+        }
+    }
+}
+
+impl FromStr for SimulatedMetrics {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "nvml" => Ok(SimulatedMetrics::Nvml),
+            "gpm" => Ok(SimulatedMetrics::Gpm),
+            "dcgm" => Ok(SimulatedMetrics::Dcgm),
+            _ => Err(ConfigError::Invalid(format!(
+                "--simulated-metrics {s:?}: expected nvml (no occupancy), gpm or dcgm (no process list)"
+            ))),
+        }
+    }
+}
+
 /// Simulated GPUs: how many and how much memory each (`--simulated-gpus 4x40GiB`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimulatedGpus {
@@ -144,6 +183,29 @@ pub struct MpsConfig {
     /// Host directory of the MPS control daemon's pipes, mounted into containers and exported as
     /// `CUDA_MPS_PIPE_DIRECTORY`; `None` leaves the container's default.
     pub pipe_directory: Option<PathBuf>,
+    /// Host directory holding the MPS server's shared memory, mounted at the container's
+    /// `/dev/shm` (a pod's private `/dev/shm` cannot reach the server's segments); `None`: not
+    /// mounted.
+    pub shm_directory: Option<PathBuf>,
+    /// Host directory of the MPS control daemon's logs, mounted read-only and exported as
+    /// `CUDA_MPS_LOG_DIRECTORY`; `None`: not mounted.
+    pub log_directory: Option<PathBuf>,
+    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for shared pods; `None` (the default) leaves SMs
+    /// unlimited, so a pod alone on a GPU gets all of it and the utilization gate, not a static
+    /// split, keeps collocated pods from starving each other.
+    pub active_thread_percentage: Option<u32>,
+}
+
+impl MpsConfig {
+    /// MPS with the control daemon's default directories and no SM limit.
+    pub fn with_defaults() -> Self {
+        Self {
+            pipe_directory: Some(PathBuf::from("/tmp/nvidia-mps")),
+            shm_directory: Some(PathBuf::from("/dev/shm")),
+            log_directory: Some(PathBuf::from("/var/log/nvidia-mps")),
+            active_thread_percentage: None,
+        }
+    }
 }
 
 /// Everything the device plugin needs to run.
@@ -173,8 +235,15 @@ pub struct Config {
     pub sample_interval: Duration,
     /// Samples per window (CARMA: 30).
     pub window: usize,
-    /// SM activity cap exported as `carma_gpu_sm_activity_cap_ratio`.
+    /// SM activity cap of the exported gate verdict, also exported as
+    /// `carma_gpu_sm_activity_cap_ratio`.
     pub sm_activity_cap: f64,
+    /// SM occupancy cap of the exported gate verdict.
+    pub sm_occupancy_cap: f64,
+    /// DRAM activity cap of the exported gate verdict.
+    pub dram_activity_cap: f64,
+    /// Which real source's metric set the simulated backend mimics.
+    pub simulated_metrics: SimulatedMetrics,
     /// Publish thresholds and heartbeat of the GpuNode status.
     pub publish: PublishConfig,
     /// How long a pod list serves the telemetry loop before it is refreshed.
@@ -233,6 +302,9 @@ impl Config {
             sample_interval: Duration::from_secs(1),
             window: carma_core::telemetry::DEFAULT_WINDOW,
             sm_activity_cap: carma_core::PlacementConfig::default().sm_activity_cap,
+            sm_occupancy_cap: carma_core::PlacementConfig::default().sm_occupancy_cap,
+            dram_activity_cap: carma_core::PlacementConfig::default().dram_activity_cap,
+            simulated_metrics: SimulatedMetrics::default(),
             publish: PublishConfig::default(),
             pod_cache_ttl: Duration::from_secs(10),
             watch_interval: Duration::from_secs(1),
@@ -253,11 +325,16 @@ impl Config {
                 self.replicas
             )));
         }
-        if !(self.sm_activity_cap.is_finite() && (0.0..=1.0).contains(&self.sm_activity_cap)) {
-            return Err(ConfigError::Invalid(format!(
-                "--sm-activity-cap {}: expected a ratio between 0 and 1",
-                self.sm_activity_cap
-            )));
+        for (flag, cap) in [
+            ("--sm-activity-cap", self.sm_activity_cap),
+            ("--sm-occupancy-cap", self.sm_occupancy_cap),
+            ("--dram-activity-cap", self.dram_activity_cap),
+        ] {
+            if !(cap.is_finite() && (0.0..=1.0).contains(&cap)) {
+                return Err(ConfigError::Invalid(format!(
+                    "{flag} {cap}: expected a ratio between 0 and 1"
+                )));
+            }
         }
         if self.socket_name.is_empty()
             || self.socket_name.contains('/')

@@ -26,6 +26,7 @@ pub mod proto;
 pub mod publisher;
 pub mod registration;
 pub mod telemetry;
+pub mod windows;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -8,7 +8,9 @@
 //! `carma_gpu_sm_occupancy_risk_score`, `carma_gpu_dram_activity_risk_score` (CARMA's score over the
 //! 30-sample window, absent until the window has filled), `carma_gpu_power_watts`,
 //! `carma_gpu_energy_joules_total` (counter, since driver load), `carma_gpu_pods`,
-//! `carma_gpu_healthy` (1/0), `carma_gpu_sm_activity_cap_ratio` (the configured cap).
+//! `carma_gpu_healthy` (1/0), `carma_gpu_sharing_allowed{rule}` (1/0: the utilization gate, under
+//! the rule the GPU's telemetry source allows), `carma_gpu_sm_activity_cap_ratio` (the configured
+//! cap).
 //!
 //! Per pod: `carma_pod_gpu_info{node,namespace,pod,uuid,gpu,task,simulated}` = 1,
 //! `carma_pod_gpu_memory_reserved_bytes{node,namespace,pod,uuid}`,
@@ -300,6 +302,20 @@ impl Collector for SnapshotCollector {
             &per_gpu(&|g| Some(if g.sample.healthy { 1.0 } else { 0.0 })),
         )?;
         let cap = state.cap;
+        family(
+            &mut enc,
+            "carma_gpu_sharing_allowed",
+            "Whether the utilization gate lets the GPU take another shared pod (1) or not (0); label rule: the gate its telemetry source allows (smact-smocc-drama, smact-drama, smact-smocc, smact, none)",
+            gauge,
+            &gpus
+                .iter()
+                .map(|g| {
+                    let mut l = gpu_labels(node, g);
+                    l.push(("rule", g.gate_rule.as_str().to_string()));
+                    (l, if g.sharing_allowed { 1.0 } else { 0.0 })
+                })
+                .collect(),
+        )?;
         family(
             &mut enc,
             "carma_gpu_sm_activity_cap_ratio",

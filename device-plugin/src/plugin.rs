@@ -109,6 +109,12 @@ impl RunningPlugin {
     }
 }
 
+/// How long a metric that stops arriving still counts: three missed samples, at least 3 s
+/// (dcgm-exporter refreshes its figures less often than carma samples).
+fn stale_after(interval: Duration) -> Duration {
+    (interval * 3).max(Duration::from_secs(3))
+}
+
 /// A backend, and the same backend as simulated one when it is.
 type Backends = (Arc<dyn GpuBackend>, Option<Arc<SimulatedBackend>>);
 
@@ -132,11 +138,14 @@ fn build_backend(config: &Config) -> Result<Backends, BackendError> {
             Ok((Arc::new(DcgmBackend::new(endpoint, nvml)?), None))
         }
         BackendKind::Simulated => {
-            let sim = Arc::new(SimulatedBackend::new(
-                &config.node_name,
-                config.simulated_gpus,
-                config.sample_interval.as_secs_f64(),
-            ));
+            let sim = Arc::new(
+                SimulatedBackend::new(
+                    &config.node_name,
+                    config.simulated_gpus,
+                    config.sample_interval.as_secs_f64(),
+                )
+                .with_metrics(config.simulated_metrics),
+            );
             Ok((sim.clone(), Some(sim)))
         }
     }
@@ -213,7 +222,13 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         lookup: lookup.clone(),
         synthetic: Arc::new(synthetic),
         last_pods: Arc::new(Vec::new()),
-        telemetry: Telemetry::new(node.clone(), config.window),
+        telemetry: Telemetry::new(node.clone(), config.window)
+            .with_stale_after(stale_after(config.sample_interval))
+            .with_caps(
+                config.sm_activity_cap,
+                config.sm_occupancy_cap,
+                config.dram_activity_cap,
+            ),
         devices: devices_tx,
         gpus: gpus.clone(),
         metrics: metrics.clone(),
@@ -275,7 +290,6 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         node.clone(),
         lookup,
         config.mps.clone(),
-        config.replicas,
         metrics.clone(),
         gpus,
     ));

@@ -2,54 +2,57 @@
 //! status built from it and the rule that decides when that status is worth writing.
 //!
 //! Each activity metric keeps CARMA's window (30 one-second samples) and is reduced by
-//! `carma_core::telemetry` to the risk score; a window is restarted when its source changes (e.g.
-//! DCGM stops answering and NVML's fallback takes over), so sources never mix in one score.
+//! `carma_core::telemetry` to the risk score; [`crate::windows`] keeps sources from mixing and
+//! expires metrics that stop arriving. Each GPU is judged by `carma_core::gate` under the rule its
+//! source's metrics allow, and the verdict is published (`sharingAllowed`) and exported.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use carma_api::{GpuNodeStatus, GpuPodStatus, GpuStatus};
-use carma_core::SampleWindow;
+use carma_core::{GateRule, PlacementConfig};
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use crate::backends::{Activity, ActivitySource, GpuSample, PodOnGpu, SampleContext};
+use crate::backends::{GpuSample, PodOnGpu, SampleContext};
 use crate::config::PublishConfig;
 use crate::devices::AdvertisedGpu;
 use crate::pods::PodInfo;
+use crate::windows::GpuWindows;
 
 const MIB: u64 = 1024 * 1024;
-
-/// A window of one activity metric and the source of its samples.
-#[derive(Debug, Clone)]
-struct Metric {
-    window: SampleWindow,
-    source: Option<ActivitySource>,
-}
-
-impl Metric {
-    fn new(capacity: usize) -> Self {
-        Self {
-            window: SampleWindow::new(capacity),
-            source: None,
-        }
-    }
-
-    fn push(&mut self, capacity: usize, a: Option<Activity>) {
-        let Some(a) = a else { return };
-        if self.source != Some(a.source) {
-            self.window = SampleWindow::new(capacity);
-            self.source = Some(a.source);
-        }
-        self.window.push(a.value);
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Track {
     last: GpuSample,
-    sm: Metric,
-    occ: Metric,
-    dram: Metric,
+    windows: GpuWindows,
+    /// Without a process list: the GPU's used memory when each pod was first seen on it.
+    baselines: BTreeMap<String, u64>,
+}
+
+/// Without a process list, a pod counts as seen once the GPU's used memory has grown this much
+/// since the pod was first assigned to it (a CUDA context alone takes more).
+pub const MEMORY_GROWTH_VISIBLE: u64 = 256 * MIB;
+
+impl Track {
+    /// For a backend without a process list (dcgm-exporter alone), attribute to each pod the
+    /// growth of the GPU's used memory since the pod was first seen, once it reaches
+    /// [`MEMORY_GROWTH_VISIBLE`]: an approximation (pods that start together each see the
+    /// other's growth), but it ends the in-flight count once the pod really uses the GPU, where
+    /// before it stayed in flight for its whole life.
+    fn observe_by_memory(&mut self, views: &mut [PodView]) {
+        if self.last.processes_listed {
+            self.baselines.clear();
+            return;
+        }
+        let used = self.last.memory_used_bytes;
+        self.baselines
+            .retain(|uid, _| views.iter().any(|v| &v.uid == uid));
+        for v in views.iter_mut() {
+            let base = *self.baselines.entry(v.uid.clone()).or_insert(used);
+            let growth = used.saturating_sub(base);
+            v.observed_bytes = (growth >= MEMORY_GROWTH_VISIBLE).then_some(growth);
+        }
+    }
 }
 
 /// A pod on a GPU in a snapshot.
@@ -82,6 +85,10 @@ pub struct GpuView {
     pub sm_occupancy_risk: Option<f64>,
     /// DRAM activity risk score.
     pub dram_activity_risk: Option<f64>,
+    /// The gate rule the source's metrics allow.
+    pub gate_rule: GateRule,
+    /// Whether the gate lets the GPU take another shared pod (telemetry only).
+    pub sharing_allowed: bool,
     /// carma pods on the GPU.
     pub pods: Vec<PodView>,
 }
@@ -142,6 +149,8 @@ fn gpu_status(g: &GpuView) -> GpuStatus {
         .or(s.dram_activity)
         .map(|a| a.source.as_str().to_string())
         .unwrap_or_default();
+    let gate_rule = g.gate_rule.as_str().to_string();
+    let sharing_allowed = Some(g.sharing_allowed);
     GpuStatus {
         index: s.index,
         uuid: s.uuid.clone(),
@@ -152,6 +161,8 @@ fn gpu_status(g: &GpuView) -> GpuStatus {
         sm_occupancy: g.sm_occupancy_risk.map(round3),
         dram_activity: g.dram_activity_risk.map(round3),
         activity_source: source,
+        gate_rule,
+        sharing_allowed,
         power_watts: s.power_watts.map(|w| (w * 10.0).round() / 10.0),
         energy_joules: s.energy_joules.map(f64::round),
         healthy: s.healthy,
@@ -208,17 +219,42 @@ pub fn summary(gpus: &[GpuView]) -> String {
 pub struct Telemetry {
     node: String,
     window: usize,
+    stale_after: Duration,
+    gate: PlacementConfig,
     tracks: BTreeMap<String, Track>,
 }
 
+/// How long a metric that stops arriving still counts, unless set otherwise.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(5);
+
 impl Telemetry {
-    /// Empty telemetry of `node` with `window` samples per metric.
+    /// Empty telemetry of `node` with `window` samples per metric, CARMA's gate caps and metrics
+    /// that expire [`DEFAULT_STALE_AFTER`] after their last sample.
     pub fn new(node: impl Into<String>, window: usize) -> Self {
         Self {
             node: node.into(),
             window: window.max(1),
+            stale_after: DEFAULT_STALE_AFTER,
+            gate: PlacementConfig {
+                max_telemetry_age_ms: None,
+                ..PlacementConfig::default()
+            },
             tracks: BTreeMap::new(),
         }
+    }
+
+    /// Metrics expire this long after their last sample (the loop uses a few sampling intervals).
+    pub fn with_stale_after(mut self, stale_after: Duration) -> Self {
+        self.stale_after = stale_after;
+        self
+    }
+
+    /// The utilization caps the exported gate verdict uses (the chart gives the extender's).
+    pub fn with_caps(mut self, sm_activity: f64, sm_occupancy: f64, dram_activity: f64) -> Self {
+        self.gate.sm_activity_cap = sm_activity;
+        self.gate.sm_occupancy_cap = sm_occupancy;
+        self.gate.dram_activity_cap = dram_activity;
+        self
     }
 
     /// Add one sample of every GPU and build the snapshot with `pods` (the pods on this node).
@@ -230,18 +266,15 @@ impl Telemetry {
         pods: &[PodInfo],
         now: DateTime<Utc>,
     ) -> Snapshot {
-        let cap = self.window;
+        let (cap, stale) = (self.window, self.stale_after);
         let seen: BTreeSet<String> = samples.iter().map(|s| s.uuid.clone()).collect();
         for s in samples {
             let track = self.tracks.entry(s.uuid.clone()).or_insert_with(|| Track {
                 last: s.clone(),
-                sm: Metric::new(cap),
-                occ: Metric::new(cap),
-                dram: Metric::new(cap),
+                windows: GpuWindows::new(cap, stale),
+                baselines: BTreeMap::new(),
             });
-            track.sm.push(cap, s.sm_activity);
-            track.occ.push(cap, s.sm_occupancy);
-            track.dram.push(cap, s.dram_activity);
+            track.windows.push(&s, now);
             track.last = s;
         }
         for (uuid, track) in self.tracks.iter_mut() {
@@ -252,13 +285,25 @@ impl Telemetry {
         }
         let mut gpus: Vec<GpuView> = self
             .tracks
-            .values()
-            .map(|t| GpuView {
-                sample: t.last.clone(),
-                sm_activity_risk: t.sm.window.risk(),
-                sm_occupancy_risk: t.occ.window.risk(),
-                dram_activity_risk: t.dram.window.risk(),
-                pods: pods_on(&t.last, pods),
+            .values_mut()
+            .map(|t| {
+                let risks = t.windows.risks(now);
+                let mut on_gpu = pods_on(&t.last, pods);
+                t.observe_by_memory(&mut on_gpu);
+                let mut view = GpuView {
+                    sample: t.last.clone(),
+                    sm_activity_risk: risks.sm_activity,
+                    sm_occupancy_risk: risks.sm_occupancy,
+                    dram_activity_risk: risks.dram_activity,
+                    gate_rule: risks.rule,
+                    sharing_allowed: false,
+                    pods: on_gpu,
+                };
+                view.sharing_allowed =
+                    carma_core::utilization_gate(&gpu_status(&view).to_core(), &self.gate, 0)
+                        .is_ok()
+                        && view.sample.healthy;
+                view
             })
             .collect();
         gpus.sort_by(|a, b| {
@@ -397,7 +442,7 @@ pub fn publish_reason(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::GpuProcess;
+    use crate::backends::{Activity, ActivitySource, GpuProcess};
     use carma_api::{Assignment, EstimateAnnotation};
 
     fn sample(index: u32, sm: f64) -> GpuSample {
@@ -492,6 +537,58 @@ mod tests {
         assert_eq!(status.gpus[0].processes, 3);
         let ctx = sample_context(&pods);
         assert_eq!(ctx.pods_by_gpu["GPU-1"].len(), 2);
+    }
+
+    #[test]
+    fn a_pre_hopper_gpu_publishes_its_rule_and_may_share() {
+        // NVML without GPM: utilization rates only, never occupancy. Before the per-source gate
+        // this GPU stayed "warming up" forever and never collocated.
+        let mut t = Telemetry::new("n1", 3);
+        let nvml = |sm: f64, mem: f64| {
+            let mut s = GpuSample::basic(0, "GPU-0", "NVIDIA A100-SXM4-40GB", 40 * 1024 * MIB, 0);
+            s.sm_activity = Activity::new(sm, ActivitySource::NvmlUtil);
+            s.dram_activity = Activity::new(mem, ActivitySource::NvmlUtil);
+            s
+        };
+        let now = Utc::now();
+        let mut snap = t.update(vec![nvml(0.3, 0.2)], &[], now);
+        assert!(!snap.gpus[0].sharing_allowed, "window still filling");
+        for _ in 0..2 {
+            snap = t.update(vec![nvml(0.3, 0.2)], &[], now);
+        }
+        let g = &snap.to_status().gpus[0];
+        assert_eq!(g.gate_rule, "smact-drama");
+        assert_eq!(g.sharing_allowed, Some(true));
+        assert_eq!(g.sm_occupancy, None);
+        // Busy SMs and busy memory: the gate closes, under the same rule.
+        let mut t = Telemetry::new("n1", 1).with_caps(0.8, 0.45, 0.4);
+        let g = &t.update(vec![nvml(0.95, 0.6)], &[], now).to_status().gpus[0];
+        assert_eq!(
+            (g.gate_rule.as_str(), g.sharing_allowed),
+            ("smact-drama", Some(false))
+        );
+    }
+
+    #[test]
+    fn without_a_process_list_pods_are_seen_through_memory_growth() {
+        let mut t = Telemetry::new("n1", 30);
+        let dcgm = |used_mib: u64| {
+            let mut s = sample(0, 0.1);
+            s.memory_used_bytes = used_mib * MIB;
+            s.processes_listed = false;
+            s
+        };
+        let pods = [pod("a", &["GPU-0"], 8000)];
+        let snap = t.update(vec![dcgm(1000)], &pods, Utc::now());
+        assert_eq!(snap.gpus[0].pods[0].observed_bytes, None);
+        let snap = t.update(vec![dcgm(1100)], &pods, Utc::now());
+        assert_eq!(
+            snap.gpus[0].pods[0].observed_bytes, None,
+            "100 MiB is no context yet"
+        );
+        let snap = t.update(vec![dcgm(4000)], &pods, Utc::now());
+        assert_eq!(snap.gpus[0].pods[0].observed_bytes, Some(3000 * MIB));
+        assert_eq!(snap.to_status().gpus[0].pods[0].observed_mib, Some(3000));
     }
 
     #[test]

@@ -138,9 +138,7 @@ async fn allocate_chooses_among_pending_pods() {
         TestPod::new("f", "other-node", &[&g[3]], "2026-01-01T08:00:00Z", 1000).info(),
     ];
     let mut config = test_config(NODE, dir.path());
-    config.mps = Some(MpsConfig {
-        pipe_directory: Some("/tmp/nvidia-mps".into()),
-    });
+    config.mps = Some(MpsConfig::with_defaults());
     let running = start(
         config,
         Dependencies {
@@ -206,10 +204,18 @@ async fn allocate_chooses_among_pending_pods() {
     assert_eq!(envs["CARMA_ASSIGNED_GPUS"], g[1]);
     assert_eq!(envs["CARMA_RESERVED_MIB"], "7000");
     assert_eq!(envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=7000M");
-    assert_eq!(envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
+    assert!(
+        !envs.contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+        "SMs are not split statically unless configured"
+    );
+    let mounts: Vec<&str> = r.container_responses[0]
+        .mounts
+        .iter()
+        .map(|m| m.container_path.as_str())
+        .collect();
     assert_eq!(
-        r.container_responses[0].mounts[0].host_path,
-        "/tmp/nvidia-mps"
+        mounts,
+        ["/tmp/nvidia-mps", "/dev/shm", "/var/log/nvidia-mps"]
     );
     assert_eq!(pods.annotated.lock().as_slice(), ["ml/b"]);
 

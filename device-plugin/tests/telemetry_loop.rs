@@ -36,6 +36,7 @@ const METRIC_NAMES: &[&str] = &[
     "carma_gpu_energy_joules_total",
     "carma_gpu_pods",
     "carma_gpu_healthy",
+    "carma_gpu_sharing_allowed",
     "carma_gpu_sm_activity_cap_ratio",
     "carma_pod_gpu_info",
     "carma_pod_gpu_memory_reserved_bytes",
@@ -349,4 +350,49 @@ async fn without_api_server_synthetic_pods_feed_the_per_pod_metrics() {
     );
     assert_eq!(metric_lines(&body, "carma_gpu_pods").len(), 4);
     running.shutdown().await;
+}
+
+/// Each simulated metric set, end to end: the rule it leads to shows in /metrics, and the GPUs get a
+/// verdict once their windows fill (with `nvml`, the occupancy window never fills and before the
+/// per-source gate no GPU ever could share).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_simulated_metric_set_shows_its_gate_rule() {
+    use carma_device_plugin::config::SimulatedMetrics;
+    for (metrics, rule) in [
+        (SimulatedMetrics::Nvml, "smact-drama"),
+        (SimulatedMetrics::Gpm, "smact-smocc-drama"),
+        (SimulatedMetrics::Dcgm, "smact-smocc-drama"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = test_config(NODE, dir.path());
+        config.simulated_metrics = metrics;
+        let running = start(config, Dependencies::default()).await.unwrap();
+        let addr = running.metrics_addr();
+        let body = eventually(WAIT, || async move {
+            let (_, body) = http_get(addr, "/metrics").await;
+            (!metric_lines(&body, "carma_gpu_sm_activity_risk_score").is_empty()).then_some(body)
+        })
+        .await;
+        let gate = metric_lines(&body, "carma_gpu_sharing_allowed");
+        assert_eq!(gate.len(), 4, "{metrics:?}: {gate:?}");
+        let want = format!(r#"rule="{rule}""#);
+        assert!(
+            gate.iter().all(|l| l.contains(&want)),
+            "{metrics:?}: {gate:?}"
+        );
+        assert!(
+            gate.iter().any(|l| l.ends_with(" 1")),
+            "{metrics:?}: a lightly loaded simulated GPU may share: {gate:?}"
+        );
+        let occupancy = metric_lines(&body, "carma_gpu_sm_occupancy_risk_score");
+        assert_eq!(
+            occupancy.is_empty(),
+            metrics == SimulatedMetrics::Nvml,
+            "{metrics:?}: {occupancy:?}"
+        );
+        // dcgm-exporter alone lists no processes: memory growth stands in for them.
+        let used = metric_lines(&body, "carma_pod_gpu_memory_used_bytes");
+        assert!(!used.is_empty(), "{metrics:?}: pods seen: {body}");
+        running.shutdown().await;
+    }
 }

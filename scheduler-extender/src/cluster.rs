@@ -45,6 +45,8 @@ pub(crate) struct NodeEntry {
     has_node: bool,
     /// UIDs of pods whose memory the `GpuNode` shows (`observedMiB` set).
     observed: HashSet<String>,
+    /// `status.updatedAt` of the latest publication, to tell a new publication from a re-list.
+    published: Option<String>,
     /// Where round robin starts on this node.
     pub(crate) rr_cursor: usize,
     /// Index of the node in per-node tables (reused after the node leaves).
@@ -166,9 +168,21 @@ impl ClusterState {
     }
 
     /// A `GpuNode` was published or updated: new telemetry, and the pods whose
-    /// memory now shows leave the in-flight set.
+    /// memory now shows leave the in-flight set. Its telemetry ages from now.
     pub fn apply_gpu_node(&self, gpu_node: &GpuNode) {
-        let core = gpu_node.to_core();
+        self.apply_gpu_node_observed(gpu_node, Some(now_ms()));
+    }
+
+    /// As [`Self::apply_gpu_node`], with the local time the publication was observed, or `None`
+    /// for telemetry that never ages (a static snapshot).
+    ///
+    /// Staleness is judged on this clock, never on the `updatedAt` the device plugin wrote with
+    /// its own: a publication is fresh when it is first seen (a new `updatedAt`), as the node
+    /// lifecycle controller judges kubelet heartbeats, so clock skew between nodes cannot make a
+    /// live node stale or a dead one fresh.
+    pub fn apply_gpu_node_observed(&self, gpu_node: &GpuNode, observed_at: Option<Millis>) {
+        let mut core = gpu_node.to_core();
+        let published = gpu_node.status.as_ref().and_then(|s| s.updated_at.clone());
         let observed: HashSet<String> = gpu_node
             .status
             .iter()
@@ -200,12 +214,22 @@ impl ClusterState {
             inner.gpu_owner.insert(g.uuid.clone(), name.clone());
         }
         let e = inner.entry(&name);
-        // Power, energy and timestamps change every publication without
-        // changing any verdict: only a change of what placement reads counts.
+        // A re-list delivers the same publication again: it keeps its first observation time.
+        let telemetry_at = match e.node.gpus.first() {
+            Some(g) if e.published.is_some() && e.published == published => g.telemetry_at,
+            _ => observed_at,
+        };
+        for g in &mut core.gpus {
+            g.telemetry_at = telemetry_at;
+        }
+        // Power, energy and the publication time change every publication without changing
+        // what placement reads; the observation time does (staleness), so a new publication
+        // counts as a change.
         let changed = !e.has_gpu_node || e.node != core || e.observed != observed;
         e.node = core;
         e.has_gpu_node = true;
         e.observed = observed;
+        e.published = published;
         if changed {
             inner.bump(&name);
         }
@@ -367,6 +391,7 @@ impl Inner {
                     has_gpu_node: false,
                     has_node: false,
                     observed: HashSet::new(),
+                    published: None,
                     rr_cursor: 0,
                     slot,
                     generation: self.next_generation,

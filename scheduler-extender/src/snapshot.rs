@@ -125,7 +125,7 @@ impl Snapshot {
             }
         }
         for g in &self.gpu_nodes {
-            cluster.apply_gpu_node(g);
+            cluster.apply_gpu_node_observed(g, None);
         }
         for p in &self.pods {
             cluster.apply_pod(p);

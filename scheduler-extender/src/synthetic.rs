@@ -28,6 +28,8 @@ pub fn gpu(uuid: &str, index: u32, free_mib: u64, sm_activity: f64, processes: u
         sm_occupancy: Some(sm_activity * 0.5),
         dram_activity: Some(sm_activity * 0.4),
         activity_source: "simulated".into(),
+        gate_rule: carma_core::GateRule::SmactSmoccDrama.as_str().into(),
+        sharing_allowed: None,
         power_watts: Some(60.0 + 300.0 * sm_activity),
         energy_joules: None,
         healthy: true,

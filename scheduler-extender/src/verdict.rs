@@ -8,7 +8,7 @@
 //! every change of the first ones, so a verdict is reused only for the same
 //! demand and generation, and only until the earliest warm-up lock on the node
 //! could lift (or for at most a second while one is running, so that the
-//! seconds left in the reason stay right).
+//! seconds left in the reason stay right) and the node's telemetry could turn stale.
 //!
 //! GPUMemNet reservations are class upper edges, so pods share few distinct
 //! demands, and consecutive filter and prioritize calls of a busy scheduler
@@ -187,9 +187,17 @@ fn judge_one(
         .filter_map(|g| state.ledger().warmup_holder(&g.uuid, cfg.warmup_ms, now))
         .map(|(_, left)| left.min(WARMUP_REFRESH_MS))
         .min();
+    // Telemetry that is fresh now turns stale without any change the generation sees.
+    let stale_at = e
+        .node
+        .gpus
+        .iter()
+        .filter_map(|g| carma_core::gate::stale_at(g, cfg, now))
+        .min();
+    let lock_until = lock_left.map_or(Millis::MAX, |left| now.saturating_add(left));
     Cached {
         generation: e.generation,
-        valid_until: lock_left.map_or(Millis::MAX, |left| now.saturating_add(left)),
+        valid_until: lock_until.min(stale_at.unwrap_or(Millis::MAX)),
         verdict,
     }
 }

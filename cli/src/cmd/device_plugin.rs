@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use carma_device_plugin::config::{
     self, BackendKind, Config, DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_METRICS_ADDR,
-    DEFAULT_SOCKET_NAME, MpsConfig, SimulatedGpus,
+    DEFAULT_SOCKET_NAME, MpsConfig, SimulatedGpus, SimulatedMetrics,
 };
 use tracing::{info, warn};
 
@@ -53,8 +53,9 @@ pub struct DevicePluginArgs {
     #[arg(long, env = "CARMA_DCGM_ENDPOINT")]
     pub dcgm_endpoint: Option<String>,
     /// Enforce reservations with NVIDIA MPS: Allocate sets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
-    /// (`0=<MiB>M,1=<MiB>M,…`) and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (100 / replicas). Needs an MPS
-    /// control daemon on the node. Without it, memory reservations are advisory.
+    /// (`0=<MiB>M,1=<MiB>M,…`) and mounts what MPS clients need (pipes, shared memory, logs). SMs
+    /// stay unlimited unless --mps-active-thread-percentage is given. Needs an MPS control daemon
+    /// on the node. Without it, memory reservations are advisory.
     #[arg(long)]
     pub mps: bool,
     /// MPS pipe directory mounted into containers and exported as CUDA_MPS_PIPE_DIRECTORY (with --mps).
@@ -64,16 +65,41 @@ pub struct DevicePluginArgs {
         default_value = "/tmp/nvidia-mps"
     )]
     pub mps_pipe_directory: PathBuf,
+    /// Host directory with the MPS server's shared memory, mounted at the containers' /dev/shm
+    /// (with --mps). The host's /dev/shm unless the MPS daemon uses its own.
+    #[arg(long, env = "CARMA_MPS_SHM_DIRECTORY", default_value = "/dev/shm")]
+    pub mps_shm_directory: Option<PathBuf>,
+    /// MPS control daemon's log directory, mounted read-only and exported as
+    /// CUDA_MPS_LOG_DIRECTORY (with --mps).
+    #[arg(
+        long,
+        env = "CARMA_MPS_LOG_DIRECTORY",
+        default_value = "/var/log/nvidia-mps"
+    )]
+    pub mps_log_directory: Option<PathBuf>,
+    /// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for shared pods (1..=100; with --mps). Unset: SMs are not
+    /// split, a pod alone on its GPU gets all of it, and the utilization gate keeps collocated
+    /// pods apart from saturated GPUs.
+    #[arg(long, env = "CARMA_MPS_ACTIVE_THREAD_PERCENTAGE", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub mps_active_thread_percentage: Option<u32>,
     /// Telemetry sampling interval (CARMA: 1s, with a 30-sample window).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub sample_interval: Duration,
-    /// SM activity cap of the utilization gate, exported as carma_gpu_sm_activity_cap_ratio.
+    /// SM activity cap of the utilization gate (the extender's; the chart sets both), for the
+    /// exported verdict carma_gpu_sharing_allowed and carma_gpu_sm_activity_cap_ratio.
     #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = 0.8)]
     pub sm_activity_cap: f64,
-    /// Kubelet's pod-resources socket. Accepted for deployment compatibility; the current plugin
-    /// finds pods through the API server and does not read it.
-    #[arg(long)]
-    pub pod_resources_socket: Option<PathBuf>,
+    /// SM occupancy cap of the utilization gate (see --sm-activity-cap).
+    #[arg(long, env = "CARMA_SM_OCCUPANCY_CAP", default_value_t = 0.45)]
+    pub sm_occupancy_cap: f64,
+    /// DRAM activity cap of the utilization gate (see --sm-activity-cap).
+    #[arg(long, env = "CARMA_DRAM_ACTIVITY_CAP", default_value_t = 0.4)]
+    pub dram_activity_cap: f64,
+    /// Metric set the simulated backend mimics: nvml (SM and DRAM activity, no occupancy: gate
+    /// rule smact-drama), gpm (all three: smact-smocc-drama) or dcgm (all three, no process list:
+    /// pods are seen through memory use).
+    #[arg(long, default_value = "gpm")]
+    pub simulated_metrics: SimulatedMetrics,
 }
 
 fn parse_interval(text: &str) -> Result<Duration, config::ConfigError> {
@@ -109,9 +135,15 @@ impl DevicePluginArgs {
         c.dcgm_endpoint = self.dcgm_endpoint.clone();
         c.mps = self.mps.then(|| MpsConfig {
             pipe_directory: Some(self.mps_pipe_directory.clone()),
+            shm_directory: self.mps_shm_directory.clone(),
+            log_directory: self.mps_log_directory.clone(),
+            active_thread_percentage: self.mps_active_thread_percentage,
         });
         c.sample_interval = self.sample_interval;
         c.sm_activity_cap = self.sm_activity_cap;
+        c.sm_occupancy_cap = self.sm_occupancy_cap;
+        c.dram_activity_cap = self.dram_activity_cap;
+        c.simulated_metrics = self.simulated_metrics;
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }
@@ -163,9 +195,6 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_BAD_INPUT));
         }
     };
-    if let Some(path) = &args.pod_resources_socket {
-        info!(path = %path.display(), "--pod-resources-socket accepted but not used by this version");
-    }
     // A per-node agent: two worker threads are plenty (one sample a second, a few kubelet and
     // Prometheus calls), and keep the footprint flat on nodes with many cores.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -229,8 +258,10 @@ mod tests {
             "--sm-activity-cap",
             "0.7",
             "--mps",
-            "--pod-resources-socket",
-            "/var/lib/kubelet/pod-resources/kubelet.sock",
+            "--simulated-metrics",
+            "nvml",
+            "--dram-activity-cap",
+            "0.3",
         ])
         .unwrap();
         let c = args.to_config().unwrap();
@@ -245,6 +276,8 @@ mod tests {
         assert_eq!(c.node_name, "gpu-7");
         assert_eq!(c.sample_interval, Duration::from_millis(500));
         assert_eq!(c.sm_activity_cap, 0.7);
+        assert_eq!(c.dram_activity_cap, 0.3);
+        assert_eq!(c.simulated_metrics, SimulatedMetrics::Nvml);
         assert!(c.mps.is_some());
         assert_eq!(c.socket_name, "carma.sock");
     }

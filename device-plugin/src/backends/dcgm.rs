@@ -126,15 +126,21 @@ impl DcgmGpu {
     }
 
     /// Copy the activity figures onto an NVML sample (those DCGM has).
+    ///
+    /// All three figures come from one source: when dcgm-exporter has any of them for this GPU,
+    /// DCGM's replace NVML's (a metric DCGM lacks stays absent rather than NVML's), so one gate
+    /// decision never combines DCGM's SM activity with NVML's utilization; when it has none,
+    /// NVML's figures stay as the labelled fallback.
     pub fn apply_activity(&self, s: &mut GpuSample) {
-        if let Some(a) = Self::activity(self.sm_active) {
-            s.sm_activity = Some(a);
-        }
-        if let Some(a) = Self::activity(self.sm_occupancy) {
-            s.sm_occupancy = Some(a);
-        }
-        if let Some(a) = Self::activity(self.dram_active) {
-            s.dram_activity = Some(a);
+        let (sm, occ, dram) = (
+            Self::activity(self.sm_active),
+            Self::activity(self.sm_occupancy),
+            Self::activity(self.dram_active),
+        );
+        if sm.is_some() || occ.is_some() || dram.is_some() {
+            s.sm_activity = sm;
+            s.sm_occupancy = occ;
+            s.dram_activity = dram;
         }
     }
 
@@ -160,6 +166,8 @@ impl DcgmGpu {
         }
         s.power_watts = self.power_watts;
         s.energy_joules = self.energy_mj.map(|mj| mj / 1000.0);
+        // dcgm-exporter lists no processes: pods are seen through memory use instead.
+        s.processes_listed = false;
         self.apply_activity(&mut s);
         if let Some(xid) = self.last_xid
             && xid >= 1.0
@@ -357,13 +365,26 @@ DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-bbbb"} 13
     }
 
     #[test]
-    fn dcgm_overrides_only_the_activity_it_has() {
-        let gpus = parse_exposition(TEXT).unwrap();
+    fn dcgm_and_nvml_figures_never_mix_in_one_sample() {
+        let mut gpus = parse_exposition(TEXT).unwrap();
         let mut s = GpuSample::basic(0, "GPU-aaaa", "m", 1, 0);
         s.sm_occupancy = Activity::new(0.3, ActivitySource::Gpm);
+        gpus[0].sm_occupancy = None;
         gpus[0].apply_activity(&mut s);
         assert_eq!(s.sm_activity.unwrap().source, ActivitySource::Dcgm);
-        assert_eq!(s.sm_occupancy.unwrap().source, ActivitySource::Gpm);
+        assert_eq!(
+            s.sm_occupancy, None,
+            "GPM occupancy must not join DCGM's SM activity"
+        );
+        // DCGM has nothing for the GPU: NVML's figures stay, all of them.
+        let mut t = GpuSample::basic(0, "GPU-aaaa", "m", 1, 0);
+        t.sm_activity = Activity::new(0.5, ActivitySource::NvmlUtil);
+        let empty = DcgmGpu {
+            uuid: "GPU-aaaa".into(),
+            ..DcgmGpu::default()
+        };
+        empty.apply_activity(&mut t);
+        assert_eq!(t.sm_activity.unwrap().source, ActivitySource::NvmlUtil);
     }
 
     #[test]

@@ -117,6 +117,9 @@ pub struct GpuSample {
     pub health_reason: Option<String>,
     /// Compute processes (MPS control and server processes excluded).
     pub processes: Vec<GpuProcess>,
+    /// Whether the backend can list processes at all (dcgm-exporter alone cannot): without a
+    /// list, pods are seen through the GPU's memory use instead.
+    pub processes_listed: bool,
 }
 
 impl GpuSample {
@@ -143,6 +146,7 @@ impl GpuSample {
             healthy: true,
             health_reason: None,
             processes: Vec::new(),
+            processes_listed: true,
         }
     }
 }

@@ -23,6 +23,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, EventSet, GpmSample};
 use parking_lot::Mutex;
 use tracing::{info, warn};
@@ -178,25 +179,38 @@ fn sample_one(s: &Shared, info: &GpuInfo, gpm: &mut Gpm) -> GpuSample {
         .ok()
         .map(|mj| mj as f64 / 1000.0);
     activity(s, info, &dev, gpm, &mut out);
-    out.processes = dev
-        .running_compute_processes()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|p| !cgroup::is_mps_process(&s.proc_root, p.pid))
-        .map(|p| GpuProcess {
-            pid: Some(p.pid),
-            pod_uid: cgroup::pod_uid_for_pid(&s.proc_root, p.pid),
-            used_bytes: match p.used_gpu_memory {
-                UsedGpuMemory::Used(b) => Some(b),
-                UsedGpuMemory::Unavailable => None,
-            },
-        })
-        .collect();
+    // MPS clients are not in the compute process list (the MPS server is): NVML lists them
+    // through a call of their own.
+    out.processes = merge_processes(
+        dev.running_compute_processes().unwrap_or_default(),
+        dev.mps_running_compute_processes().unwrap_or_default(),
+    )
+    .into_iter()
+    .filter(|p| !cgroup::is_mps_process(&s.proc_root, p.pid))
+    .map(|p| GpuProcess {
+        pid: Some(p.pid),
+        pod_uid: cgroup::pod_uid_for_pid(&s.proc_root, p.pid),
+        used_bytes: match p.used_gpu_memory {
+            UsedGpuMemory::Used(b) => Some(b),
+            UsedGpuMemory::Unavailable => None,
+        },
+    })
+    .collect();
     if let Some(reason) = s.xid.lock().get(&info.uuid) {
         out.healthy = false;
         out.health_reason = Some(reason.clone());
     }
     out
+}
+
+/// The compute processes and the MPS clients of a GPU, each PID once (the first report wins).
+fn merge_processes(compute: Vec<ProcessInfo>, mps: Vec<ProcessInfo>) -> Vec<ProcessInfo> {
+    let mut seen = std::collections::HashSet::new();
+    compute
+        .into_iter()
+        .chain(mps)
+        .filter(|p| seen.insert(p.pid))
+        .collect()
 }
 
 fn activity(s: &Shared, info: &GpuInfo, dev: &Device<'static>, gpm: &mut Gpm, out: &mut GpuSample) {
@@ -382,5 +396,19 @@ mod tests {
                 assert!(samples.iter().all(|s| s.uuid.starts_with("GPU-")));
             }
         }
+    }
+
+    #[test]
+    fn mps_clients_join_the_compute_processes_once() {
+        let p = |pid: u32, mib: u64| ProcessInfo {
+            pid,
+            used_gpu_memory: UsedGpuMemory::Used(mib << 20),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        };
+        // The compute list holds the MPS server (pid 7); the clients only come from the MPS call.
+        let merged = merge_processes(vec![p(7, 300)], vec![p(11, 4000), p(12, 2000), p(7, 300)]);
+        let pids: Vec<u32> = merged.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, [7, 11, 12]);
     }
 }

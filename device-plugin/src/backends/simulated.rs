@@ -9,7 +9,7 @@
 //! Without an API server there are no real pods; [`SimulatedBackend::synthetic_pods`] makes a few
 //! per GPU, in namespace `simulated`, so the per-pod metrics exist for dashboards.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::f64::consts::TAU;
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use super::{
     Activity, ActivitySource, BackendError, GpuBackend, GpuProcess, GpuSample, SampleContext,
 };
-use crate::config::SimulatedGpus;
+use crate::config::{SimulatedGpus, SimulatedMetrics};
 use crate::pods::PodInfo;
 
 const MIB: u64 = 1024 * 1024;
@@ -49,6 +49,8 @@ struct State {
     tick: u64,
     energy_j: Vec<f64>,
     health: BTreeMap<u32, String>,
+    /// Sample number at which each pod was first seen.
+    first_seen: BTreeMap<String, u64>,
 }
 
 /// Changes the simulated GPUs from outside (tests, demos).
@@ -76,6 +78,7 @@ impl SimulatedControl {
 #[derive(Debug)]
 pub struct SimulatedBackend {
     gpus: Vec<SimGpu>,
+    metrics: SimulatedMetrics,
     interval_secs: f64,
     state: Arc<Mutex<State>>,
 }
@@ -120,12 +123,19 @@ impl SimulatedBackend {
             .collect();
         Self {
             gpus,
+            metrics: SimulatedMetrics::default(),
             interval_secs,
             state: Arc::new(Mutex::new(State {
                 energy_j: vec![0.0; spec.count as usize],
                 ..Default::default()
             })),
         }
+    }
+
+    /// Mimic `metrics`' metric set (default: GPM's, all three metrics and a process list).
+    pub fn with_metrics(mut self, metrics: SimulatedMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The simulated GPUs.
@@ -188,13 +198,15 @@ impl SimulatedBackend {
         out
     }
 
-    /// The sample of every GPU at sample number `tick` with `ctx`'s pods (pure: tests call it).
+    /// The sample of every GPU at sample number `tick` with `ctx`'s pods, `just_assigned` being those
+    /// first seen at this sample (pure: tests call it).
     pub fn sample_at(
         &self,
         tick: u64,
         ctx: &SampleContext,
         energy: &mut [f64],
         health: &BTreeMap<u32, String>,
+        just_assigned: &BTreeSet<String>,
     ) -> Vec<GpuSample> {
         let t = tick as f64;
         self.gpus
@@ -207,6 +219,11 @@ impl SimulatedBackend {
                 let mut used_mib = 0u64;
                 let mut processes = Vec::with_capacity(pods.len());
                 for (k, pod) in pods.iter().enumerate() {
+                    // dcgm mimicry: a container starts after its pod is assigned, so the memory
+                    // growth that stands in for a process list is there to be seen.
+                    if self.metrics == SimulatedMetrics::Dcgm && just_assigned.contains(&pod.uid) {
+                        continue;
+                    }
                     let wave = 0.5 + 0.5 * (TAU * t / 90.0 + phase(&pod.uid) + k as f64).sin();
                     let mib = CONTEXT_MIB + (pod.reserved_mib as f64 * (0.55 + 0.35 * wave)) as u64;
                     used_mib += mib;
@@ -232,7 +249,9 @@ impl SimulatedBackend {
                     used_mib * MIB,
                 );
                 s.sm_activity = Activity::new(sm, ActivitySource::Simulated);
-                s.sm_occupancy = Activity::new(occ, ActivitySource::Simulated);
+                if self.metrics != SimulatedMetrics::Nvml {
+                    s.sm_occupancy = Activity::new(occ, ActivitySource::Simulated);
+                }
                 s.dram_activity = Activity::new(dram, ActivitySource::Simulated);
                 let power = 55.0 + 300.0 * sm;
                 s.power_watts = Some(power);
@@ -240,7 +259,11 @@ impl SimulatedBackend {
                     *e += power * self.interval_secs;
                     s.energy_joules = Some(*e);
                 }
-                s.processes = processes;
+                if self.metrics == SimulatedMetrics::Dcgm {
+                    s.processes_listed = false;
+                } else {
+                    s.processes = processes;
+                }
                 if let Some(reason) = health.get(&gpu.index) {
                     s.healthy = false;
                     s.health_reason = Some(reason.clone());
@@ -265,7 +288,23 @@ impl GpuBackend for SimulatedBackend {
             let state = &mut *guard;
             let tick = state.tick;
             state.tick += 1;
-            Ok(self.sample_at(tick, ctx, &mut state.energy_j, &state.health))
+            let live: BTreeSet<String> = ctx
+                .pods_by_gpu
+                .values()
+                .flatten()
+                .map(|p| p.uid.clone())
+                .collect();
+            state.first_seen.retain(|uid, _| live.contains(uid));
+            let mut new = BTreeSet::new();
+            for uid in live {
+                if let std::collections::btree_map::Entry::Vacant(e) =
+                    state.first_seen.entry(uid.clone())
+                {
+                    e.insert(tick);
+                    new.insert(uid);
+                }
+            }
+            Ok(self.sample_at(tick, ctx, &mut state.energy_j, &state.health, &new))
         })
     }
 }
@@ -303,7 +342,7 @@ mod tests {
             }],
         );
         let mut energy = vec![0.0; 2];
-        let samples = b.sample_at(10, &ctx, &mut energy, &BTreeMap::new());
+        let samples = b.sample_at(10, &ctx, &mut energy, &BTreeMap::new(), &BTreeSet::new());
         assert_eq!(samples[0].memory_used_bytes, 0);
         assert_eq!(samples[0].sm_activity.unwrap().value, 0.0);
         let s = &samples[1];
@@ -319,7 +358,7 @@ mod tests {
         assert!(sm.value > 0.0);
         assert!(energy[1] > energy[0]);
         // Deterministic.
-        let again = b.sample_at(10, &ctx, &mut [0.0; 2], &BTreeMap::new());
+        let again = b.sample_at(10, &ctx, &mut [0.0; 2], &BTreeMap::new(), &BTreeSet::new());
         assert_eq!(again[1].memory_used_bytes, s.memory_used_bytes);
     }
 

@@ -383,7 +383,6 @@ impl NodeAgent {
             name,
             Some(Arc::clone(&pods) as Arc<dyn PodLookup>),
             None,
-            REPLICAS,
             Arc::new(PluginMetrics::new(name, 0.8)),
             Arc::new(RwLock::new(uuids)),
         );

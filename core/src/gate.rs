@@ -1,0 +1,192 @@
+//! The utilization gate for the activity metrics a GPU's telemetry source really delivers.
+//!
+//! CARMA's gate excludes a GPU from sharing when its SM activity risk is at or above the cap and
+//! either its SM occupancy or its DRAM activity risk is at or above theirs. Not every source has all
+//! three metrics:
+//!
+//! | source | metrics | rule |
+//! |---|---|---|
+//! | DCGM profiling fields (1002, 1003, 1005) | SM activity, SM occupancy, DRAM activity | `smact-smocc-drama` |
+//! | NVML GPM (Hopper and newer) | SM activity, SM occupancy, DRAM bandwidth | `smact-smocc-drama` |
+//! | NVML without GPM (Volta, Ampere, Ada, Turing) | kernel-time utilization, memory-controller utilization | `smact-drama` |
+//! | nothing usable (e.g. dcgm-exporter without the profiling counters) | — | `none` |
+//!
+//! Each rule keeps CARMA's shape — "busy SMs *and* evidence of saturation" — over the metrics that
+//! exist: the secondary condition is the OR of the secondary metrics the source has, and a source
+//! with SM activity alone is gated on SM activity alone. Without any SM activity figure nothing
+//! can be judged, and the GPU takes exclusive pods only (reported as such, never silently).
+//!
+//! On NVML without GPM the "SM activity" is the fraction of time any kernel ran, which is never
+//! lower than DCGM's SM activity for the same load, so `smact-drama` excludes a GPU at least as
+//! early on the first condition; dropping occupancy from the second condition makes it more
+//! permissive there. Operators see which rule each GPU is under in `GpuNode.status` and in
+//! `carma_gpu_sharing_allowed{rule}`.
+//!
+//! A source change never mixes metrics: the device plugin publishes the rule of the source that
+//! delivered the latest sample and only the risk scores of windows filled by that source.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Millis;
+use crate::config::PlacementConfig;
+use crate::model::Gpu;
+use crate::reason::GpuRejection;
+
+/// Which utilization gate a GPU is judged by, named after the metrics it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum GateRule {
+    /// SM activity, and SM occupancy or DRAM activity (CARMA's gate; DCGM, NVML GPM).
+    #[default]
+    #[serde(rename = "smact-smocc-drama")]
+    SmactSmoccDrama,
+    /// SM activity and SM occupancy (a source without a DRAM figure).
+    #[serde(rename = "smact-smocc")]
+    SmactSmocc,
+    /// SM activity and DRAM activity (NVML utilization rates without GPM).
+    #[serde(rename = "smact-drama")]
+    SmactDrama,
+    /// SM activity alone.
+    #[serde(rename = "smact")]
+    Smact,
+    /// No SM activity figure: the GPU cannot be judged and takes exclusive pods only.
+    #[serde(rename = "none")]
+    NoActivity,
+}
+
+impl GateRule {
+    /// Every rule, in documentation order.
+    pub const ALL: [GateRule; 5] = [
+        GateRule::SmactSmoccDrama,
+        GateRule::SmactSmocc,
+        GateRule::SmactDrama,
+        GateRule::Smact,
+        GateRule::NoActivity,
+    ];
+
+    /// The rule for a source that delivers the given metrics.
+    pub fn for_metrics(sm_activity: bool, sm_occupancy: bool, dram_activity: bool) -> Self {
+        match (sm_activity, sm_occupancy, dram_activity) {
+            (false, _, _) => GateRule::NoActivity,
+            (true, true, true) => GateRule::SmactSmoccDrama,
+            (true, true, false) => GateRule::SmactSmocc,
+            (true, false, true) => GateRule::SmactDrama,
+            (true, false, false) => GateRule::Smact,
+        }
+    }
+
+    /// The label value (`smact-smocc-drama`, `smact-drama`, …, `none`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateRule::SmactSmoccDrama => "smact-smocc-drama",
+            GateRule::SmactSmocc => "smact-smocc",
+            GateRule::SmactDrama => "smact-drama",
+            GateRule::Smact => "smact",
+            GateRule::NoActivity => "none",
+        }
+    }
+
+    /// Whether the rule reads SM occupancy.
+    pub fn reads_occupancy(self) -> bool {
+        matches!(self, GateRule::SmactSmoccDrama | GateRule::SmactSmocc)
+    }
+
+    /// Whether the rule reads DRAM activity.
+    pub fn reads_dram(self) -> bool {
+        matches!(self, GateRule::SmactSmoccDrama | GateRule::SmactDrama)
+    }
+}
+
+impl fmt::Display for GateRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A gate rule name that is not one of the five.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown gate rule {0:?}: expected smact-smocc-drama, smact-smocc, smact-drama, smact or none"
+)]
+pub struct GateRuleParseError(pub String);
+
+impl FromStr for GateRule {
+    type Err = GateRuleParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        GateRule::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s.trim())
+            .ok_or_else(|| GateRuleParseError(s.to_string()))
+    }
+}
+
+/// Whether `gpu`'s telemetry lets it take another shared pod: fresh enough, judged by its rule,
+/// and below the caps. Memory, replicas and locks are placement's business, not the gate's.
+pub fn utilization_gate(gpu: &Gpu, cfg: &PlacementConfig, now: Millis) -> Result<(), GpuRejection> {
+    let uuid = || gpu.uuid.clone();
+    if let (Some(at), Some(max_age)) = (gpu.telemetry_at, cfg.max_telemetry_age_ms)
+        && now.saturating_sub(at) > max_age
+    {
+        return Err(GpuRejection::TelemetryStale {
+            uuid: uuid(),
+            index: gpu.index,
+            age_s: now.saturating_sub(at) as f64 / 1000.0,
+            max_age_s: max_age as f64 / 1000.0,
+        });
+    }
+    let rule = gpu.gate_rule;
+    if rule == GateRule::NoActivity {
+        return Err(GpuRejection::NoActivityTelemetry {
+            uuid: uuid(),
+            index: gpu.index,
+        });
+    }
+    let warming = || GpuRejection::TelemetryWarmingUp {
+        uuid: uuid(),
+        index: gpu.index,
+        gate: rule,
+    };
+    let smact = gpu.sm_activity.ok_or_else(warming)?;
+    let smocc = if rule.reads_occupancy() {
+        Some(gpu.sm_occupancy.ok_or_else(warming)?)
+    } else {
+        None
+    };
+    let drama = if rule.reads_dram() {
+        Some(gpu.dram_activity.ok_or_else(warming)?)
+    } else {
+        None
+    };
+    let saturated = match (smocc, drama) {
+        (None, None) => true,
+        _ => {
+            smocc.is_some_and(|v| v >= cfg.sm_occupancy_cap)
+                || drama.is_some_and(|v| v >= cfg.dram_activity_cap)
+        }
+    };
+    if smact >= cfg.sm_activity_cap && saturated {
+        return Err(GpuRejection::UtilizationGate {
+            uuid: uuid(),
+            index: gpu.index,
+            gate: rule,
+            sm_activity: smact,
+            sm_occupancy: smocc,
+            dram_activity: drama,
+            sm_activity_cap: cfg.sm_activity_cap,
+            sm_occupancy_cap: cfg.sm_occupancy_cap,
+            dram_activity_cap: cfg.dram_activity_cap,
+        });
+    }
+    Ok(())
+}
+
+/// The earliest time at which `gpu`'s telemetry turns stale, when it is fresh now and can.
+pub fn stale_at(gpu: &Gpu, cfg: &PlacementConfig, now: Millis) -> Option<Millis> {
+    let at = gpu.telemetry_at?;
+    let max_age = cfg.max_telemetry_age_ms?;
+    let deadline = at.saturating_add(max_age).saturating_add(1);
+    (deadline > now).then_some(deadline)
+}
