@@ -434,4 +434,48 @@ mod tests {
         assert_ne!(judge(t0 + 2_500), locked);
         assert!(matches!(judge(t0 + 30_001)[0], Verdict::Pass { .. }));
     }
+
+    #[test]
+    fn telemetry_that_stops_arriving_turns_stale_and_fresh_again() {
+        // GpuNode.status.updatedAt was never read: a node whose device plugin died was trusted
+        // for ever. Now its GPUs take no new shared pods once no publication was seen for
+        // max_telemetry_age_ms, and the cached verdict notices without any change to the node.
+        let cfg = PlacementConfig {
+            max_telemetry_age_ms: Some(60_000),
+            warmup_ms: 0,
+            ..PlacementConfig::default()
+        };
+        let snap = synthetic::cluster(1, 1);
+        let cluster = ClusterState::new();
+        snap.apply(&cluster);
+        let t0: Millis = 5_000_000;
+        let mut first = snap.gpu_nodes[0].clone();
+        first.status.as_mut().unwrap().updated_at = Some("2026-01-01T00:00:01Z".into());
+        cluster.apply_gpu_node_observed(&first, Some(t0));
+        let node = synthetic::node_name(0);
+        let d = Demand::new(1, Reservation::Mib(2000), Policy::Magm);
+        {
+            let mut w = cluster.write();
+            let p = w.place(&node, &d, &cfg, t0).unwrap();
+            w.book("first", &p, &cfg, t0).unwrap();
+        }
+        let cache = Verdicts::new();
+        let judge = |now| cache.judge(&cluster.read(), &[node.as_str()], &d, &cfg, now);
+        assert!(matches!(judge(t0 + 60_000)[0], Verdict::Pass { .. }));
+        let stale = judge(t0 + 60_001);
+        match &stale[0] {
+            Verdict::Fail { code, reason, .. } => {
+                assert_eq!(*code, "telemetry-stale");
+                assert!(reason.contains("device plugin"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A re-list of the same publication does not make it fresh; a new publication does.
+        cluster.apply_gpu_node_observed(&first, Some(t0 + 70_000));
+        assert_eq!(judge(t0 + 70_001), stale);
+        let mut next = snap.gpu_nodes[0].clone();
+        next.status.as_mut().unwrap().updated_at = Some("2026-01-01T00:01:10Z".into());
+        cluster.apply_gpu_node_observed(&next, Some(t0 + 70_000));
+        assert!(matches!(judge(t0 + 70_001)[0], Verdict::Pass { .. }));
+    }
 }
