@@ -59,15 +59,27 @@ pub fn is_idle(gpu: &Gpu, ledger: &Ledger) -> bool {
     gpu.healthy && gpu.processes == 0 && ledger.pods_on(&gpu.uuid) == 0
 }
 
-/// The GPU cannot hold the reservation even alone.
-fn too_small(gpu: &Gpu, demand: &Demand) -> Option<GpuRejection> {
+/// Whether `demand` takes `gpu` whole: it must be alone on the GPU, or it reserves the GPU's whole
+/// memory or more. A reservation that large leaves nothing to share, and an estimate above the GPU
+/// (GPUMemNet's classes are upper edges) is best tried on the whole GPU rather than refused; if it
+/// really does not fit, the attempt fails with an out-of-memory crash and recovery decides. The
+/// simulator and the extender both follow this one rule.
+pub fn takes_whole(gpu: &Gpu, demand: &Demand) -> bool {
+    demand.wants_exclusive()
+        || matches!(demand.reservation, Reservation::Mib(m) if m >= gpu.memory_total_mib)
+}
+
+/// The reservation fills the GPU: only an idle GPU, taken whole, will do.
+fn needs_whole(gpu: &Gpu, demand: &Demand) -> Option<GpuRejection> {
     match demand.reservation {
-        Reservation::Mib(need) if need > gpu.memory_total_mib => Some(GpuRejection::TooSmall {
-            uuid: gpu.uuid.clone(),
-            index: gpu.index,
-            total_mib: gpu.memory_total_mib,
-            need_mib: need,
-        }),
+        Reservation::Mib(need) if need >= gpu.memory_total_mib => {
+            Some(GpuRejection::NeedsWholeGpu {
+                uuid: gpu.uuid.clone(),
+                index: gpu.index,
+                total_mib: gpu.memory_total_mib,
+                need_mib: need,
+            })
+        }
         _ => None,
     }
 }
@@ -81,7 +93,7 @@ fn check_shared<'a>(
     now: Millis,
 ) -> Result<Fit<'a>, GpuRejection> {
     let uuid = || gpu.uuid.clone();
-    if let Some(r) = too_small(gpu, demand) {
+    if let Some(r) = needs_whole(gpu, demand) {
         return Err(r);
     }
     if !gpu.healthy {
@@ -201,16 +213,17 @@ pub fn place_on_node(
     let idle: Vec<&Gpu> = by_index
         .iter()
         .copied()
-        .filter(|g| is_idle(g, ledger) && too_small(g, demand).is_none())
+        .filter(|g| is_idle(g, ledger))
         .collect();
     if idle.len() >= wanted as usize {
         let chosen = &idle[..wanted as usize];
-        // A pod that must be alone owns its GPUs whole; a sharer that merely
-        // found idle GPUs books its own reservation, so others may join later.
+        // A pod that takes its GPUs whole owns them; a sharer that merely found idle GPUs books
+        // its own reservation, so others may join later.
+        let whole = chosen.iter().any(|g| takes_whole(g, demand));
         let reserved = chosen
             .iter()
             .map(|g| {
-                if demand.wants_exclusive() {
+                if whole {
                     g.memory_total_mib
                 } else {
                     demand
@@ -224,7 +237,7 @@ pub fn place_on_node(
             node: node.name.clone(),
             gpus: chosen.iter().map(|g| g.uuid.clone()).collect(),
             indices: chosen.iter().map(|g| g.index).collect(),
-            exclusive: demand.wants_exclusive(),
+            exclusive: whole,
             reserved_mib: reserved,
             score: 10,
             capacity_checked: true,
@@ -235,9 +248,7 @@ pub fn place_on_node(
             .iter()
             .filter(|g| !idle.iter().any(|i| i.uuid == g.uuid))
             .map(|g| {
-                if let Some(r) = too_small(g, demand) {
-                    r
-                } else if g.healthy {
+                if g.healthy {
                     GpuRejection::NotIdle {
                         uuid: g.uuid.clone(),
                         index: g.index,

@@ -11,11 +11,11 @@ use crate::gate::GateRule;
 #[derive(Debug, Clone, PartialEq, Serialize, Error)]
 #[serde(rename_all = "camelCase", tag = "rule")]
 pub enum GpuRejection {
-    /// The reservation is larger than the GPU's memory: it can never fit there.
+    /// The reservation is the GPU's whole memory or more: the pod takes this GPU only whole, idle.
     #[error(
-        "GPU {index} ({uuid}) has {total_mib} MiB in all; the pod reserves {need_mib} MiB per GPU"
+        "GPU {index} ({uuid}) has {total_mib} MiB in all and the pod reserves {need_mib} MiB per GPU: it takes this GPU only whole, when it is idle"
     )]
-    TooSmall {
+    NeedsWholeGpu {
         /// GPU UUID.
         uuid: String,
         /// GPU index.
@@ -214,7 +214,7 @@ impl GpuRejection {
     /// A short, stable label for metrics.
     pub fn code(&self) -> &'static str {
         match self {
-            GpuRejection::TooSmall { .. } => "gpu-too-small",
+            GpuRejection::NeedsWholeGpu { .. } => "needs-whole-gpu",
             GpuRejection::Unhealthy { .. } => "unhealthy",
             GpuRejection::ExclusivelyHeld { .. } => "exclusively-held",
             GpuRejection::WarmUpLock { .. } => "warm-up-lock",

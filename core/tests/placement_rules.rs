@@ -586,33 +586,37 @@ fn policies_parse_and_print() {
 }
 
 #[test]
-fn a_reservation_larger_than_the_gpu_never_fits() {
-    // 64 GiB asked, 40 GiB GPUs: not even an idle GPU may take it.
+fn a_reservation_of_the_whole_gpu_or_more_takes_an_idle_gpu_whole() {
+    // 64 GiB asked, 40 GiB GPUs. The extender used to refuse it everywhere (the pod stayed
+    // pending) while the simulator ran it on a whole GPU: one rule now, in core.
     let gpus: Vec<Gpu> = (0..2)
         .map(|i| Gpu::idle(format!("GPU-{i}"), i, A100))
         .collect();
-    for policy in Policy::ALL {
-        let err = place_on_node(
-            &node(gpus.clone()),
-            &Ledger::new(),
-            &demand(65_536, policy),
-            &PlacementConfig::default(),
-            NOW,
-            0,
-        )
-        .unwrap_err();
-        assert_eq!(err.code(), "gpu-too-small", "{policy}");
-        assert!(err.to_string().contains("40960 MiB in all"), "{err}");
+    for need in [A100, 65_536] {
+        for policy in Policy::ALL {
+            let p = place_on_node(
+                &node(gpus.clone()),
+                &Ledger::new(),
+                &demand(need, policy),
+                &PlacementConfig::default(),
+                NOW,
+                0,
+            )
+            .unwrap_or_else(|e| panic!("{need} MiB, {policy}: {e}"));
+            assert!(p.exclusive, "{need} MiB, {policy}");
+            assert_eq!(p.reserved_mib, A100, "{need} MiB, {policy}");
+        }
     }
-    assert!(
-        place_on_node(
-            &node(gpus),
-            &Ledger::new(),
-            &demand(A100, Policy::Magm),
-            &PlacementConfig::default(),
-            NOW,
-            0
-        )
-        .is_ok()
-    );
+    // Never shared: with every GPU busy, each one says why.
+    let err = place_on_node(
+        &node(gpus),
+        &busy_ledger(&[0, 1], 1000),
+        &demand(65_536, Policy::Magm),
+        &PlacementConfig::default(),
+        NOW,
+        0,
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "needs-whole-gpu");
+    assert!(err.to_string().contains("only whole"), "{err}");
 }

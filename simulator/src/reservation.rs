@@ -19,7 +19,6 @@ use carma_core::Reservation;
 use carma_estimator::Estimator;
 use serde::Serialize;
 
-use crate::engine::fit_reservation;
 use crate::error::SimError;
 use crate::task::Task;
 
@@ -89,6 +88,9 @@ pub struct ReservationPlan {
     pub fallbacks: usize,
     /// Tasks whose reservation is below their true peak (they may crash when sharing).
     pub underestimates: usize,
+    /// Tasks that take whole GPUs under carma-core's rule (`placement::takes_whole`): no
+    /// estimate, or one of the GPU's whole memory or more. A cluster does the same with them.
+    pub whole_gpu: usize,
     /// How many tasks each estimate source (e.g. `gpumemnet-mlp`) served.
     pub sources: Vec<(String, usize)>,
 }
@@ -135,7 +137,7 @@ pub fn plan(
             }
         };
         let r = match r {
-            Some(r) => fit_reservation(r, gpu_memory_mib),
+            Some(r) => r,
             None => {
                 fallbacks += 1;
                 Reservation::WholeGpu
@@ -150,11 +152,20 @@ pub fn plan(
         .count();
     let mut sources: Vec<(String, usize)> = sources.into_iter().collect();
     sources.sort();
+    let whole_gpu = reservations
+        .iter()
+        .filter(|r| match r {
+            Reservation::WholeGpu => true,
+            Reservation::Mib(m) => *m >= gpu_memory_mib,
+            Reservation::Unknown => false,
+        })
+        .count();
     Ok(ReservationPlan {
         kind,
         reservations,
         fallbacks,
         underestimates,
+        whole_gpu,
         sources,
     })
 }

@@ -734,7 +734,7 @@ impl<'a> Engine<'a> {
                 recovery_priority,
                 ..
             } => {
-                s.reservation = fit_reservation(reservation, total);
+                s.reservation = reservation;
                 s.exclusive = exclusive;
                 self.push(
                     self.now + backoff_ms,
@@ -992,15 +992,6 @@ impl<'a> Engine<'a> {
             events: self.events,
             ticks: self.ticks,
         }
-    }
-}
-
-/// A reservation that cannot fit beside anything on a GPU of `total_mib` is a
-/// whole GPU.
-pub fn fit_reservation(r: Reservation, total_mib: u64) -> Reservation {
-    match r {
-        Reservation::Mib(m) if m >= total_mib => Reservation::WholeGpu,
-        other => other,
     }
 }
 

@@ -2,8 +2,6 @@
 
 use std::fmt::Write as _;
 
-use carma_core::Reservation;
-
 use crate::Comparison;
 use crate::report::change_pct;
 use crate::result::Summary;
@@ -281,11 +279,7 @@ fn describe_plan(cmp: &Comparison) -> String {
                 .join(", "),
         );
     }
-    let whole = p
-        .reservations
-        .iter()
-        .filter(|r| **r == Reservation::WholeGpu)
-        .count();
+    let whole = p.whole_gpu;
     if whole > 0 {
         notes.push(format!("{whole} whole-GPU"));
     }
