@@ -196,6 +196,10 @@ pub struct Demand {
     pub policy: Policy,
     /// The pod must not share its GPUs (recovery escalation or user request).
     pub exclusive: bool,
+    /// The pod may take idle GPUs only: another pod's recovery attempt is waiting for GPUs
+    /// (CARMA's recovery-first rule, see [`crate::placement::recovery_first`]).
+    #[serde(default)]
+    pub idle_only: bool,
 }
 
 impl Demand {
@@ -206,6 +210,7 @@ impl Demand {
             reservation,
             policy,
             exclusive: false,
+            idle_only: false,
         }
     }
 

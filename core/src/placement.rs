@@ -84,6 +84,15 @@ fn needs_whole(gpu: &Gpu, demand: &Demand) -> Option<GpuRejection> {
     }
 }
 
+/// CARMA's recovery-first rule: while a recovery attempt (a pod of a task that crashed out of
+/// memory, priority class `carma-recovery`) waits for GPUs, every other pod takes idle GPUs only, so
+/// no new collocation competes with the recovering task for the GPUs that free up. The simulator
+/// applies it with its recovery queue, the extender with the pending `carma-recovery` pods it sees.
+pub fn recovery_first(mut demand: Demand, recovery_waiting: bool, is_recovery: bool) -> Demand {
+    demand.idle_only = recovery_waiting && !is_recovery;
+    demand
+}
+
 /// Checks every rule for sharing one GPU with `demand`.
 fn check_shared<'a>(
     gpu: &'a Gpu,
@@ -269,6 +278,14 @@ pub fn place_on_node(
             passing: idle.len(),
             mode: "exclusively",
             rejections,
+        });
+    }
+
+    if demand.idle_only {
+        return Err(NodeRejection::RecoveryFirst {
+            node: node.name.clone(),
+            wanted,
+            idle: idle.len(),
         });
     }
 

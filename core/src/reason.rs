@@ -250,6 +250,18 @@ pub enum NodeRejection {
         /// GPUs on the node.
         have: usize,
     },
+    /// A recovery attempt waits for GPUs, so the pod may take idle GPUs only, and too few are idle.
+    #[error(
+        "node {node}: a recovery attempt (priority class carma-recovery) is waiting for GPUs, so other pods take idle GPUs only until it is placed (CARMA's recovery-first rule); the pod needs {wanted}, {idle} idle here"
+    )]
+    RecoveryFirst {
+        /// Node name.
+        node: String,
+        /// GPUs wanted.
+        wanted: u32,
+        /// Idle GPUs on the node.
+        idle: usize,
+    },
     /// Fewer GPUs than needed pass the rules.
     #[error("node {node}: the pod needs {wanted} GPU(s) {mode}, {passing} pass: {}", join(.rejections))]
     NotEnoughGpus {
@@ -277,6 +289,7 @@ impl NodeRejection {
         match self {
             NodeRejection::NoGpus { .. } => "no-gpus",
             NodeRejection::TooFewGpus { .. } => "too-few-gpus",
+            NodeRejection::RecoveryFirst { .. } => "recovery-first",
             NodeRejection::NotEnoughGpus { rejections, .. } => {
                 let mut counts: Vec<(&'static str, usize)> = Vec::new();
                 for r in rejections {

@@ -620,3 +620,38 @@ fn a_reservation_of_the_whole_gpu_or_more_takes_an_idle_gpu_whole() {
     assert_eq!(err.code(), "needs-whole-gpu");
     assert!(err.to_string().contains("only whole"), "{err}");
 }
+
+#[test]
+fn while_a_recovery_waits_other_pods_take_idle_gpus_only() {
+    use carma_core::placement::recovery_first;
+    // GPU 0 busy with a sharer, GPU 1 idle.
+    let gpus = vec![gpu(0, 30_000, 0.1, 0.1, 0.1), Gpu::idle("GPU-1", 1, A100)];
+    let ledger = busy_ledger(&[0], 1000);
+    let cfg = PlacementConfig::default();
+    let sharer = demand(2000, Policy::Bf);
+    // No recovery waiting: best fit shares GPU 0.
+    let p = place_on_node(&node(gpus.clone()), &ledger, &sharer, &cfg, NOW, 0).unwrap();
+    assert_eq!(p.score, 10, "exclusive first: the idle GPU 1");
+    let mut busy = ledger.clone();
+    busy.insert_unchecked(PlacementRecord {
+        pod: "other".into(),
+        node: "dgx".into(),
+        gpus: vec!["GPU-1".into()],
+        reserved_mib: 1000,
+        exclusive: false,
+        assigned_at: 0,
+        visible: true,
+    });
+    assert!(place_on_node(&node(gpus.clone()), &busy, &sharer, &cfg, NOW, 0).is_ok());
+    // A recovery waits: the same pod may not collocate, only take idle GPUs.
+    let held = recovery_first(sharer.clone(), true, false);
+    let err = place_on_node(&node(gpus.clone()), &busy, &held, &cfg, NOW, 0).unwrap_err();
+    assert_eq!(err.code(), "recovery-first");
+    assert!(err.to_string().contains("carma-recovery"), "{err}");
+    let p = place_on_node(&node(gpus.clone()), &ledger, &held, &cfg, NOW, 0).unwrap();
+    assert_eq!(p.gpus, ["GPU-1"]);
+    // The recovering pod itself may share.
+    let rec = recovery_first(sharer, true, true);
+    assert!(!rec.idle_only);
+    assert!(place_on_node(&node(gpus), &busy, &rec, &cfg, NOW, 0).is_ok());
+}

@@ -228,6 +228,7 @@ impl Decisions {
                 reservation,
                 policy,
                 exclusive: request.exclusive,
+                idle_only: false,
             },
             source,
             class,

@@ -26,7 +26,7 @@ mod gpu;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use carma_core::placement::is_idle;
+use carma_core::placement::recovery_first;
 use carma_core::{
     AttemptOutcome, AttemptRecord, Demand, Gpu, GpuRejection, Ledger, Millis, Node, NodePlacement,
     NodeRejection, PlacementConfig, PlacementRecord, Policy, RecoveryDecision, Reservation,
@@ -413,6 +413,7 @@ impl<'a> Engine<'a> {
             reservation: s.reservation,
             policy: self.policy,
             exclusive: s.exclusive,
+            idle_only: false,
         }
     }
 
@@ -422,7 +423,7 @@ impl<'a> Engine<'a> {
     }
 
     fn try_place(&mut self, id: usize, share: bool) -> TryPlace {
-        let demand = self.demand(id);
+        let demand = recovery_first(self.demand(id), !share, false);
         let key = DemandKey {
             gpus: demand.gpus,
             reservation: demand.reservation,
@@ -486,13 +487,6 @@ impl<'a> Engine<'a> {
             now,
             self.rr_cursor[n],
         ) {
-            Ok(p) if !key.share && !self.all_idle(n, &p) => (
-                Outcome::Reject {
-                    wake: None,
-                    too_few: false,
-                },
-                None,
-            ),
             Ok(p) => (Outcome::Accept(p), self.next_lock_lift(n)),
             Err(rejection) => {
                 let w = self.wake_for(&rejection);
@@ -532,12 +526,6 @@ impl<'a> Engine<'a> {
             .map(|r| r.start + self.pcfg.warmup_ms)
             .filter(|t| *t > self.now)
             .min()
-    }
-
-    fn all_idle(&self, n: usize, p: &NodePlacement) -> bool {
-        p.indices
-            .iter()
-            .all(|i| is_idle(&self.nodes[n].gpus[*i as usize], &self.ledger))
     }
 
     /// When a rejection may lift without an event: a warm-up lock expiring, or
