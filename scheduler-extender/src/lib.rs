@@ -42,7 +42,7 @@ pub use backend::{BindTarget, ClusterBackend, PodWarning};
 pub use cluster::ClusterState;
 pub use decision::{Decision, DecisionError, Decisions};
 pub use extender::Extender;
-pub use server::{TlsFiles, router, serve};
+pub use server::{TlsFiles, TlsSettings, metrics_router, router, serve, serve_with};
 pub use snapshot::{Snapshot, SnapshotBackend};
 
 /// How to run the extender.
@@ -50,12 +50,16 @@ pub use snapshot::{Snapshot, SnapshotBackend};
 pub struct Options {
     /// Address to listen on.
     pub listen: SocketAddr,
+    /// A second, plain-HTTP address serving only `/healthz`, `/readyz` and
+    /// `/metrics` (for probes and Prometheus when `listen` requires client
+    /// certificates). `None`: those routes are only on `listen`.
+    pub metrics_listen: Option<SocketAddr>,
     /// Serve from this snapshot instead of the API server (dry run).
     pub cluster_snapshot: Option<PathBuf>,
     /// Policy of pods without a `carma.io/policy` annotation.
     pub policy: Policy,
-    /// HTTPS certificate and key.
-    pub tls: Option<TlsFiles>,
+    /// HTTPS certificate and key, and the CAs of required client certificates.
+    pub tls: Option<TlsSettings>,
     /// Placement thresholds.
     pub placement: PlacementConfig,
 }
@@ -91,7 +95,9 @@ impl RunError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            RunError::Snapshot(_) | RunError::Serve(server::ServeError::Tls { .. })
+            RunError::Snapshot(_)
+                | RunError::Serve(server::ServeError::Tls { .. })
+                | RunError::Serve(server::ServeError::ClientCa { .. })
         )
     }
 }
@@ -147,15 +153,42 @@ pub async fn run(
         addr: opts.listen,
         source,
     })?;
+    let metrics_listener = match opts.metrics_listen {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .map_err(|source| RunError::Listen { addr, source })?,
+        ),
+        None => None,
+    };
     tracing::info!(
         listen = %opts.listen,
+        metrics_listen = ?opts.metrics_listen,
         https = opts.tls.is_some(),
+        client_certificates = opts.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         policy = %opts.policy,
         "carma scheduler extender serving"
     );
-    let result = serve(listener, router(ext), opts.tls.clone(), shutdown).await;
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let metrics_server = metrics_listener.map(|l| {
+        tokio::spawn(serve(
+            l,
+            metrics_router(Arc::clone(&ext)),
+            None,
+            shutdown.clone(),
+        ))
+    });
+    let result = serve_with(listener, router(ext), opts.tls.clone(), shutdown).await;
     for w in watchers {
         w.abort();
+    }
+    if let Some(m) = metrics_server {
+        // The shared shutdown has fired (or the main server failed): the metrics
+        // listener stops with it.
+        if result.is_err() {
+            m.abort();
+        } else if let Ok(Err(e)) = m.await {
+            tracing::warn!(error = %e, "the metrics listener failed");
+        }
     }
     result?;
     Ok(())

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use carma_core::{PlacementConfig, Policy};
-use carma_scheduler_extender::{Options, TlsFiles};
+use carma_scheduler_extender::server::TLS_RELOAD_INTERVAL;
+use carma_scheduler_extender::{Options, TlsFiles, TlsSettings};
 
 /// Arguments of `carma scheduler-extender`.
 ///
@@ -19,6 +20,12 @@ pub struct SchedulerExtenderArgs {
     /// Address to listen on.
     #[arg(long, env = "CARMA_LISTEN", default_value = "0.0.0.0:8888")]
     pub listen: SocketAddr,
+
+    /// Also serve `/healthz`, `/readyz` and `/metrics` (only those) over plain
+    /// HTTP on this address, for kubelet probes and Prometheus when `--listen`
+    /// requires client certificates (`--client-ca-file`).
+    #[arg(long, env = "CARMA_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 
     /// Serve a static cluster snapshot instead of the API server: a YAML or JSON
     /// List of Nodes, GpuNodes and Pods, e.g. the output of
@@ -39,6 +46,24 @@ pub struct SchedulerExtenderArgs {
     /// PEM private key for HTTPS.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+
+    /// PEM bundle of the CAs that sign kube-scheduler's client certificate.
+    /// With it, every HTTPS connection must present a client certificate that
+    /// chains to one of them (mutual TLS); others fail the TLS handshake.
+    /// Needs `--tls-cert`.
+    #[arg(
+        long,
+        env = "CARMA_CLIENT_CA_FILE",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// How often the certificate, key and client CA files are read again; a
+    /// renewed certificate (e.g. from cert-manager) applies to new connections
+    /// without a restart. 0 turns reloading off.
+    #[arg(long, value_name = "SECONDS", default_value_t = TLS_RELOAD_INTERVAL.as_secs())]
+    pub tls_reload_seconds: u64,
 
     /// Placement thresholds (CARMA's figures by default).
     #[command(flatten)]
@@ -110,11 +135,16 @@ pub fn run(args: SchedulerExtenderArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(super::EXIT_BAD_INPUT));
     }
     let tls = match (args.tls_cert, args.tls_key) {
-        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        (Some(cert), Some(key)) => Some(TlsSettings {
+            files: TlsFiles { cert, key },
+            client_ca: args.client_ca_file,
+            reload_interval: std::time::Duration::from_secs(args.tls_reload_seconds),
+        }),
         _ => None,
     };
     let opts = Options {
         listen: args.listen,
+        metrics_listen: args.metrics_listen,
         cluster_snapshot: args.cluster_snapshot,
         policy: args.policy,
         tls,
