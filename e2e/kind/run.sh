@@ -4,7 +4,8 @@
 #   e2e/kind/run.sh            # create the cluster (if missing), build and load the image, install the
 #                              # chart, run the assertions; the cluster is kept for inspection
 #   e2e/kind/run.sh --delete   # ... and delete the cluster at the end
-#   KEEP_IMAGE=1 e2e/kind/run.sh   # skip the image build (reuse ghcr.io/carma-io/carma:e2e)
+#   KEEP_IMAGE=1 e2e/kind/run.sh   # skip the image build (reuse the image already built by
+#                                  # tools/build-image.sh, e.g. by the GitHub workflow)
 #
 # Needs: docker, kind (>= 0.20), jq. helm and kubectl come from tools/install-helm.sh when absent.
 # What it asserts:
@@ -21,7 +22,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/e2e/kind"
 CLUSTER="${KIND_CLUSTER:-carma-e2e}"
-IMAGE="ghcr.io/carma-io/carma:e2e"
+# The chart's default image reference: the test installs the image users get from tools/build-image.sh
+# (root Dockerfile), under the very name the chart uses.
+IMAGE="$("$ROOT/tools/build-image.sh" --print)"
 NS=carma-system
 TEST_NS=carma-e2e
 TIMEOUT="${E2E_TIMEOUT:-300}"
@@ -79,7 +82,7 @@ k version -o json | jq -r '"server " + .serverVersion.gitVersion'
 
 log "image $IMAGE"
 if [[ "${KEEP_IMAGE:-0}" != 1 ]]; then
-  DOCKER_BUILDKIT=1 docker build -f "$HERE/Dockerfile" -t "$IMAGE" "$ROOT"
+  CONTAINER_ENGINE=docker "$ROOT/tools/build-image.sh"
 fi
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
