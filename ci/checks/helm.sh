@@ -50,11 +50,14 @@ if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.33.1 -f e2e/
 else failures+=("helm template kind"); echo "FAIL: helm template (e2e/kind/values-kind.yaml)"; fi
 
 # Every optional branch must appear in the non-default render.
-for kind in PodDisruptionBudget ServiceMonitor PrometheusRule ValidatingAdmissionPolicy PriorityClass DaemonSet; do
+for kind in PodDisruptionBudget ServiceMonitor PrometheusRule ValidatingAdmissionPolicy PriorityClass DaemonSet \
+    NetworkPolicy Namespace Certificate Issuer; do
   if grep -q "^kind: $kind\$" "$tmp/nondefault.yaml"; then echo "PASS: non-default render has a $kind"
   else echo "FAIL: non-default render lacks a $kind"; failures+=("nondefault $kind"); fi
 done
-for needle in "enableHTTPS: true" "--backend=dcgm" "--mps" "runtimeClassName: nvidia" "kube-scheduler:v1.34.2" "@sha256:"; do
+for needle in "enableHTTPS: true" "--client-ca-file=" "--metrics-listen=0.0.0.0:9889" "certFile: " \
+    "pod-security.kubernetes.io/enforce: privileged" "--backend=dcgm" "--mps" "runtimeClassName: nvidia" \
+    "kube-scheduler:v1.34.2" "@sha256:"; do
   if grep -qF -- "$needle" "$tmp/nondefault.yaml"; then echo "PASS: non-default render contains '$needle'"
   else echo "FAIL: non-default render lacks '$needle'"; failures+=("nondefault $needle"); fi
 done
@@ -107,6 +110,24 @@ if [[ -x "$CARMA_BIN" ]]; then
 else
   echo "SKIP: $CARMA_BIN not built (cargo build -p carma); ci/checks/prometheus.sh requires it anyway"
 fi
+
+step "tools/build-image.sh tags the image the chart uses by default"
+built="$(tools/build-image.sh --print)"
+rendered="$(grep -m1 -o 'image: "\{0,1\}[^" ]*carma[^" ]*' "$tmp/default.yaml" | sed 's/^image: "\{0,1\}//')"
+if [[ -n "$built" && "$built" == "$rendered" ]]; then echo "PASS: tools/build-image.sh --print = chart default image ($built)"
+else echo "FAIL: tools/build-image.sh --print gives '$built', the chart renders '$rendered'"; failures+=("image tag"); fi
+custom="$(tools/build-image.sh --repository registry.example.com/ml/carma --print)"
+rendered="$("$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 --set image.repository=registry.example.com/ml/carma \
+  | grep -m1 -o 'image: "\{0,1\}registry.example.com[^" ]*' | sed 's/^image: "\{0,1\}//')"
+if [[ "$custom" == "$rendered" ]]; then echo "PASS: --repository matches --set image.repository ($custom)"
+else echo "FAIL: --repository gives '$custom', the chart renders '$rendered'"; failures+=("image repository"); fi
+mkdir -p "$tmp/no-engine"; ln -s "$(command -v bash)" "$tmp/no-engine/bash"
+for t in sed awk head dirname; do ln -s "$(command -v "$t")" "$tmp/no-engine/$t"; done
+if out="$(PATH="$tmp/no-engine" tools/build-image.sh 2>&1)"; then
+  echo "FAIL: tools/build-image.sh succeeded without docker or podman"; failures+=("build-image without engine")
+elif grep -q "neither docker nor podman is installed" <<<"$out"; then
+  echo "PASS: without docker or podman it fails with: $(head -c 100 <<<"$out")..."
+else echo "FAIL: tools/build-image.sh without an engine said: $out"; failures+=("build-image message"); fi
 
 step "values.schema.json rejects bad values"
 expect_reject() { # expect_reject <description> <helm args...>

@@ -116,3 +116,27 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "carma.dcgmNamespace" -}}
 {{- .Values.dcgmCounters.namespace | default .Release.Namespace }}
 {{- end }}
+
+{{/* Extender TLS: Secret names (see values extender.tls). */}}
+{{- define "carma.extenderTLSSecret" -}}
+{{- .Values.extender.tls.secretName | default (printf "%s-extender-tls" (include "carma.fullname" .)) }}
+{{- end }}
+{{- define "carma.schedulerClientSecret" -}}
+{{- .Values.extender.tls.clientSecretName | default (printf "%s-scheduler-client-tls" (include "carma.fullname" .)) }}
+{{- end }}
+{{/* The CA of source=helm (and of source=certManager without an issuerRef). */}}
+{{- define "carma.extenderCASecret" -}}
+{{- printf "%s-extender-ca" (include "carma.fullname" .) }}
+{{- end }}
+{{/* The extender Service's in-cluster DNS name, as its certificate names it. */}}
+{{- define "carma.extenderServiceHost" -}}
+{{- printf "%s.%s.svc" (include "carma.componentName" (dict "root" . "component" "scheduler-extender")) .Release.Namespace }}
+{{- end }}
+{{/* Whether kube-scheduler presents a client certificate. */}}
+{{- define "carma.extenderClientAuth" -}}
+{{- if and .Values.extender.tls.enabled .Values.extender.tls.clientAuth }}true{{ end }}
+{{- end }}
+{{/* Port of the extender's /metrics: the separate plain listener with TLS, else the main port. */}}
+{{- define "carma.extenderMetricsPort" -}}
+{{- ternary .Values.extender.metricsPort .Values.extender.port .Values.extender.tls.enabled }}
+{{- end }}

@@ -34,8 +34,12 @@ extenders:
     enableHTTPS: {{ $ex.tls.enabled }}
     {{- if $ex.tls.enabled }}
     tlsConfig:
-      caFile: /etc/kubernetes/carma-extender-ca/ca.crt
-      serverName: {{ printf "%s.%s.svc" (include "carma.componentName" (dict "root" . "component" "scheduler-extender")) .Release.Namespace }}
+      caFile: /etc/kubernetes/carma-extender-tls/ca.crt
+      {{- if include "carma.extenderClientAuth" . }}
+      certFile: /etc/kubernetes/carma-extender-tls/client.crt
+      keyFile: /etc/kubernetes/carma-extender-tls/client.key
+      {{- end }}
+      serverName: {{ include "carma.extenderServiceHost" . }}
     {{- end }}
     managedResources:
       - name: carma.io/gpu

@@ -10,6 +10,8 @@ Every document (items of a `kind: List` included) is validated according to its 
     check-jsonschema CLI; a TrainingTask's spec.template is also validated as a core/v1 PodTemplate;
   * ServiceMonitor / PrometheusRule: hand-written schemas in ci/checks/schemas/, and a PrometheusRule's
     rules with `promtool check rules`;
+  * cert-manager Certificate / Issuer (extender TLS with source=certManager): hand-written schemas in
+    ci/checks/schemas/;
   * the KubeSchedulerConfiguration inside the scheduler ConfigMap: its v1 schema in ci/checks/schemas/
     plus the semantic rules kube-scheduler enforces for extenders;
   * Grafana dashboard ConfigMaps: their JSON must parse and carry panels.
@@ -145,6 +147,18 @@ def validate(path: Path, doc: dict, args, res: Result, tmp: Path) -> None:
             res.good(what, f"check-jsonschema vs CRD {schema.name}; spec.template vs core/v1 PodTemplateSpec")
             return
         res.good(what, f"check-jsonschema vs CRD {schema.name}")
+        return
+
+    if group == "cert-manager.io":
+        schema = SCHEMAS / f"{kind.lower()}-{api.split('/')[1]}.schema.json"
+        if not schema.exists():
+            res.bad(what, f"no schema for {api} {kind}")
+            return
+        err = jsonschema_file(doc, schema)
+        if err:
+            res.bad(what, err)
+            return
+        res.good(what, schema.name)
         return
 
     if group == "monitoring.coreos.com":
