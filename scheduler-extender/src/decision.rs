@@ -42,6 +42,9 @@ pub struct Decision {
     pub source: String,
     /// The estimator's class label, when an estimate was made.
     pub class: Option<String>,
+    /// The pod is a recovery attempt (priority class `carma-recovery`): CARMA's recovery-first rule
+    /// never holds it back.
+    pub recovery: bool,
 }
 
 impl Decision {
@@ -232,6 +235,7 @@ impl Decisions {
             },
             source,
             class,
+            recovery: crate::recovery_queue::is_recovery(pod),
         })
     }
 }

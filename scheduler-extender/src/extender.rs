@@ -5,7 +5,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use carma_api::{Assignment, EstimateAnnotation};
-use carma_core::PlacementConfig;
+use carma_core::placement::recovery_first;
+use carma_core::{Demand, PlacementConfig};
 use chrono::{TimeZone, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
@@ -14,6 +15,7 @@ use crate::backend::{BindTarget, ClusterBackend, PodWarning};
 use crate::cluster::{ClusterState, now_ms};
 use crate::decision::{Decision, DecisionResult, Decisions, pod_key};
 use crate::metrics::Metrics;
+use crate::recovery_queue::RecoveryQueue;
 use crate::verdict::{Verdict, Verdicts};
 use crate::wire::{
     BindDecision, ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult,
@@ -62,6 +64,7 @@ pub struct Extender {
     cfg: PlacementConfig,
     binding: Mutex<HashSet<String>>,
     verdicts: Verdicts,
+    recovery: RecoveryQueue,
 }
 
 impl Extender {
@@ -80,6 +83,7 @@ impl Extender {
             cfg,
             binding: Mutex::new(HashSet::new()),
             verdicts: Verdicts::new(),
+            recovery: RecoveryQueue::new(),
         }
     }
 
@@ -130,6 +134,21 @@ impl Extender {
         looked.result
     }
 
+    /// The UID of a pod kube-scheduler sent (empty when it has none).
+    fn uid_of(pod: &Pod) -> &str {
+        pod.metadata.uid.as_deref().unwrap_or("")
+    }
+
+    /// The pod's demand under CARMA's recovery-first rule: idle GPUs only while another pod's
+    /// recovery attempt waits for GPUs.
+    fn demand_now(&self, d: &Decision, uid: &str) -> Demand {
+        recovery_first(
+            d.demand.clone(),
+            self.recovery.waiting_besides(uid),
+            d.recovery,
+        )
+    }
+
     /// `filter`: keep the nodes that can take the pod, with a reason for every other.
     pub fn filter<'a>(&self, args: &'a ExtenderArgs<'_>) -> ExtenderFilterResult<'a> {
         if !self.cluster.is_ready() {
@@ -154,10 +173,11 @@ impl Extender {
             }
             Ok(d) if !d.needs_gpus() => passed.iter_mut().for_each(|p| *p = true),
             Ok(d) => {
+                let demand = self.demand_now(d, Self::uid_of(&args.pod));
                 let verdicts = {
                     let view = self.cluster.read();
                     self.verdicts
-                        .judge(&view, &names, &d.demand, &self.cfg, now_ms())
+                        .judge(&view, &names, &demand, &self.cfg, now_ms())
                 };
                 let mut counts: Vec<(&'static str, u64)> = Vec::new();
                 for (i, v) in verdicts.into_iter().enumerate() {
@@ -238,10 +258,11 @@ impl Extender {
         if !d.needs_gpus() || !self.cluster.is_ready() {
             return zero(&names);
         }
+        let demand = self.demand_now(d, Self::uid_of(&args.pod));
         let verdicts = {
             let view = self.cluster.read();
             self.verdicts
-                .judge(&view, &names, &d.demand, &self.cfg, now_ms())
+                .judge(&view, &names, &demand, &self.cfg, now_ms())
         };
         names
             .iter()
@@ -361,7 +382,8 @@ impl Extender {
         let now = now_ms();
         let placement = {
             let mut state = self.cluster.write();
-            let placement = match state.place(&args.node, &decision.demand, &self.cfg, now) {
+            let demand = self.demand_now(&decision, uid);
+            let placement = match state.place(&args.node, &demand, &self.cfg, now) {
                 Ok(p) => p,
                 Err(r) => {
                     return fail(
@@ -403,6 +425,8 @@ impl Extender {
             self.cluster.write().unbook(uid);
             return fail(BindResultKind::Error, e.to_string());
         }
+        // Bound: it waits for GPUs no longer (the watch will say so too, a moment later).
+        self.recovery.forget(uid);
         if !dry && !handoff.wait_admitted(uid).await {
             tracing::warn!(
                 pod = %format!("{}/{}", args.pod_namespace, args.pod_name),
@@ -460,6 +484,7 @@ impl Extender {
     /// cached decision once it is bound.
     pub fn observe_pod(&self, pod: &Pod) {
         self.cluster.apply_pod(pod);
+        self.recovery.observe(pod);
         let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
         if bound && let Some(uid) = &pod.metadata.uid {
             self.decisions.forget(uid);
@@ -469,6 +494,7 @@ impl Extender {
     /// A pod was deleted.
     pub fn forget_pod(&self, uid: &str) {
         self.cluster.release_pod(uid);
+        self.recovery.forget(uid);
         self.decisions.forget(uid);
     }
 
@@ -477,6 +503,7 @@ impl Extender {
     pub fn retain_pods(&self, uids: &HashSet<String>) {
         let binding = self.binding.lock().clone();
         self.cluster.retain_pods(uids, |uid| binding.contains(uid));
+        self.recovery.retain(uids);
     }
 
     /// The in-flight gauge, refreshed (called before each scrape).

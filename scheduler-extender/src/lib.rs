@@ -24,6 +24,7 @@ pub mod extender;
 pub mod handoff;
 pub mod kube_backend;
 pub mod metrics;
+pub mod recovery_queue;
 pub mod server;
 pub mod snapshot;
 pub mod synthetic;

@@ -79,6 +79,7 @@ struct DemandKey {
     reservation: (u8, u64),
     policy: Policy,
     exclusive: bool,
+    idle_only: bool,
 }
 
 impl From<&Demand> for DemandKey {
@@ -92,6 +93,7 @@ impl From<&Demand> for DemandKey {
             },
             policy: d.policy,
             exclusive: d.exclusive,
+            idle_only: d.idle_only,
         }
     }
 }
@@ -477,5 +479,90 @@ mod tests {
         next.status.as_mut().unwrap().updated_at = Some("2026-01-01T00:01:10Z".into());
         cluster.apply_gpu_node_observed(&next, Some(t0 + 70_000));
         assert!(matches!(judge(t0 + 70_001)[0], Verdict::Pass { .. }));
+    }
+}
+
+#[cfg(test)]
+mod probe {
+    use super::*;
+    use crate::cluster::ClusterState;
+    use crate::synthetic;
+    use std::time::Instant;
+
+    #[test]
+    #[ignore]
+    fn probe_cold_costs() {
+        let cfg = PlacementConfig::default();
+        let snap = synthetic::loaded_cluster(5000, 8);
+        let cluster = ClusterState::new();
+        snap.apply(&cluster);
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(synthetic::pod_json(
+            "ml",
+            "p",
+            "u",
+            1,
+            &[(carma_api::names::ANNOTATION_MODEL_PROFILE, synthetic::BENCH_PROFILE)],
+        ))
+        .unwrap();
+        let ds = crate::decision::Decisions::new(
+            carma_estimator::Estimator::new().unwrap(),
+            Policy::Magm,
+        );
+        let d = ds.compute(&pod).unwrap().demand;
+        eprintln!("demand {d:?}");
+        let names: Vec<String> = (0..5000).map(synthetic::node_name).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let now = crate::cluster::now_ms();
+        let state = cluster.read();
+        for _ in 0..3 {
+            let t = Instant::now();
+            let mut pass = 0;
+            let mut codes: HashMap<&'static str, usize> = HashMap::new();
+            for n in &names {
+                match state.place(n, &d, &cfg, now) {
+                    Ok(_) => pass += 1,
+                    Err(r) => *codes.entry(r.code()).or_default() += 1,
+                }
+            }
+            eprintln!("place_on_node x5000: {:?} pass {pass} {codes:?}", t.elapsed());
+            let t = Instant::now();
+            let mut len = 0;
+            for n in &names {
+                if let Err(r) = state.place(n, &d, &cfg, now) {
+                    len += r.to_string().len();
+                }
+            }
+            eprintln!("place+to_string: {:?} reason bytes {len}", t.elapsed());
+            let t = Instant::now();
+            let v = Verdicts::new().judge(&state, &names, &d, &cfg, now);
+            eprintln!("judge (parallel): {:?} {}", t.elapsed(), v.len());
+            // mini ledgers
+            let minis: Vec<carma_core::Ledger> = names
+                .iter()
+                .map(|n| {
+                    let mut l = carma_core::Ledger::new();
+                    for g in &state.node(n).unwrap().gpus {
+                        for r in state.ledger().on_gpu(&g.uuid) {
+                            l.insert_unchecked(r.clone());
+                        }
+                    }
+                    l
+                })
+                .collect();
+            let t = Instant::now();
+            let mut pass2 = 0;
+            for (n, l) in names.iter().zip(&minis) {
+                if carma_core::place_on_node(state.node(n).unwrap(), l, &d, &cfg, now, 0).is_ok() {
+                    pass2 += 1;
+                }
+            }
+            eprintln!("mini-ledger place x5000: {:?} pass {pass2}", t.elapsed());
+            let empty = carma_core::Ledger::new();
+            let t = Instant::now();
+            for n in &names {
+                let _ = carma_core::place_on_node(state.node(n).unwrap(), &empty, &d, &cfg, now, 0);
+            }
+            eprintln!("empty-ledger place x5000: {:?}", t.elapsed());
+        }
     }
 }
