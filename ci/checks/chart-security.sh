@@ -11,7 +11,10 @@
 #   3. mutual TLS with the real binary (ci/checks/lib/extender_tls.py): the Helm-generated certificates,
 #      laid out as the pods' projected volumes show them, let "kube-scheduler" (its tlsConfig files) call
 #      /filter, while no client certificate or one from another CA is refused; probes and /metrics answer
-#      on the plain metrics port.
+#      on the plain metrics port;
+#   4. upgrades keep those certificates: `helm template --dry-run=server` against a read-only stand-in
+#      of the API server (ci/checks/lib/lookup_apiserver.py) serving the installed Secrets reuses them,
+#      signs a deleted client certificate again with the stored CA, and starts over without the CA.
 # Env: CARMA_BIN (default target/debug/carma; build with `cargo build -p carma`). Exits non-zero on any
 # failure.
 set -uo pipefail
@@ -88,6 +91,74 @@ if [[ -x "$CARMA_BIN" ]]; then
 else
   echo "FAIL: $CARMA_BIN not found (cargo build -p carma, or set CARMA_BIN)"; failures+=("no carma binary")
 fi
+
+step "upgrades keep the Helm-generated certificates (helm template --dry-run=server: lookup against ci/checks/lib/lookup_apiserver.py)"
+# The cluster state of a release installed from tls-helm.yaml, served read-only; an "upgrade" render
+# must reuse what is there. Three states: all Secrets present; the client Secret deleted; the CA deleted.
+PORT="$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+cat > "$tmp/kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters: [{name: lookup, cluster: {server: "http://127.0.0.1:$PORT"}}]
+users: [{name: none, user: {}}]
+contexts: [{name: lookup, context: {cluster: lookup, user: none}}]
+current-context: lookup
+KUBECONFIG
+without() { # without <secret name or ""> <in> <out>: the render minus one Secret
+  "$PY" - "$@" <<'PY'
+import sys, yaml
+drop, src, dst = sys.argv[1:4]
+docs = [d for d in yaml.safe_load_all(open(src)) if d and not (d["kind"] == "Secret" and d["metadata"]["name"] == drop)]
+yaml.safe_dump_all(docs, open(dst, "w"))
+PY
+}
+upgrade() { # upgrade <state file> <out>: render against that state
+  "$PY" ci/checks/lib/lookup_apiserver.py "$PORT" "$1" & local server=$!
+  local ok=1
+  for _ in $(seq 50); do curl -fsS -o /dev/null "http://127.0.0.1:$PORT/version" 2>/dev/null && break; sleep 0.1; done
+  KUBECONFIG="$tmp/kubeconfig" "$HELM" template carma charts/carma -n carma-system --dry-run=server \
+    --disable-openapi-validation "${TLS[@]}" > "$2" 2>"$tmp/err" || { ok=0; head -c 400 "$tmp/err"; }
+  kill "$server"; wait "$server" 2>/dev/null
+  ((ok))
+}
+compare() { # compare <before> <after> <secret=same|new>...
+  "$PY" - "$@" <<'PY'
+import sys, yaml
+def secrets(f):
+    docs = [d for d in yaml.safe_load_all(open(f)) if d]
+    out = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "Secret"}
+    # kube-scheduler reads its CA once: its pods must roll exactly when the CA changes.
+    out["scheduler-pods"] = next(d["spec"]["template"]["metadata"]["annotations"]["checksum/extender-ca"]
+                                 for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "carma-scheduler")
+    return out
+a, b = secrets(sys.argv[1]), secrets(sys.argv[2])
+bad = 0
+for spec in sys.argv[3:]:
+    name, want = spec.split("=")
+    same = a.get(name) == b.get(name)
+    ok = same if want == "same" else (not same and name in b)
+    print(f"  {'ok  ' if ok else 'FAIL'}  {name}: {'kept' if same else 'new'} (expected {'kept' if want == 'same' else 'new'})")
+    bad += not ok
+sys.exit(1 if bad else 0)
+PY
+}
+CA=carma-extender-ca; SRV=carma-extender-tls; CLI=carma-scheduler-client-tls
+cp "$tmp/renders/tls-helm.yaml" "$tmp/state-all.yaml"
+without "$CLI" "$tmp/renders/tls-helm.yaml" "$tmp/state-no-client.yaml"
+without "$CA" "$tmp/renders/tls-helm.yaml" "$tmp/state-no-ca.yaml"
+if upgrade "$tmp/state-all.yaml" "$tmp/up-all.yaml" && compare "$tmp/renders/tls-helm.yaml" "$tmp/up-all.yaml" "$CA=same" "$SRV=same" "$CLI=same" scheduler-pods=same; then
+  echo "PASS: an upgrade keeps the CA and both certificates"
+else failures+=("upgrade keeps certificates"); echo "FAIL: an upgrade does not keep the certificates"; fi
+if upgrade "$tmp/state-no-client.yaml" "$tmp/up-no-client.yaml" && compare "$tmp/renders/tls-helm.yaml" "$tmp/up-no-client.yaml" "$CA=same" "$SRV=same" "$CLI=new" scheduler-pods=same; then
+  echo "PASS: a deleted client Secret is signed again, the rest kept"
+  if [[ -x "$CARMA_BIN" ]] && "$PY" ci/checks/lib/extender_tls.py "$CARMA_BIN" "$tmp/up-no-client.yaml" \
+      "$tmp/renders/tls-helm-other-ca.yaml" deploy/examples/snapshot.yaml > "$tmp/tls2.log" 2>&1; then
+    echo "PASS: the re-signed client certificate is accepted by the extender (same CA)"
+  else tail -n 20 "$tmp/tls2.log"; failures+=("re-signed client certificate"); fi
+else failures+=("upgrade without client Secret"); echo "FAIL: a deleted client Secret"; fi
+if upgrade "$tmp/state-no-ca.yaml" "$tmp/up-no-ca.yaml" && compare "$tmp/renders/tls-helm.yaml" "$tmp/up-no-ca.yaml" "$CA=new" "$SRV=new" "$CLI=new" scheduler-pods=new; then
+  echo "PASS: without the CA, everything is made anew"
+else failures+=("upgrade without CA"); echo "FAIL: a deleted CA Secret"; fi
 
 echo
 if ((${#failures[@]})); then

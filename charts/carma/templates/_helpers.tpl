@@ -140,3 +140,57 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "carma.extenderMetricsPort" -}}
 {{- ternary .Values.extender.metricsPort .Values.extender.port .Values.extender.tls.enabled }}
 {{- end }}
+
+{{/*
+extender.tls.source=helm: the CA and the two certificates, as JSON {ca, server, client: {name, what,
+data: {tls.crt, tls.key[, ca.crt]}}} (client only with clientAuth), made once per render and remembered
+in .Values._carmaExtenderCerts so that the Secrets and the pods' checksum annotations agree. Upgrades
+reuse the Secrets in the cluster (lookup); a missing certificate is signed again by the stored CA; a
+missing CA replaces everything.
+*/}}
+{{- define "carma.extenderHelmCerts" -}}
+{{- if not (hasKey .Values "_carmaExtenderCerts") }}
+{{- $tls := .Values.extender.tls }}
+{{- $ns := .Release.Namespace }}
+{{- $days := int $tls.validityDays }}
+{{- $svc := include "carma.componentName" (dict "root" . "component" "scheduler-extender") }}
+{{- $host := include "carma.extenderServiceHost" . }}
+{{- $caName := include "carma.extenderCASecret" . }}
+{{- $ca := dict }}
+{{- $caData := dict }}
+{{- $stored := lookup "v1" "Secret" $ns $caName }}
+{{- if and $stored $stored.data (index $stored.data "tls.crt") (index $stored.data "tls.key") }}
+{{- $ca = buildCustomCert (index $stored.data "tls.crt") (index $stored.data "tls.key") }}
+{{- $caData = dict "tls.crt" (index $stored.data "tls.crt") "tls.key" (index $stored.data "tls.key") }}
+{{- else }}
+{{- $ca = genCA (printf "%s-extender-ca" (include "carma.fullname" .)) $days }}
+{{- $caData = dict "tls.crt" ($ca.Cert | b64enc) "tls.key" ($ca.Key | b64enc) }}
+{{- end }}
+{{- $out := dict "ca" (dict "name" $caName "what" "The CA of the certificates between kube-scheduler and the extender" "data" $caData) }}
+{{- $leaves := list (list "server" (include "carma.extenderTLSSecret" .) "The extender's serving certificate" $svc (list $svc (printf "%s.%s" $svc $ns) $host (printf "%s.cluster.local" $host))) }}
+{{- if $tls.clientAuth }}
+{{- $leaves = append $leaves (list "client" (include "carma.schedulerClientSecret" .) "kube-scheduler's client certificate" (include "carma.componentName" (dict "root" . "component" "scheduler")) list) }}
+{{- end }}
+{{- range $leaves }}
+{{- $name := index . 1 }}
+{{- $data := dict }}
+{{- $existing := lookup "v1" "Secret" $ns $name }}
+{{- if and $existing $existing.data (eq (index $existing.data "ca.crt" | default "") (index $caData "tls.crt")) }}
+{{- $data = dict "tls.crt" (index $existing.data "tls.crt") "tls.key" (index $existing.data "tls.key") "ca.crt" (index $existing.data "ca.crt") }}
+{{- else }}
+{{- $cert := genSignedCert (index . 3) list (index . 4) $days $ca }}
+{{- $data = dict "tls.crt" ($cert.Cert | b64enc) "tls.key" ($cert.Key | b64enc) "ca.crt" (index $caData "tls.crt") }}
+{{- end }}
+{{- $_ := set $out (index . 0) (dict "name" $name "what" (index . 2) "data" $data) }}
+{{- end }}
+{{- $_ := set .Values "_carmaExtenderCerts" $out }}
+{{- end }}
+{{- toJson .Values._carmaExtenderCerts }}
+{{- end }}
+
+{{/* Pod annotation that changes when the CA kube-scheduler trusts changes (it reads caFile once). */}}
+{{- define "carma.extenderCAChecksum" -}}
+{{- if and .Values.extender.tls.enabled (eq .Values.extender.tls.source "helm") -}}
+checksum/extender-ca: {{ (index (include "carma.extenderHelmCerts" . | fromJson) "ca" "data" "tls.crt") | sha256sum }}
+{{- end }}
+{{- end }}

@@ -14,6 +14,7 @@ the privileged Pod Security label. Prints one line per assertion; exit status 1 
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -146,6 +147,11 @@ def tls(name: str, objs, source: str, client_auth: bool = True, issuer: str | No
     secrets = {d["metadata"]["name"]: d for d in all_of(objs, "Secret")}
     certs = {d["spec"]["secretName"]: d for d in all_of(objs, "Certificate")}
     if source == "helm":
+        ca = next((d for d in all_of(objs, "Secret") if d["metadata"]["name"].endswith("-extender-ca")), None)
+        ann = sched["spec"]["template"]["metadata"].get("annotations", {})
+        check(ca is not None and ann.get("checksum/extender-ca") ==
+              hashlib.sha256(ca["data"]["tls.crt"].encode()).hexdigest(),
+              f"{name}: the scheduler pods carry the checksum of the CA they trust (they read it once)")
         for s in wanted:
             ok = s in secrets and all(k in secrets[s]["data"] for k in set(ext_secrets.get(s, [])) | set(sch_secrets.get(s, [])))
             check(ok, f"{name}: Secret {s} is rendered with every projected key")
