@@ -375,6 +375,29 @@ fn collocation_score(chosen: &[Fit<'_>], policy: Policy) -> u8 {
     }
 }
 
+/// The earliest moment at which [`place_on_node`]'s answer for `node` can change by time alone: a
+/// warm-up lock lifting or the node's telemetry turning stale. Until then an answer may be reused
+/// while the node, the ledger records on its GPUs and the demand stay the same (the simulator's
+/// memo and the extender's verdict cache both follow this). `None`: only an event can change it.
+pub fn verdict_expiry(
+    node: &Node,
+    ledger: &Ledger,
+    cfg: &PlacementConfig,
+    now: Millis,
+) -> Option<Millis> {
+    let locks = node
+        .gpus
+        .iter()
+        .flat_map(|g| ledger.on_gpu(&g.uuid))
+        .filter(|r| r.in_warmup(cfg.warmup_ms, now))
+        .map(|r| r.assigned_at.saturating_add(cfg.warmup_ms));
+    let stale = node
+        .gpus
+        .iter()
+        .filter_map(|g| crate::gate::stale_at(g, cfg, now));
+    locks.chain(stale).filter(|t| *t > now).min()
+}
+
 /// The prioritize score of a node: the placement's score, 0 when it cannot place.
 pub fn score_node(
     node: &Node,

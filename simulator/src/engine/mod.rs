@@ -26,7 +26,7 @@ mod gpu;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use carma_core::placement::recovery_first;
+use carma_core::placement::{recovery_first, verdict_expiry};
 use carma_core::{
     AttemptOutcome, AttemptRecord, Demand, Gpu, GpuRejection, Ledger, Millis, Node, NodePlacement,
     NodeRejection, PlacementConfig, PlacementRecord, Policy, RecoveryDecision, Reservation,
@@ -516,16 +516,7 @@ impl<'a> Engine<'a> {
 
     /// The earliest moment a warm-up lock on node `n` lifts by time alone.
     fn next_lock_lift(&self, n: usize) -> Option<Millis> {
-        let first = self.node_first_gpu[n];
-        let count = self.nodes[n].gpus.len();
-        self.gpus[first..first + count]
-            .iter()
-            .flat_map(|g| g.placed.iter())
-            .filter_map(|t| self.state[*t].run.as_ref())
-            .filter(|r| !r.shown)
-            .map(|r| r.start + self.pcfg.warmup_ms)
-            .filter(|t| *t > self.now)
-            .min()
+        verdict_expiry(&self.nodes[n], &self.ledger, &self.pcfg, self.now)
     }
 
     /// When a rejection may lift without an event: a warm-up lock expiring, or
