@@ -9,7 +9,9 @@
 //! Every change that can alter a node's placement verdict (its telemetry, its
 //! existence, a ledger record on one of its GPUs, its round-robin cursor) gives
 //! the node a new *generation*; [`crate::verdict`] reuses a verdict only while
-//! the node's generation is unchanged.
+//! the node's generation is unchanged. The same change refreshes the node's
+//! [`GpuSummary`]s — what placement reads of the ledger for each of its GPUs — so
+//! that judging a node for a new demand needs no ledger lookup.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,6 +55,53 @@ pub(crate) struct NodeEntry {
     pub(crate) slot: usize,
     /// Changes whenever the node's verdicts may change; unique across nodes.
     pub(crate) generation: u64,
+    /// The ledger as placement reads it, per GPU in index order; refreshed with the generation.
+    pub(crate) summary: Vec<GpuSummary>,
+}
+
+/// What placement reads of the ledger for one GPU (`Ledger::pods_on`, `exclusive_holder`,
+/// `in_flight_mib`, `reserved_mib`, `warmup_holder`), kept for every node's GPUs and refreshed on
+/// every change of the node, the ledger records on its GPUs included.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct GpuSummary {
+    /// Position of the GPU in `NodeEntry::node.gpus`.
+    pub(crate) at: usize,
+    /// Pods placed on the GPU.
+    pub(crate) pods: usize,
+    /// Whether one of them holds it exclusively.
+    pub(crate) exclusive_held: bool,
+    /// Reservations of those not yet visible in telemetry.
+    pub(crate) in_flight_mib: u64,
+    /// Reservations of all of them.
+    pub(crate) reserved_mib: u64,
+    /// The latest `assigned_at` of a pod not yet visible in telemetry: the GPU's warm-up lock runs
+    /// until this plus `warmup_ms` (`PlacementRecord::in_warmup`).
+    pub(crate) latest_unseen_at: Option<Millis>,
+}
+
+/// The summaries of `gpus` in the order placement visits them (by index, stable).
+fn summarize(gpus: &[carma_core::Gpu], ledger: &Ledger) -> Vec<GpuSummary> {
+    let mut order: Vec<usize> = (0..gpus.len()).collect();
+    order.sort_by_key(|&i| gpus[i].index);
+    order
+        .into_iter()
+        .map(|at| {
+            let uuid = &gpus[at].uuid;
+            let records = ledger.on_gpu(uuid);
+            GpuSummary {
+                at,
+                pods: ledger.pods_on(uuid),
+                exclusive_held: ledger.exclusive_holder(uuid).is_some(),
+                in_flight_mib: ledger.in_flight_mib(uuid),
+                reserved_mib: ledger.reserved_mib(uuid),
+                latest_unseen_at: records
+                    .iter()
+                    .filter(|r| !r.visible)
+                    .map(|r| r.assigned_at)
+                    .max(),
+            }
+        })
+        .collect()
 }
 
 impl NodeEntry {
@@ -67,8 +116,8 @@ pub struct Inner {
     /// By node name; looked up once per candidate on every filter, hence the fast hasher.
     nodes: HashMap<String, NodeEntry, foldhash::fast::RandomState>,
     ledger: Ledger,
-    /// Node of each GPU UUID (from the GpuNodes).
-    gpu_owner: HashMap<String, String>,
+    /// Nodes publishing each GPU UUID (one, unless GpuNodes disagree).
+    gpu_owner: HashMap<String, Vec<String>>,
     next_generation: u64,
     free_slots: Vec<usize>,
     slots: usize,
@@ -208,10 +257,13 @@ impl ClusterState {
             .map(|e| e.node.gpus.iter().map(|g| g.uuid.clone()).collect())
             .unwrap_or_default();
         for uuid in old {
-            inner.gpu_owner.remove(&uuid);
+            inner.disown(&uuid, &name);
         }
         for g in &core.gpus {
-            inner.gpu_owner.insert(g.uuid.clone(), name.clone());
+            let owners = inner.gpu_owner.entry(g.uuid.clone()).or_default();
+            if !owners.contains(&name) {
+                owners.push(name.clone());
+            }
         }
         let e = inner.entry(&name);
         // A re-list delivers the same publication again: it keeps its first observation time.
@@ -245,7 +297,7 @@ impl ClusterState {
         let gpus = std::mem::take(&mut e.node.gpus);
         e.observed.clear();
         for g in gpus {
-            inner.gpu_owner.remove(&g.uuid);
+            inner.disown(&g.uuid, name);
         }
         inner.bump(name);
         inner.drop_if_empty(name);
@@ -332,8 +384,8 @@ impl ClusterState {
             visible,
         };
         tracing::debug!(pod = %pod_key(pod), node, visible, "pod holds GPUs");
+        inner.ledger.insert_unchecked(record.clone());
         inner.touch(&record);
-        inner.ledger.insert_unchecked(record);
         true
     }
 
@@ -395,25 +447,41 @@ impl Inner {
                     rr_cursor: 0,
                     slot,
                     generation: self.next_generation,
+                    summary: Vec::new(),
                 })
             }
         }
     }
 
-    /// The node's verdicts may have changed.
+    /// The node's verdicts may have changed (called after the change): a new generation and
+    /// summary.
     fn bump(&mut self, name: &str) {
         if let Some(e) = self.nodes.get_mut(name) {
             self.next_generation += 1;
             e.generation = self.next_generation;
+            e.summary = summarize(&e.node.gpus, &self.ledger);
         }
     }
 
-    /// A record changed: every node holding one of its GPUs, and its node.
+    /// `name` no longer publishes GPU `uuid`.
+    fn disown(&mut self, uuid: &str, name: &str) {
+        if let Some(owners) = self.gpu_owner.get_mut(uuid) {
+            owners.retain(|n| n != name);
+            if owners.is_empty() {
+                self.gpu_owner.remove(uuid);
+            }
+        }
+    }
+
+    /// A record changed (called after the ledger changed): every node holding one of its GPUs,
+    /// and its node.
     fn touch(&mut self, record: &PlacementRecord) {
         let mut names: Vec<String> = record
             .gpus
             .iter()
-            .filter_map(|g| self.gpu_owner.get(g).cloned())
+            .filter_map(|g| self.gpu_owner.get(g))
+            .flatten()
+            .cloned()
             .collect();
         names.push(record.node.clone());
         for n in names {
@@ -430,6 +498,14 @@ impl Inner {
         {
             self.free_slots.push(e.slot);
         }
+    }
+
+    /// Whether every node's summary is what the ledger says now (tests).
+    #[cfg(test)]
+    pub(crate) fn summaries_are_fresh(&self) -> bool {
+        self.nodes
+            .values()
+            .all(|e| e.summary == summarize(&e.node.gpus, &self.ledger))
     }
 
     /// Number of per-node slots handed out so far.

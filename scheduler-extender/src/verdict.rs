@@ -14,19 +14,34 @@
 //! demands, and consecutive filter and prioritize calls of a busy scheduler
 //! find most verdicts already made: only nodes whose telemetry or bookings
 //! changed are judged again. Bind always judges afresh under the write lock.
+//!
+//! A demand not seen before must be judged on every node (issue #13: 16–25 ms at
+//! 5,000 nodes × 8 GPUs, most of it in `place_on_node`'s ledger lookups and
+//! allocations). A node that can take the pod is usually judged by [`shortcut`]
+//! instead: the same checks as `carma_core::place_on_node`'s exclusive-first and
+//! collocation paths, read off the node's [`GpuSummary`]s (the ledger figures,
+//! refreshed on every change of the node) without a lookup or an allocation, and
+//! the same order and score. It only ever answers *pass*; every node it cannot
+//! place, every rejection with its reason, and every demand outside its cases
+//! (several GPUs wanted exclusively, round robin, recovery-first, whole GPUs) is
+//! judged by `place_on_node`. `tests::shortcut_equals_place_on_node` holds the
+//! two equal on random clusters; bind never uses it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use carma_core::{Demand, Millis, NodeRejection, PlacementConfig, Policy, Reservation};
+use carma_core::{Demand, Gpu, Millis, NodeRejection, PlacementConfig, Policy, Reservation};
 use parking_lot::Mutex;
 
-use crate::cluster::{Inner, NodeEntry};
+use crate::cluster::{GpuSummary, Inner, NodeEntry};
 
 /// Distinct demands whose verdicts are kept; beyond this all are dropped.
 const DEMANDS_KEPT: usize = 64;
 /// Fewer misses than this are judged on the calling thread.
-const PARALLEL_MIN: usize = 512;
+const PARALLEL_MIN: usize = 1_024;
+/// Misses taken at a time by each thread judging in parallel.
+const CHUNK: usize = 256;
 /// While a warm-up lock runs on a node, its verdict is reused for at most this long.
 const WARMUP_REFRESH_MS: u64 = 1_000;
 
@@ -173,6 +188,158 @@ impl Verdicts {
     }
 }
 
+/// A GPU that passes every collocation rule, with what the policies order and score by
+/// (`carma_core::placement`'s `Fit`).
+#[derive(Clone, Copy)]
+struct Fit<'a> {
+    gpu: &'a Gpu,
+    usable_mib: u64,
+    need_mib: u64,
+}
+
+/// GPUs per node judged without a heap allocation.
+const INLINE_GPUS: usize = 16;
+
+/// The verdict of `place_on_node` for a node that can take the pod, read off the node's summary;
+/// `None` when the node cannot take it or the demand is not one of the cases handled here (then
+/// `place_on_node` judges, with its reasons). Mirrors `carma_core::placement` rule for rule: keep
+/// the two in step (`tests::shortcut_equals_place_on_node` compares them).
+fn shortcut(e: &NodeEntry, demand: &Demand, cfg: &PlacementConfig, now: Millis) -> Option<Verdict> {
+    let gpus = &e.node.gpus;
+    let wanted = demand.gpus.max(1) as usize;
+    if gpus.is_empty() || gpus.len() < wanted || e.summary.len() != gpus.len() {
+        return None;
+    }
+    // Exclusive first: enough idle GPUs (`placement::is_idle`) place any demand, score 10.
+    let idle = e
+        .summary
+        .iter()
+        .filter(|s| {
+            let g = &gpus[s.at];
+            g.healthy && g.processes == 0 && s.pods == 0
+        })
+        .count();
+    if idle >= wanted {
+        return Some(Verdict::Pass { score: 10 });
+    }
+    if demand.wants_exclusive()
+        || demand.idle_only
+        || !matches!(
+            demand.policy,
+            Policy::Ff | Policy::Bf | Policy::Magm | Policy::Lug
+        )
+        || !matches!(
+            demand.reservation,
+            Reservation::Mib(_) | Reservation::Unknown
+        )
+        || gpus.len() > INLINE_GPUS
+    {
+        return None;
+    }
+    // Collocation: `check_shared` on every GPU, in index order.
+    let unused = Fit {
+        gpu: &gpus[0],
+        usable_mib: 0,
+        need_mib: 0,
+    };
+    let mut fits = [unused; INLINE_GPUS];
+    let mut n = 0;
+    for s in &e.summary {
+        if let Some(fit) = fits_shared(&gpus[s.at], s, demand, cfg, now) {
+            fits[n] = fit;
+            n += 1;
+        }
+    }
+    if n < wanted {
+        return None;
+    }
+    let fits = &mut fits[..n];
+    // `placement::order` (stable sorts; ff keeps index order).
+    match demand.policy {
+        Policy::Bf => fits.sort_by_key(|f| f.usable_mib),
+        Policy::Magm => fits.sort_by_key(|f| std::cmp::Reverse(f.usable_mib)),
+        Policy::Lug => fits.sort_by(|a, b| {
+            let x = a.gpu.sm_activity.unwrap_or(0.0);
+            let y = b.gpu.sm_activity.unwrap_or(0.0);
+            x.total_cmp(&y)
+        }),
+        _ => {}
+    }
+    let chosen = &fits[..wanted];
+    // `placement::collocation_score`.
+    let scale = |x: f64| (x.clamp(0.0, 1.0) * 9.0).round() as u8;
+    let left_fraction = |f: &Fit<'_>| {
+        let after = f.usable_mib.saturating_sub(f.need_mib) as f64;
+        after / f.gpu.memory_total_mib.max(1) as f64
+    };
+    let score = match demand.policy {
+        Policy::Ff => {
+            let first = chosen.iter().map(|f| f.gpu.index).min().unwrap_or(0);
+            9u8.saturating_sub(first.min(9) as u8)
+        }
+        Policy::Bf => scale(1.0 - chosen.iter().map(left_fraction).fold(1.0, f64::min)),
+        Policy::Magm => scale(chosen.iter().map(left_fraction).fold(1.0, f64::min)),
+        Policy::Lug => {
+            let busiest = chosen
+                .iter()
+                .map(|f| f.gpu.sm_activity.unwrap_or(1.0))
+                .fold(0.0, f64::max);
+            scale(1.0 - busiest)
+        }
+        Policy::Exclusive | Policy::Rr => return None,
+    };
+    Some(Verdict::Pass { score })
+}
+
+/// `placement::check_shared` for a policy that checks memory and the gate: the GPU's fit when it
+/// passes every rule.
+fn fits_shared<'a>(
+    gpu: &'a Gpu,
+    s: &GpuSummary,
+    demand: &Demand,
+    cfg: &PlacementConfig,
+    now: Millis,
+) -> Option<Fit<'a>> {
+    let total = gpu.memory_total_mib;
+    if matches!(demand.reservation, Reservation::Mib(m) if m >= total) {
+        return None; // needs the whole GPU
+    }
+    if !gpu.healthy || s.exclusive_held {
+        return None;
+    }
+    if gpu.max_pods.is_some_and(|max| s.pods >= max as usize) {
+        return None;
+    }
+    if s.latest_unseen_at
+        .is_some_and(|at| now < at.saturating_add(cfg.warmup_ms))
+    {
+        return None; // warm-up lock
+    }
+    let usable = gpu
+        .memory_free_mib
+        .saturating_sub(cfg.telemetry_reserve_mib)
+        .saturating_sub(s.in_flight_mib);
+    let need = demand
+        .reservation
+        .booked_mib(total, cfg.min_free_without_estimate_mib);
+    let (need_test, margin) = match demand.reservation {
+        Reservation::Mib(m) => (m, cfg.memory_margin_mib),
+        Reservation::Unknown | Reservation::WholeGpu => (need, 0),
+    };
+    if usable < need_test.saturating_add(margin) {
+        return None;
+    }
+    if cfg.honor_reservations && s.reserved_mib.saturating_add(need) > total {
+        return None;
+    }
+    carma_core::utilization_gate(gpu, cfg, now).ok()?;
+    Some(Fit {
+        gpu,
+        usable_mib: usable,
+        need_mib: need,
+    })
+}
+
 fn judge_one(
     state: &Inner,
     e: &NodeEntry,
@@ -180,14 +347,17 @@ fn judge_one(
     cfg: &PlacementConfig,
     now: Millis,
 ) -> Cached {
-    let verdict = Verdict::from_result(state.place_entry(e, demand, cfg, now));
+    let verdict = shortcut(e, demand, cfg, now)
+        .unwrap_or_else(|| Verdict::from_result(state.place_entry(e, demand, cfg, now)));
+    // `Ledger::warmup_holder`'s time left, from the summary.
     let lock_left = e
-        .node
-        .gpus
+        .summary
         .iter()
-        .filter(|g| state.ledger().pods_on(&g.uuid) > 0)
-        .filter_map(|g| state.ledger().warmup_holder(&g.uuid, cfg.warmup_ms, now))
-        .map(|(_, left)| left.min(WARMUP_REFRESH_MS))
+        .filter(|s| s.pods > 0)
+        .filter_map(|s| s.latest_unseen_at)
+        .map(|at| at.saturating_add(cfg.warmup_ms))
+        .filter(|&until| now < until)
+        .map(|until| (until - now).min(WARMUP_REFRESH_MS))
         .min();
     // Telemetry that is fresh now turns stale without any change the generation sees.
     let stale_at = e
@@ -204,7 +374,9 @@ fn judge_one(
     }
 }
 
-/// Judge the misses, on several threads when there are many.
+/// Judge the misses, on several threads when there are many: the threads take chunks of
+/// [`CHUNK`] misses from a shared counter, so a helper thread that the OS schedules late (a busy
+/// machine) holds the caller up for at most the chunk it took.
 fn judge_all<'a>(
     state: &Inner,
     misses: &[(usize, &'a NodeEntry)],
@@ -219,20 +391,26 @@ fn judge_all<'a>(
             .map(|(i, e)| (*i, *e, judge_one(state, e, demand, cfg, now)))
             .collect();
     }
-    let parts = threads.min(misses.len() / (PARALLEL_MIN / 2)).max(1);
-    let chunk = misses.len().div_ceil(parts);
-    let judge_part = |part: &[(usize, &'a NodeEntry)]| {
-        part.iter()
-            .map(|(i, e)| (*i, *e, judge_one(state, e, demand, cfg, now)))
-            .collect::<Vec<_>>()
+    let helpers = (threads - 1).min(misses.len().div_ceil(CHUNK) - 1);
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut out = Vec::new();
+        loop {
+            let start = next.fetch_add(CHUNK, Ordering::Relaxed);
+            if start >= misses.len() {
+                return out;
+            }
+            let end = (start + CHUNK).min(misses.len());
+            out.extend(
+                misses[start..end]
+                    .iter()
+                    .map(|(i, e)| (*i, *e, judge_one(state, e, demand, cfg, now))),
+            );
+        }
     };
     std::thread::scope(|s| {
-        let mut chunks = misses.chunks(chunk);
-        let first = chunks.next().unwrap_or_default();
-        let handles: Vec<_> = chunks
-            .map(|part| s.spawn(move || judge_part(part)))
-            .collect();
-        let mut out = judge_part(first);
+        let handles: Vec<_> = (0..helpers).map(|_| s.spawn(work)).collect();
+        let mut out = work();
         for h in handles {
             match h.join() {
                 Ok(v) => out.extend(v),
@@ -368,6 +546,163 @@ mod tests {
                     fresh.iter().map(normalized).collect::<Vec<_>>(),
                     "step {step}, demand {d:?}"
                 );
+            }
+        }
+    }
+
+    /// Nodes of 0 to 10 GPUs with random telemetry: memory, activity (some scores missing),
+    /// health, processes, replicas, gate rules, and telemetry that ages or not.
+    fn random_gpu_node(rng: &mut Lcg, i: usize) -> carma_api::GpuNode {
+        let count = [0, 1, 2, 4, 8, 8, 10][rng.next(7)];
+        let gpus = (0..count)
+            .map(|j| {
+                let total = [16_384, 40_960, 81_920][rng.next(3)];
+                // Indices out of order now and then (placement visits them by index).
+                let index = if rng.next(8) == 0 { count - 1 - j } else { j };
+                let mut g = synthetic::gpu(
+                    &synthetic::gpu_uuid(i, j),
+                    index as u32,
+                    rng.next(total as usize + 1) as u64,
+                    rng.next(101) as f64 / 100.0,
+                    rng.next(3).saturating_sub(1) as u32,
+                );
+                g.memory_total_mib = total;
+                g.healthy = rng.next(10) != 0;
+                g.sm_occupancy = (rng.next(6) != 0).then(|| rng.next(101) as f64 / 100.0);
+                g.dram_activity = (rng.next(6) != 0).then(|| rng.next(101) as f64 / 100.0);
+                if rng.next(8) == 0 {
+                    g.sm_activity = None;
+                }
+                g.gate_rule = carma_core::GateRule::ALL[rng.next(5)].as_str().into();
+                g
+            })
+            .collect();
+        let mut g = synthetic::gpu_node(&synthetic::node_name(i), gpus);
+        g.spec.replicas_per_gpu = [0, 1, 2, 8][rng.next(4)];
+        g.status.as_mut().unwrap().updated_at = Some(format!("t{}", rng.next(1_000_000)));
+        g
+    }
+
+    fn random_demand(rng: &mut Lcg) -> Demand {
+        let reservation = match rng.next(6) {
+            0 => Reservation::WholeGpu,
+            1 => Reservation::Unknown,
+            2 => Reservation::Mib([16_384, 40_960, 81_920][rng.next(3)]),
+            _ => Reservation::Mib(500 + rng.next(30_000) as u64),
+        };
+        Demand {
+            gpus: rng.next(4) as u32,
+            reservation,
+            policy: Policy::ALL[rng.next(6)],
+            exclusive: rng.next(8) == 0,
+            idle_only: rng.next(8) == 0,
+        }
+    }
+
+    #[test]
+    fn shortcut_equals_place_on_node() {
+        // The verdict of every node, shortcut or not, is place_on_node's, on random clusters under
+        // random binds, releases, confirmations and telemetry, at random times; and the shortcut
+        // answers for most nodes that pass.
+        let mut rng = Lcg(13);
+        let mut answered = 0;
+        let mut passed = 0;
+        for round in 0..12 {
+            let cfg = PlacementConfig {
+                honor_reservations: rng.next(4) != 0,
+                max_telemetry_age_ms: [None, Some(60_000)][rng.next(2)],
+                warmup_ms: [0, 30_000][rng.next(2)],
+                ..PlacementConfig::default()
+            };
+            let cluster = ClusterState::new();
+            let nodes = 40;
+            let names: Vec<String> = (0..nodes).map(synthetic::node_name).collect();
+            let mut now: Millis = 10_000_000;
+            for (i, name) in names.iter().enumerate() {
+                cluster.apply_node(name);
+                let seen = (rng.next(3) != 0).then(|| now - rng.next(120_000) as u64);
+                cluster.apply_gpu_node_observed(&random_gpu_node(&mut rng, i), seen);
+            }
+            let mut placed: Vec<(String, usize)> = Vec::new();
+            for step in 0..60 {
+                match rng.next(5) {
+                    0 | 1 => {
+                        let d = random_demand(&mut rng);
+                        let node = rng.next(nodes);
+                        let uid = format!("pod-{round}-{step}");
+                        let mut w = cluster.write();
+                        if let Ok(p) = w.place(&names[node], &d, &cfg, now)
+                            && w.book(&uid, &p, &cfg, now).is_ok()
+                        {
+                            placed.push((uid, node));
+                        }
+                    }
+                    2 if !placed.is_empty() => {
+                        let (uid, _) = placed.swap_remove(rng.next(placed.len()));
+                        cluster.release_pod(&uid);
+                    }
+                    3 if !placed.is_empty() => {
+                        // A pod's memory shows in its node's telemetry: it leaves the in-flight set.
+                        let (uid, node) = placed[rng.next(placed.len())].clone();
+                        let mut g = random_gpu_node(&mut rng, node);
+                        if let Some(gpu) = g.status.as_mut().unwrap().gpus.first_mut() {
+                            gpu.pods.push(carma_api::GpuPodStatus {
+                                namespace: "ml".into(),
+                                name: uid.clone(),
+                                uid,
+                                reserved_mib: 1_000,
+                                observed_mib: Some(900),
+                            });
+                        }
+                        cluster.apply_gpu_node_observed(&g, Some(now));
+                    }
+                    _ => now += rng.next(40_000) as u64,
+                }
+                let state = cluster.read();
+                assert!(state.summaries_are_fresh(), "round {round}, step {step}");
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                for _ in 0..6 {
+                    let d = random_demand(&mut rng);
+                    let judged = Verdicts::new().judge(&state, &names, &d, &cfg, now);
+                    for (name, v) in names.iter().zip(&judged) {
+                        let reference = Verdict::from_result(state.place(name, &d, &cfg, now));
+                        assert_eq!(v, &reference, "round {round}, step {step}, {name}, {d:?}");
+                        if matches!(reference, Verdict::Pass { .. }) {
+                            passed += 1;
+                            let e = state.node_entry(name).unwrap();
+                            answered += usize::from(shortcut(e, &d, &cfg, now).is_some());
+                        }
+                    }
+                }
+            }
+        }
+        assert!(passed > 10_000, "{passed}");
+        assert!(answered * 10 > passed * 8, "{answered} of {passed}");
+    }
+
+    #[test]
+    fn shortcut_answers_the_benchmark_cluster() {
+        // The loaded cluster of the latency example: every node passes, judged by the shortcut.
+        let cfg = PlacementConfig::default();
+        let snap = synthetic::loaded_cluster(50, 8);
+        let cluster = ClusterState::new();
+        snap.apply(&cluster);
+        let state = cluster.read();
+        let now: Millis = 5_000_000;
+        for d in demands() {
+            for i in 0..50 {
+                let name = synthetic::node_name(i);
+                let reference = Verdict::from_result(state.place(&name, &d, &cfg, now));
+                let e = state.node_entry(&name).unwrap();
+                match shortcut(e, &d, &cfg, now) {
+                    Some(v) => assert_eq!(v, reference, "{name} {d:?}"),
+                    None => assert!(
+                        !matches!(reference, Verdict::Pass { .. })
+                            || d.wants_exclusive()
+                            || d.policy == Policy::Rr,
+                        "{name} {d:?}: {reference:?}"
+                    ),
+                }
             }
         }
     }
