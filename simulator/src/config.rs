@@ -1,10 +1,42 @@
 //! Everything a simulation run is parameterised by.
 
-use carma_core::{PlacementConfig, RecoveryConfig};
+use carma_core::{Millis, PlacementConfig, RecoveryConfig};
 use serde::Serialize;
 
 use crate::error::SimError;
 use crate::model::{PowerModel, SlowdownModel, TelemetryModel};
+
+// Limits on input. The engine keeps state per GPU and per task and times in
+// u64 milliseconds; these bounds keep memory within a workstation's and every
+// sum of times far below u64::MAX, so bad input is refused up front instead of
+// exhausting memory, wrapping around or spinning.
+
+/// Most nodes of a simulated cluster (`--nodes`).
+pub const MAX_NODES: u32 = 100_000;
+/// Most GPUs per node (`--gpus-per-node`), also the most GPUs one task may ask
+/// for: the largest single systems sold have 72 (NVL72); 1,024 leaves room.
+pub const MAX_GPUS_PER_NODE: u32 = 1_024;
+/// Most GPUs in all (nodes × GPUs per node): 100 × the scale benchmark's 1,000.
+pub const MAX_TOTAL_GPUS: u64 = 100_000;
+/// Most memory per GPU (`--gpu-memory`) and per task (`.rad` peak and
+/// estimate): 1 TiB, five times the largest GPU sold today.
+pub const MAX_GPU_MEMORY_MIB: u64 = 1 << 20;
+/// Most tasks in a trace, generated (`--tasks`) or imported: 10 × the scale
+/// benchmark's 10,000 (which takes seconds per policy).
+pub const MAX_TASKS: usize = 100_000;
+/// Longest delay setting (`--warm-up`, `--telemetry-lag`, `--recovery-backoff`):
+/// one day. CARMA's figures are seconds; a day is longer than any setting that
+/// means something for a scheduler.
+pub const MAX_DELAY_MS: Millis = 86_400_000;
+/// Longest exclusive run time of one task: one year. With [`MAX_TASKS`] tasks
+/// of [`MAX_ATTEMPTS`] attempts each, run back to back, the end is still below
+/// 2^59 ms.
+pub const MAX_RUN_MS: Millis = 365 * 86_400_000;
+/// Latest submission time in a trace: ten years after the start.
+pub const MAX_ARRIVAL_MS: Millis = 10 * MAX_RUN_MS;
+/// Most attempts per task (`--max-attempts`); each failed attempt is a crash
+/// the engine replays.
+pub const MAX_ATTEMPTS: u32 = 100;
 
 /// The simulated cluster: identical nodes of identical GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -31,7 +63,7 @@ impl Default for ClusterSpec {
 impl ClusterSpec {
     /// Total GPUs.
     pub fn total_gpus(&self) -> u32 {
-        self.nodes * self.gpus_per_node
+        self.nodes.saturating_mul(self.gpus_per_node)
     }
 }
 
@@ -83,14 +115,43 @@ impl SimConfig {
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: String| Err(SimError::Config(m));
         let c = &self.cluster;
-        if c.nodes == 0 || c.gpus_per_node == 0 {
+        if !(1..=MAX_NODES).contains(&c.nodes) {
             return bad(format!(
-                "the cluster needs at least one node and one GPU per node (got {} × {})",
+                "--nodes is {}; it must be between 1 and {MAX_NODES}",
+                c.nodes
+            ));
+        }
+        if !(1..=MAX_GPUS_PER_NODE).contains(&c.gpus_per_node) {
+            return bad(format!(
+                "--gpus-per-node is {}; it must be between 1 and {MAX_GPUS_PER_NODE}",
+                c.gpus_per_node
+            ));
+        }
+        let total = u64::from(c.nodes) * u64::from(c.gpus_per_node);
+        if total > MAX_TOTAL_GPUS {
+            return bad(format!(
+                "--nodes × --gpus-per-node is {} × {} = {total} GPUs; at most {MAX_TOTAL_GPUS} are simulated",
                 c.nodes, c.gpus_per_node
             ));
         }
-        if c.gpu_memory_mib < 1024 {
-            return bad(format!("GPU memory {} MiB is too small", c.gpu_memory_mib));
+        if !(1024..=MAX_GPU_MEMORY_MIB).contains(&c.gpu_memory_mib) {
+            return bad(format!(
+                "--gpu-memory is {} MiB; it must be between 1024 MiB (1 GiB) and {MAX_GPU_MEMORY_MIB} MiB (1 TiB)",
+                c.gpu_memory_mib
+            ));
+        }
+        for (flag, ms) in [
+            ("--warm-up", self.placement.warmup_ms),
+            ("--telemetry-lag", self.telemetry.lag_ms),
+            ("--recovery-backoff", self.recovery.backoff_base_ms),
+        ] {
+            if ms > MAX_DELAY_MS {
+                return bad(format!(
+                    "{flag} is {} s; it must be between 0 and {} s (one day)",
+                    ms as f64 / 1000.0,
+                    MAX_DELAY_MS / 1000
+                ));
+            }
         }
         let s = &self.slowdown;
         if !(s.threshold.is_finite() && s.threshold > 0.0) {
@@ -119,8 +180,11 @@ impl SimConfig {
         if self.telemetry.interval_ms == 0 || self.telemetry.window == 0 {
             return bad("telemetry interval and window must be positive".into());
         }
-        if self.recovery.max_attempts == 0 {
-            return bad("max attempts must be at least 1".into());
+        if !(1..=MAX_ATTEMPTS).contains(&self.recovery.max_attempts) {
+            return bad(format!(
+                "--max-attempts is {}; it must be between 1 and {MAX_ATTEMPTS}",
+                self.recovery.max_attempts
+            ));
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use anyhow::Context as _;
 use carma_core::{Policy, quantity::parse_mib};
+use carma_simulator::config::MAX_DELAY_MS;
 use carma_simulator::trace::{self, GeneratorConfig, ImportPaths};
 use carma_simulator::{EstimatorKind, SimConfig, SimError, compare, report};
 use clap::ValueEnum;
@@ -51,23 +52,23 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "gpumemnet", value_parser = parse_estimator)]
     pub estimator: EstimatorKind,
 
-    /// Nodes in the simulated cluster.
+    /// Nodes in the simulated cluster (1 to 100000; nodes × GPUs per node at most 100000).
     #[arg(long, default_value_t = 1, help_heading = "Cluster")]
     pub nodes: u32,
-    /// GPUs per node.
+    /// GPUs per node (1 to 1024).
     #[arg(long, default_value_t = 4, help_heading = "Cluster")]
     pub gpus_per_node: u32,
-    /// Memory of each GPU (e.g. 40GiB, 80Gi, 40960Mi).
+    /// Memory of each GPU (e.g. 40GiB, 80Gi, 40960Mi; 1GiB to 1TiB).
     #[arg(long, default_value = "40GiB", value_parser = parse_memory, help_heading = "Cluster")]
     pub gpu_memory: u64,
 
-    /// Tasks to generate (ignored with --trace).
+    /// Tasks to generate, 1 to 100000 (ignored with --trace).
     #[arg(long, default_value_t = 90, help_heading = "Workload")]
     pub tasks: usize,
     /// Seed of the trace generator.
     #[arg(long, default_value_t = 1, help_heading = "Workload")]
     pub seed: u64,
-    /// Arrival pressure per GPU relative to CARMA's trace (generator only).
+    /// Arrival pressure per GPU relative to CARMA's trace, 0.01 to 100 (generator only).
     #[arg(long, default_value_t = 1.0, help_heading = "Workload")]
     pub load: f64,
     /// CARMA trace script to replay (`submit.py --task X.rad` / `sleep N` lines).
@@ -102,7 +103,7 @@ pub struct SimulateArgs {
     /// Power at full SM activity in watts.
     #[arg(long, default_value_t = 400.0, help_heading = "Models")]
     pub max_power: f64,
-    /// Delay before a started task's memory shows in telemetry (seconds, e.g. 15 or 15s).
+    /// Delay before a started task's memory shows in telemetry (seconds, e.g. 15 or 15s; 0 to 86400).
     #[arg(long, default_value = "15", value_parser = parse_seconds, help_heading = "Models")]
     pub telemetry_lag: u64,
     /// Multiplier on every task's SM activity, occupancy and DRAM activity.
@@ -110,16 +111,16 @@ pub struct SimulateArgs {
     pub activity_scale: f64,
 
     /// Warm-up lock: a GPU that just received a task takes no other for this long
-    /// unless the task's memory shows first (seconds).
+    /// unless the task's memory shows first (seconds; 0 to 86400).
     #[arg(long, default_value = "30", value_parser = parse_seconds, help_heading = "Placement and recovery")]
     pub warm_up: u64,
-    /// Attempts per task, the first included, before it fails.
+    /// Attempts per task, the first included, before it fails (1 to 100).
     #[arg(long, default_value_t = 5, help_heading = "Placement and recovery")]
     pub max_attempts: u32,
     /// Out-of-memory crashes after which the next attempt runs exclusively (1 = CARMA's rule).
     #[arg(long, default_value_t = 2, help_heading = "Placement and recovery")]
     pub exclusive_after_ooms: u32,
-    /// First back-off before a recovery attempt (seconds; doubled per attempt).
+    /// First back-off before a recovery attempt (seconds, 0 to 86400; doubled per attempt).
     #[arg(long, default_value = "10", value_parser = parse_seconds, help_heading = "Placement and recovery")]
     pub recovery_backoff: u64,
 }
@@ -168,8 +169,15 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
     } else {
         (t.strip_suffix('s').unwrap_or(t), 1000.0)
     };
+    // The range is checked in f64, before the conversion (which would saturate).
     match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok((v * scale).round() as u64),
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale <= MAX_DELAY_MS as f64 => {
+            Ok((v * scale).round() as u64)
+        }
+        Ok(v) if v.is_finite() && v >= 0.0 => Err(format!(
+            "{s:?} is out of range: 0 to {} s (one day)",
+            MAX_DELAY_MS / 1000
+        )),
         _ => Err(format!("{s:?} is not a duration (e.g. 15, 15s, 500ms, 2m)")),
     }
 }
@@ -305,5 +313,67 @@ mod tests {
         assert_eq!(parse_seconds("2m").unwrap(), 120_000);
         assert_eq!(parse_seconds("500ms").unwrap(), 500);
         assert!(parse_seconds("-1").is_err());
+    }
+
+    /// `--warm-up 1e17` used to saturate to u64::MAX ms and spin the engine forever.
+    #[test]
+    fn time_flags_have_a_range() {
+        assert_eq!(parse_seconds("86400").unwrap(), 86_400_000);
+        assert_eq!(parse_seconds("1440m").unwrap(), 86_400_000);
+        for huge in ["86401", "1e16", "1e17", "1e300", "1441m"] {
+            let err = parse_seconds(huge).unwrap_err();
+            assert!(err.contains("0 to 86400 s"), "{huge}: {err}");
+        }
+    }
+
+    /// `--gpus-per-node 4294967295` used to abort allocating memory for every GPU.
+    #[test]
+    fn cluster_and_workload_flags_have_a_range() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SimulateArgs,
+        }
+        let check = |flags: &[&str], needle: &str| {
+            let cli = Cli::try_parse_from(std::iter::once("simulate").chain(flags.iter().copied()))
+                .unwrap();
+            let err = cli
+                .args
+                .config()
+                .validate()
+                .and_then(|()| cli.args.load_trace().map(drop))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{flags:?}: {err}");
+        };
+        check(
+            &["--gpus-per-node", "4294967295", "--tasks", "10"],
+            "--gpus-per-node is 4294967295; it must be between 1 and 1024",
+        );
+        check(
+            &["--nodes", "1000000"],
+            "--nodes is 1000000; it must be between 1 and 100000",
+        );
+        check(
+            &["--nodes", "1000", "--gpus-per-node", "1000"],
+            "1000000 GPUs; at most 100000",
+        );
+        check(
+            &["--tasks", "100001"],
+            "--tasks is 100001; it must be between 1 and 100000",
+        );
+        check(
+            &["--load", "1e-300"],
+            "--load is 1e-300; it must be between 0.01 and 100",
+        );
+        check(
+            &["--max-attempts", "4294967295"],
+            "--max-attempts is 4294967295; it must be between 1 and 100",
+        );
+        check(
+            &["--gpu-memory", "1000000Gi"],
+            "--gpu-memory is 1024000000 MiB",
+        );
     }
 }

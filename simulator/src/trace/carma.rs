@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use carma_core::Millis;
 
 use crate::catalog::{self, SizeClass};
+use crate::config::{MAX_ARRIVAL_MS, MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE, MAX_RUN_MS, MAX_TASKS};
 use crate::error::SimError;
 use crate::model::ActivityClass;
 use crate::task::Task;
@@ -21,6 +22,13 @@ use crate::trace::Trace;
 
 /// "Not available / whole GPU" in CARMA's task files.
 pub const NOT_AVAILABLE_MIB: u64 = 40_000;
+
+/// Largest batch size a `.rad` file may give: 2^20, 32 × DLRM's 32,768 (the
+/// largest in CARMA's traces); the activity model only needs it as a number.
+pub const MAX_BATCH_SIZE: u32 = 1 << 20;
+
+/// Longest exclusive run time in the durations CSV, in minutes (one year).
+pub const MAX_RUN_MINUTES: f64 = (MAX_RUN_MS / 60_000) as f64;
 
 /// The three inputs of an import.
 #[derive(Debug, Clone)]
@@ -139,6 +147,7 @@ pub fn parse_script(path: &Path, text: &str) -> Result<Vec<Submission>, SimError
         }
         let words: Vec<&str> = l.split_whitespace().collect();
         if words[0] == "sleep" {
+            let max_s = MAX_ARRIVAL_MS / 1000;
             let secs = words
                 .get(1)
                 .and_then(|w| w.trim_end_matches('s').parse::<f64>().ok())
@@ -153,7 +162,28 @@ pub fn parse_script(path: &Path, text: &str) -> Result<Vec<Submission>, SimError
                     format!("unexpected text after sleep: {l:?}"),
                 ));
             }
+            // Checked before converting: `1e99 as u64` would saturate, and the sum wrap.
+            if secs > max_s as f64 {
+                return Err(SimError::parse(
+                    path,
+                    line,
+                    format!(
+                        "sleep {} s is out of range: 0 to {max_s} s (ten years)",
+                        words[1]
+                    ),
+                ));
+            }
             now_ms += (secs * 1000.0).round() as Millis;
+            if now_ms > MAX_ARRIVAL_MS {
+                return Err(SimError::parse(
+                    path,
+                    line,
+                    format!(
+                        "the sleeps up to here add up to {} s; a trace may span at most {max_s} s (ten years)",
+                        now_ms / 1000
+                    ),
+                ));
+            }
             continue;
         }
         if words.iter().any(|w| w.ends_with("submit.py")) {
@@ -173,6 +203,15 @@ pub fn parse_script(path: &Path, text: &str) -> Result<Vec<Submission>, SimError
                     path,
                     line,
                     format!("task file {file:?} does not end in .rad"),
+                ));
+            }
+            if out.len() == MAX_TASKS {
+                return Err(SimError::parse(
+                    path,
+                    line,
+                    format!(
+                        "more than {MAX_TASKS} tasks; the simulator replays at most {MAX_TASKS}"
+                    ),
                 ));
             }
             out.push(Submission {
@@ -224,19 +263,45 @@ pub fn parse_rad(path: &Path, text: &str) -> Result<RadFile, SimError> {
             .filter(|x| x.is_finite() && *x >= 0.0)
             .ok_or_else(|| SimError::parse(path, idx + 1, format!("{what} is {v:?}, not a number")))
     };
-    let batch_size = field(5, "batch size")? as u32;
-    let gpus = field(7, "number of GPUs")? as u32;
-    if gpus == 0 {
-        return Err(SimError::parse(path, 8, "number of GPUs is 0"));
-    }
-    let peak = field(8, "measured peak memory per GPU (MiB)")?;
+    // Every value is range-checked as f64 before it becomes an integer.
+    let count = |idx: usize, what: &str, max: u32| -> Result<u32, SimError> {
+        let v = field(idx, what)?;
+        if v.fract() != 0.0 || !(1.0..=f64::from(max)).contains(&v) {
+            return Err(SimError::parse(
+                path,
+                idx + 1,
+                format!(
+                    "{what} is {}; it must be a whole number from 1 to {max}",
+                    lines[idx]
+                ),
+            ));
+        }
+        Ok(v as u32)
+    };
+    let mib = |idx: usize, what: &str| -> Result<f64, SimError> {
+        let v = field(idx, what)?;
+        if v > MAX_GPU_MEMORY_MIB as f64 {
+            return Err(SimError::parse(
+                path,
+                idx + 1,
+                format!(
+                    "{what} is {}; it must be at most {MAX_GPU_MEMORY_MIB} MiB (1 TiB)",
+                    lines[idx]
+                ),
+            ));
+        }
+        Ok(v)
+    };
+    let batch_size = count(5, "batch size", MAX_BATCH_SIZE)?;
+    let gpus = count(7, "number of GPUs", MAX_GPUS_PER_NODE)?;
+    let peak = mib(8, "measured peak memory per GPU (MiB)")?;
     if peak <= 0.0 {
         return Err(SimError::parse(path, 9, "measured peak memory is 0"));
     }
     let gpumemnet_mib = match lines.get(11).copied().filter(|s| !s.is_empty()) {
         None => None,
         Some(_) => {
-            let v = field(11, "GPUMemNet estimate (MiB)")?.ceil() as u64;
+            let v = mib(11, "GPUMemNet estimate (MiB)")?.ceil() as u64;
             (v != NOT_AVAILABLE_MIB && v > 0).then_some(v)
         }
     };
@@ -248,9 +313,11 @@ pub fn parse_rad(path: &Path, text: &str) -> Result<RadFile, SimError> {
     })
 }
 
-/// Parse `rad,exclusive_minutes` (a header line is allowed).
+/// Parse `rad,exclusive_minutes` (a header line is allowed). Run times must be
+/// in (0, [`MAX_RUN_MINUTES`]]; a task listed twice is an error (naming both lines).
 pub fn parse_durations(path: &Path, text: &str) -> Result<HashMap<String, f64>, SimError> {
     let mut out = HashMap::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let l = raw.trim();
@@ -266,15 +333,24 @@ pub fn parse_durations(path: &Path, text: &str) -> Result<HashMap<String, f64>, 
             ));
         };
         match minutes.parse::<f64>() {
-            Ok(m) if m.is_finite() && m > 0.0 => {
+            Ok(m) if m.is_finite() && m > 0.0 && m <= MAX_RUN_MINUTES => {
+                if let Some(first) = seen.insert(name.to_string(), line) {
+                    return Err(SimError::parse(
+                        path,
+                        line,
+                        format!("{name} is listed twice (first at line {first})"),
+                    ));
+                }
                 out.insert(name.to_string(), m);
             }
-            _ if line == 1 => {} // header
+            Err(_) if line == 1 => {} // header
             _ => {
                 return Err(SimError::parse(
                     path,
                     line,
-                    format!("run time {minutes:?} of {name} is not a positive number of minutes"),
+                    format!(
+                        "run time {minutes:?} of {name} is out of range: more than 0 and at most {MAX_RUN_MINUTES} minutes (one year)"
+                    ),
                 ));
             }
         }

@@ -15,6 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::catalog::{CATALOG, SizeClass, Workload};
+use crate::config::MAX_TASKS;
 use crate::error::SimError;
 use crate::task::Task;
 use crate::trace::Trace;
@@ -34,6 +35,11 @@ const GAP_QUANTILES: [(f64, f64); 12] = [
     (0.95, 394.0),
     (1.0, 589.0),
 ];
+
+/// Range of `load`: 1/100 to 100 times CARMA's pressure per GPU. Outside it the
+/// gaps are all zero or so long that the trace is a series of lone jobs; the
+/// bound also keeps arrival times (589 s × 4 / load per gap) far from overflow.
+pub const LOAD_RANGE: (f64, f64) = (0.01, 100.0);
 
 /// GPUs of the server CARMA's gaps were replayed on.
 const CARMA_GPUS: f64 = 4.0;
@@ -79,12 +85,16 @@ pub fn gap_s(u: f64) -> f64 {
 
 /// Generate a trace.
 pub fn generate(cfg: &GeneratorConfig) -> Result<Trace, SimError> {
-    if cfg.tasks == 0 {
-        return Err(SimError::Config("--tasks must be at least 1".into()));
-    }
-    if !(cfg.load.is_finite() && cfg.load > 0.0) {
+    if !(1..=MAX_TASKS).contains(&cfg.tasks) {
         return Err(SimError::Config(format!(
-            "--load must be positive, got {}",
+            "--tasks is {}; it must be between 1 and {MAX_TASKS}",
+            cfg.tasks
+        )));
+    }
+    let (lo, hi) = LOAD_RANGE;
+    if !(cfg.load.is_finite() && (lo..=hi).contains(&cfg.load)) {
+        return Err(SimError::Config(format!(
+            "--load is {:?}; it must be between {lo} and {hi}",
             cfg.load
         )));
     }
