@@ -38,6 +38,15 @@ pub struct NodePlacement {
     pub capacity_checked: bool,
 }
 
+impl NodePlacement {
+    /// Where round robin starts next on this node: after the last GPU chosen, in the policy's
+    /// (rotated) order — after a wrap-around that is not the highest index. The simulator and the
+    /// extender both advance their cursors with this.
+    pub fn next_rr_cursor(&self) -> Option<usize> {
+        self.indices.last().map(|i| *i as usize + 1)
+    }
+}
+
 /// A GPU that passed, with what the policy orders by.
 #[derive(Debug, Clone, Copy)]
 struct Fit<'a> {

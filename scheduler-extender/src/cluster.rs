@@ -587,8 +587,8 @@ impl Inner {
             cfg.warmup_ms,
             now,
         )?;
-        if let Some(last) = placement.indices.iter().max() {
-            entry.rr_cursor = *last as usize + 1;
+        if let Some(next) = placement.next_rr_cursor() {
+            entry.rr_cursor = next;
         }
         self.touch(&record);
         Ok(())

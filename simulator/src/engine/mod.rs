@@ -21,6 +21,7 @@
 //! of active tasks on a GPU changes, the rates of the tasks there are updated and
 //! their completion events rescheduled (stale events are skipped by version).
 
+pub mod choose;
 mod gpu;
 
 use std::cmp::Reverse;
@@ -436,7 +437,7 @@ impl<'a> Engine<'a> {
         for n in 0..self.nodes.len() {
             match self.outcome_on(n, key, &demand) {
                 Outcome::Accept(p) => {
-                    if best.as_ref().is_none_or(|(_, b)| p.score > b.score) {
+                    if choose::better(&p, best.as_ref().map(|(_, b)| b)) {
                         let top = p.score >= 10;
                         best = Some((n, p));
                         if top {
@@ -592,8 +593,8 @@ impl<'a> Engine<'a> {
             self.gpus[g].placed.push(id);
             self.record_point(g);
         }
-        if let Some(last) = p.indices.last() {
-            self.rr_cursor[n] = *last as usize + 1;
+        if let Some(next) = p.next_rr_cursor() {
+            self.rr_cursor[n] = next;
         }
         self.touch(n);
         let task = &self.tasks[id];
