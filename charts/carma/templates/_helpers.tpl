@@ -99,6 +99,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.placement.telemetryReserveMiB | toString | quote }}
 - name: CARMA_WARMUP_MS
   value: {{ mul (int .Values.placement.warmupSeconds) 1000 | toString | quote }}
+- name: CARMA_MAX_TELEMETRY_AGE_SECONDS
+  value: {{ .Values.placement.maxTelemetryAgeSeconds | toString | quote }}
 {{- end }}
 
 {{/* Extender URL as kube-scheduler sees it. */}}

@@ -93,6 +93,15 @@ pub struct Thresholds {
     /// milliseconds unless the pod's memory shows in telemetry first.
     #[arg(long, env = "CARMA_WARMUP_MS", default_value_t = PlacementConfig::default().warmup_ms)]
     pub warmup_ms: u64,
+    /// A node whose GpuNode telemetry has not been published for this many seconds (as seen by
+    /// the extender, immune to clock skew) takes no new shared pods; exclusive placement on idle
+    /// GPUs continues. 0 disables the check.
+    #[arg(
+        long,
+        env = "CARMA_MAX_TELEMETRY_AGE_SECONDS",
+        default_value_t = carma_core::config::DEFAULT_MAX_TELEMETRY_AGE_MS / 1000
+    )]
+    pub max_telemetry_age_seconds: u64,
 }
 
 impl Thresholds {
@@ -105,6 +114,8 @@ impl Thresholds {
             memory_margin_mib: self.memory_margin_mib,
             telemetry_reserve_mib: self.telemetry_reserve_mib,
             warmup_ms: self.warmup_ms,
+            max_telemetry_age_ms: (self.max_telemetry_age_seconds > 0)
+                .then(|| self.max_telemetry_age_seconds.saturating_mul(1000)),
             ..PlacementConfig::default()
         }
     }
