@@ -46,5 +46,9 @@ pub use evaluate::{
     ClassRecall, EvaluateError, Evaluation, LabelledRow, evaluate, evaluate_csv, read_mlp_csv,
 };
 pub use model::{BATCH_ROWS, ClassSpec, DecisionRule, Model, ModelError, ModelMeta};
-pub use profile::{Family, FamilyParseError, Layers, Profile, ProfileError, parse_profile};
+pub use profile::{
+    Family, FamilyParseError, Layers, MAX_ACTIVATIONS, MAX_BATCH_SIZE, MAX_ESTIMATE_MIB,
+    MAX_LAYERS, MAX_PARAMETERS, MAX_SEQ_LENGTH, Profile, ProfileError, TORCH_ACTIVATIONS,
+    parse_profile,
+};
 pub use summary::{SummaryError, parse_torchsummary};

@@ -57,7 +57,63 @@ impl FromStr for Family {
     }
 }
 
-/// Layer counts by type (`layers` in the annotation). Absent counts are 0.
+// Ranges of the profile's numbers. They are generous for any job that one
+// cluster trains and keep every product the features and the analytic bound
+// form far from overflow; the combined size is bounded by MAX_ESTIMATE_MIB.
+
+/// Largest `batchSize`: 2^20, 32 × DLRM's 32,768 (the largest in CARMA's traces).
+pub const MAX_BATCH_SIZE: u32 = 1 << 20;
+/// Largest `parameters`: 10^12, beyond the largest published dense models.
+pub const MAX_PARAMETERS: u64 = 1_000_000_000_000;
+/// Largest `activations` per sample: 10^12 (GPT-2 large has under 10^9).
+pub const MAX_ACTIVATIONS: u64 = 1_000_000_000_000;
+/// Largest `depth` and layer count of one type: 100,000 (the deepest published
+/// networks have a few thousand layers).
+pub const MAX_LAYERS: u32 = 100_000;
+/// Largest `seqLength`: 2^20 tokens, the longest context windows offered.
+pub const MAX_SEQ_LENGTH: u32 = 1 << 20;
+/// Largest analytic upper bound a profile may come to: 2^30 MiB (1 PiB), some
+/// thousand times a whole 8-GPU server; in-range fields whose product is
+/// larger describe no job a GPU cluster could run.
+pub const MAX_ESTIMATE_MIB: u64 = 1 << 30;
+
+/// Activation module names of `torch.nn`. A name outside them is a typo or not
+/// an activation and is rejected; a real one that GPUMemNet's lists lack
+/// (`Hardswish`, `Sigmoid`, …) counts as `ReLU`, as GPUMemNet does.
+pub const TORCH_ACTIVATIONS: [&str; 29] = [
+    "CELU",
+    "ELU",
+    "GELU",
+    "GLU",
+    "Hardshrink",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "Identity",
+    "LeakyReLU",
+    "LogSigmoid",
+    "LogSoftmax",
+    "Mish",
+    "PReLU",
+    "RReLU",
+    "ReLU",
+    "ReLU6",
+    "SELU",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Softmax2d",
+    "Softmin",
+    "Softplus",
+    "Softshrink",
+    "Softsign",
+    "Tanh",
+    "Tanhshrink",
+    "Threshold",
+];
+
+/// Layer counts by type (`layers` in the annotation). Absent counts are 0,
+/// each at most [`MAX_LAYERS`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Layers {
@@ -97,25 +153,28 @@ pub struct Layers {
 pub struct Profile {
     /// Model family.
     pub family: Family,
-    /// Training batch size (samples per step).
+    /// Training batch size (samples per step), 1 to [`MAX_BATCH_SIZE`].
     pub batch_size: u32,
-    /// Trainable parameters.
+    /// Trainable parameters, 1 to [`MAX_PARAMETERS`].
     pub parameters: u64,
     /// Activations per sample: the sum of every layer's output size for one sample
-    /// (for transformers: including the sequence dimension).
+    /// (for transformers: including the sequence dimension), 1 to [`MAX_ACTIVATIONS`].
     pub activations: u64,
     /// Depth. MLP: linear layers. CNN: conv2d + batch-norm + dropout +
     /// adaptive-avg-pool + linear layers. Transformer: linear + attention +
-    /// layer-norm + dropout layers. Derived from `layers` when absent.
+    /// layer-norm + dropout layers. Derived from `layers` when absent. 1 to
+    /// [`MAX_LAYERS`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<u32>,
-    /// Activation function name (e.g. `ReLU`, `GELU`); default `ReLU`.
+    /// Activation function name (e.g. `ReLU`, `GELU`), one of
+    /// [`TORCH_ACTIVATIONS`] (any case); default `ReLU`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation: Option<String>,
     /// Layer counts by type.
     #[serde(default, deserialize_with = "map_only")]
     pub layers: Layers,
-    /// Sequence length (transformers); used by the analytic bound for attention scores.
+    /// Sequence length (transformers), 1 to [`MAX_SEQ_LENGTH`]; used by the
+    /// analytic bound for attention scores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq_length: Option<u32>,
 }
@@ -157,14 +216,29 @@ impl Profile {
                 reason: reason.to_string(),
             })
         };
-        if self.batch_size == 0 {
-            return invalid("batchSize", "must be at least 1");
-        }
-        if self.parameters == 0 {
-            return invalid("parameters", "must be at least 1");
-        }
-        if self.activations == 0 {
-            return invalid("activations", "must be at least 1");
+        let range = |key: &str, v: u64, max: u64| {
+            if (1..=max).contains(&v) {
+                Ok(())
+            } else {
+                invalid(key, &format!("got {v}; it must be between 1 and {max}"))
+            }
+        };
+        range("batchSize", self.batch_size.into(), MAX_BATCH_SIZE.into())?;
+        range("parameters", self.parameters, MAX_PARAMETERS)?;
+        range("activations", self.activations, MAX_ACTIVATIONS)?;
+        let l = &self.layers;
+        for (key, n) in [
+            ("layers.linear", l.linear),
+            ("layers.conv2d", l.conv2d),
+            ("layers.batchNorm", l.batch_norm),
+            ("layers.dropout", l.dropout),
+            ("layers.layerNorm", l.layer_norm),
+            ("layers.attention", l.attention),
+            ("layers.adaptiveAvgPool", l.adaptive_avg_pool),
+        ] {
+            if n > MAX_LAYERS {
+                return invalid(key, &format!("got {n}; it must be at most {MAX_LAYERS}"));
+            }
         }
         if self.effective_depth() == 0 {
             return invalid(
@@ -172,15 +246,35 @@ impl Profile {
                 "must be at least 1 (give `depth`, or the layer counts it is derived from)",
             );
         }
-        if self
-            .activation
-            .as_deref()
-            .is_some_and(|a| a.trim().is_empty())
-        {
-            return invalid("activation", "must not be empty");
+        range("depth", self.effective_depth().into(), MAX_LAYERS.into())?;
+        if let Some(a) = self.activation.as_deref() {
+            if a.trim().is_empty() {
+                return invalid("activation", "must not be empty");
+            }
+            if !TORCH_ACTIVATIONS
+                .iter()
+                .any(|k| k.eq_ignore_ascii_case(a.trim()))
+            {
+                return invalid(
+                    "activation",
+                    &format!(
+                        "`{a}` is not a torch.nn activation (e.g. ReLU, GELU, SiLU, Tanh, Identity)"
+                    ),
+                );
+            }
         }
-        if self.seq_length == Some(0) {
-            return invalid("seqLength", "must be at least 1 when given");
+        if let Some(seq) = self.seq_length {
+            range("seqLength", seq.into(), MAX_SEQ_LENGTH.into())?;
+        }
+        let bound = crate::analytic::analytic_upper_bound_mib(self);
+        if bound > MAX_ESTIMATE_MIB {
+            return invalid(
+                "batchSize",
+                &format!(
+                    "with parameters {}, activations {} and seqLength {:?} the job needs at least {bound} MiB, more than the {MAX_ESTIMATE_MIB} MiB (1 PiB) any cluster has",
+                    self.parameters, self.activations, self.seq_length
+                ),
+            );
         }
         Ok(())
     }

@@ -17,13 +17,16 @@
 //! `Dropout*`, `LayerNorm`, `NonDynamicallyQuantizableLinear` (attention),
 //! `AdaptiveAvgPool*`. The activation function is the most frequent activation
 //! layer of the family's list (`ReLU6` counts as `ReLU`; `ReLU` when there is
-//! none). Parameters come from `Total params`, or the sum of the rows when that
-//! line is missing.
+//! none). Parameters are the sum of the rows; a `Total params` line must agree
+//! with it (torchsummary prints exactly that sum, so a difference means an
+//! edited or truncated table). The layers must fit the family: an `mlp` has no
+//! `Conv2d` or attention layer, a `cnn` has at least one `Conv2d`, a
+//! `transformer` at least one attention or `LayerNorm` layer.
 
 use std::collections::HashMap;
 
 use crate::features::{CNN_ACTIVATIONS, MLP_ACTIVATIONS, activation_index};
-use crate::profile::{Family, Layers, Profile};
+use crate::profile::{Family, Layers, MAX_BATCH_SIZE, Profile};
 
 /// Why a `torchsummary` table was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,9 +55,29 @@ pub enum SummaryError {
         /// The line.
         text: String,
     },
-    /// Batch size 0.
-    #[error("batch size must be at least 1")]
-    BadBatchSize,
+    /// `Total params` disagrees with the sum of the rows.
+    #[error(
+        "torchsummary line {line}: `Total params` is {total} but the rows add up to {rows}; the table was edited or cut"
+    )]
+    TotalMismatch {
+        /// 1-based line number of `Total params`.
+        line: usize,
+        /// The figure on that line.
+        total: u64,
+        /// The sum of the rows.
+        rows: u64,
+    },
+    /// The layers do not fit the family.
+    #[error("torchsummary table does not fit family `{family}`: {reason}")]
+    WrongFamily {
+        /// The family given.
+        family: Family,
+        /// What does not fit.
+        reason: String,
+    },
+    /// Batch size out of range.
+    #[error("batch size {0} is out of range: 1 to {MAX_BATCH_SIZE}")]
+    BadBatchSize(u32),
     /// Parameters or activations add up to zero.
     #[error("torchsummary table yields no {0}")]
     Empty(&'static str),
@@ -66,8 +89,8 @@ pub fn parse_torchsummary(
     family: Family,
     batch_size: u32,
 ) -> Result<Profile, SummaryError> {
-    if batch_size == 0 {
-        return Err(SummaryError::BadBatchSize);
+    if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
+        return Err(SummaryError::BadBatchSize(batch_size));
     }
     let lines: Vec<&str> = text.lines().collect();
     let header = lines
@@ -80,7 +103,7 @@ pub fn parse_torchsummary(
     let mut layers = Layers::default();
     let mut activations: u64 = 0;
     let mut row_params: u64 = 0;
-    let mut total_params: Option<u64> = None;
+    let mut total_params: Option<(usize, u64)> = None;
     let mut act_counts: HashMap<usize, usize> = HashMap::new();
     let known: &[&str] = match family {
         Family::Cnn => &CNN_ACTIVATIONS,
@@ -109,7 +132,7 @@ pub fn parse_torchsummary(
                 line: line_no,
                 text: line.to_string(),
             })?;
-            total_params = Some(t);
+            total_params = Some((line_no, t));
             continue;
         }
         if !in_table {
@@ -128,7 +151,9 @@ pub fn parse_torchsummary(
         activations = activations
             .checked_add(per_sample)
             .ok_or_else(|| bad("activations overflow"))?;
-        row_params = row_params.saturating_add(p);
+        row_params = row_params
+            .checked_add(p)
+            .ok_or_else(|| bad("parameters overflow"))?;
         count_layer(kind, &mut layers);
         if let Some(a) = activation_index(kind, known) {
             *act_counts.entry(a).or_default() += 1;
@@ -138,7 +163,32 @@ pub fn parse_torchsummary(
     if rows == 0 {
         return Err(SummaryError::NoLayers);
     }
-    let parameters = total_params.unwrap_or(row_params);
+    if let Some((line, total)) = total_params
+        && total != row_params
+    {
+        return Err(SummaryError::TotalMismatch {
+            line,
+            total,
+            rows: row_params,
+        });
+    }
+    let wrong = |reason: String| Err(SummaryError::WrongFamily { family, reason });
+    match family {
+        Family::Mlp if layers.conv2d.saturating_add(layers.attention) > 0 => {
+            return wrong(format!(
+                "it has {} Conv2d and {} attention layers (use --family cnn or transformer)",
+                layers.conv2d, layers.attention
+            ));
+        }
+        Family::Cnn if layers.conv2d == 0 => {
+            return wrong("it has no Conv2d layer".into());
+        }
+        Family::Transformer if layers.attention.saturating_add(layers.layer_norm) == 0 => {
+            return wrong("it has no attention or LayerNorm layer".into());
+        }
+        _ => {}
+    }
+    let parameters = row_params;
     if parameters == 0 {
         return Err(SummaryError::Empty("parameters"));
     }

@@ -1,7 +1,9 @@
 //! The `carma.io/model-profile` parser: valid input, and every kind of bad input
 //! rejected with a message that names the key.
 
-use carma_estimator::{Family, ProfileError, parse_profile};
+use carma_estimator::{
+    Family, MAX_BATCH_SIZE, MAX_LAYERS, MAX_PARAMETERS, ProfileError, parse_profile,
+};
 use proptest::prelude::*;
 
 const FULL: &str = r#"{
@@ -206,9 +208,81 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_numbers_round_trip(batch in 1u32.., params in 1u64.., acts in 1u64.., depth in 1u32..) {
+    // Activations up to 10^8 keep the job under the 1 PiB bound at any batch size.
+    fn arbitrary_numbers_round_trip(batch in 1..=MAX_BATCH_SIZE, params in 1..=MAX_PARAMETERS, acts in 1u64..=100_000_000, depth in 1..=MAX_LAYERS) {
         let json = format!(r#"{{"family":"mlp","batchSize":{batch},"parameters":{params},"activations":{acts},"depth":{depth}}}"#);
         let p = parse_profile(&json).unwrap();
         prop_assert_eq!((p.batch_size, p.parameters, p.activations, p.depth), (batch, params, acts, Some(depth)));
+    }
+}
+
+/// Issue #18: absurd values were accepted and answered with exit 0 (all-maximum
+/// fields gave an estimate of u64::MAX MiB). Each is refused naming the key and
+/// its range.
+#[test]
+fn out_of_range_values_are_named_with_their_range() {
+    let base = serde_json::json!({"family":"transformer","batchSize":8,"parameters":1000000,"activations":1000,"depth":4});
+    for (extra, key, range) in [
+        (
+            r#""batchSize":4294967295"#,
+            "batchSize",
+            "between 1 and 1048576",
+        ),
+        (
+            r#""parameters":18446744073709551615"#,
+            "parameters",
+            "between 1 and 1000000000000",
+        ),
+        (
+            r#""activations":18446744073709551615"#,
+            "activations",
+            "between 1 and 1000000000000",
+        ),
+        (r#""depth":4294967295"#, "depth", "between 1 and 100000"),
+        (
+            r#""layers":{"attention":4294967295}"#,
+            "layers.attention",
+            "at most 100000",
+        ),
+        (
+            r#""seqLength":4294967295"#,
+            "seqLength",
+            "between 1 and 1048576",
+        ),
+        (
+            r#""activation":"Bogus""#,
+            "activation",
+            "not a torch.nn activation",
+        ),
+        // Each field in range, the job as a whole more than 1 PiB.
+        (
+            r#""batchSize":1048576,"activations":1000000000000"#,
+            "batchSize",
+            "1 PiB",
+        ),
+    ] {
+        let mut v = base.clone();
+        let extra: serde_json::Value = serde_json::from_str(&format!("{{{extra}}}")).unwrap();
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        let json = v.to_string();
+        let e = err(&json);
+        assert!(
+            matches!(&e, ProfileError::Invalid { key: k, .. } if k == key),
+            "{json}: {e:?}"
+        );
+        assert!(e.to_string().contains(range), "{json}: {e}");
+    }
+    let all_max = r#"{"family":"transformer","batchSize":4294967295,"parameters":18446744073709551615,
+        "activations":18446744073709551615,"depth":4294967295,"seqLength":4294967295,
+        "layers":{"attention":4294967295}}"#;
+    assert!(matches!(err(all_max), ProfileError::Invalid { .. }));
+    // Real names GPUMemNet lacks are accepted (they count as ReLU), in any case.
+    for name in ["Hardswish", "sigmoid", "ReLU6", "Identity"] {
+        let mut v = base.clone();
+        v["activation"] = name.into();
+        let json = v.to_string();
+        parse_profile(&json).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }

@@ -84,7 +84,7 @@ fn malformed_tables_are_rejected() {
     );
     assert_eq!(
         parse_torchsummary(&good, Family::Cnn, 0),
-        Err(SummaryError::BadBatchSize)
+        Err(SummaryError::BadBatchSize(0))
     );
 
     let header_only: String = good.lines().take(3).collect::<Vec<_>>().join("\n");
@@ -152,4 +152,68 @@ fn multi_output_rows_and_explicit_batch_dimension() {
     );
     assert_eq!(p.activation.as_deref(), Some("GELU"));
     assert_eq!(p.depth, Some(4));
+}
+
+/// Issue #18: `--batch-size 4294967295` gave 6.5e9 MiB with exit 0.
+#[test]
+fn batch_size_is_bounded() {
+    let good = read("mnist_cnn_64.model");
+    let e = parse_torchsummary(&good, Family::Cnn, u32::MAX).unwrap_err();
+    assert_eq!(e, SummaryError::BadBatchSize(u32::MAX));
+    assert!(e.to_string().contains("1 to 1048576"), "{e}");
+    parse_torchsummary(&good, Family::Cnn, 1 << 20).unwrap();
+}
+
+/// Issue #18: a hand-edited `Total params` line was trusted over the rows.
+#[test]
+fn total_params_must_agree_with_the_rows() {
+    let good = read("mnist_cnn_64.model");
+    let line = good
+        .lines()
+        .position(|l| l.starts_with("Total params:"))
+        .unwrap()
+        + 1;
+    let edited = good.replace("Total params: 1,199,882", "Total params: 999,999,999,999");
+    let e = parse_torchsummary(&edited, Family::Cnn, 1).unwrap_err();
+    assert_eq!(
+        e,
+        SummaryError::TotalMismatch {
+            line,
+            total: 999_999_999_999,
+            rows: 1_199_882
+        }
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("999999999999") && msg.contains("1199882"),
+        "{msg}"
+    );
+}
+
+/// Issue #18: a CNN table was accepted with `--family mlp`.
+#[test]
+fn layers_must_fit_the_family() {
+    let cnn = read("mnist_cnn_64.model");
+    let e = parse_torchsummary(&cnn, Family::Mlp, 8).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SummaryError::WrongFamily {
+                family: Family::Mlp,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("2 Conv2d"), "{e}");
+    let e = parse_torchsummary(&cnn, Family::Transformer, 8).unwrap_err();
+    assert!(matches!(e, SummaryError::WrongFamily { .. }), "{e:?}");
+    let mlp = "        Layer (type)               Output Shape         Param #\n\
+               ================================================================\n\
+                         Linear-1                  [-1, 100]          78,500\n\
+                           ReLU-2                  [-1, 100]               0\n\
+               ================================================================\n";
+    parse_torchsummary(mlp, Family::Mlp, 8).unwrap();
+    let e = parse_torchsummary(mlp, Family::Cnn, 8).unwrap_err();
+    assert!(e.to_string().contains("no Conv2d"), "{e}");
 }

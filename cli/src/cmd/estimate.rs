@@ -16,7 +16,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use carma_estimator::{
-    Estimate, Estimator, Family, Profile, evaluate, parse_profile, parse_torchsummary,
+    Estimate, Estimator, Family, MAX_BATCH_SIZE, Profile, evaluate, parse_profile,
+    parse_torchsummary,
 };
 use serde_json::json;
 
@@ -41,8 +42,9 @@ pub struct EstimateArgs {
     /// Model family of the `--summary` table: mlp, cnn or transformer.
     #[arg(long, requires = "summary")]
     pub family: Option<Family>,
-    /// Training batch size for the `--summary` table.
-    #[arg(long, requires = "summary")]
+    /// Training batch size for the `--summary` table (1 to 1048576).
+    #[arg(long, requires = "summary",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH_SIZE)))]
     pub batch_size: Option<u32>,
     /// Evaluate the shipped model instead of estimating one job.
     #[command(subcommand)]
@@ -168,6 +170,16 @@ mod tests {
         assert!(parse(&["--summary", "b", "--family", "gpu", "--batch-size", "1"]).is_err());
         assert!(parse(&["--profile", "a", "--batch-size", "1"]).is_err());
         assert!(parse(&["--profile", "a", "eval", "--dataset", "x"]).is_err());
+        // Issue #18: out of range is a usage error naming the flag and the range.
+        for bad in ["0", "4294967295", "1048577"] {
+            let e = parse(&["--summary", "b", "--family", "cnn", "--batch-size", bad]).unwrap_err();
+            assert_eq!(e.exit_code(), i32::from(EXIT_BAD_INPUT));
+            let msg = e.to_string();
+            assert!(
+                msg.contains("--batch-size") && msg.contains("1..=1048576"),
+                "{msg}"
+            );
+        }
         let a = parse(&["--summary", "b", "--family", "cnn", "--batch-size", "8"]).unwrap();
         assert_eq!((a.family, a.batch_size), (Some(Family::Cnn), Some(8)));
         assert!(matches!(
