@@ -37,6 +37,17 @@ pub const MAX_ARRIVAL_MS: Millis = 10 * MAX_RUN_MS;
 /// Most attempts per task (`--max-attempts`); each failed attempt is a crash
 /// the engine replays.
 pub const MAX_ATTEMPTS: u32 = 100;
+/// `--slowdown-threshold` range, exclusive of 0: summed SM activity of the
+/// tasks on one GPU; at 100 no realistic GPU ever slows, so more means nothing.
+pub const SLOWDOWN_THRESHOLD_RANGE: (f64, f64) = (0.0, 100.0);
+/// Largest `--slowdown-exponent`: at 10 two saturating tasks already run 1,000
+/// times slower; the model clamps the rate at 10^-6 in any case.
+pub const MAX_SLOWDOWN_EXPONENT: f64 = 10.0;
+/// Largest `--max-power`: 10 kW, ten times the largest GPU's board power.
+pub const MAX_POWER_W: f64 = 10_000.0;
+/// `--activity-scale` range, exclusive of 0: 100 turns the lightest task into
+/// one that saturates the GPU many times over.
+pub const ACTIVITY_SCALE_RANGE: (f64, f64) = (0.0, 100.0);
 
 /// The simulated cluster: identical nodes of identical GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -154,26 +165,38 @@ impl SimConfig {
             }
         }
         let s = &self.slowdown;
-        if !(s.threshold.is_finite() && s.threshold > 0.0) {
+        let (lo, hi) = SLOWDOWN_THRESHOLD_RANGE;
+        if !(s.threshold.is_finite() && s.threshold > lo && s.threshold <= hi) {
             return bad(format!(
-                "slowdown threshold must be positive, got {}",
+                "--slowdown-threshold is {:?}; it must be more than {lo} and at most {hi}",
                 s.threshold
             ));
         }
-        if !(s.exponent.is_finite() && s.exponent >= 0.0) {
-            return bad(format!("slowdown exponent must be ≥ 0, got {}", s.exponent));
+        if !(s.exponent.is_finite() && (0.0..=MAX_SLOWDOWN_EXPONENT).contains(&s.exponent)) {
+            return bad(format!(
+                "--slowdown-exponent is {:?}; it must be between 0 and {MAX_SLOWDOWN_EXPONENT}",
+                s.exponent
+            ));
         }
         let p = &self.power;
-        if !(p.idle_w.is_finite() && p.max_w.is_finite() && 0.0 <= p.idle_w && p.idle_w <= p.max_w)
+        if !(p.idle_w.is_finite()
+            && p.max_w.is_finite()
+            && 0.0 <= p.idle_w
+            && p.idle_w <= p.max_w
+            && p.max_w <= MAX_POWER_W)
         {
             return bad(format!(
-                "power must satisfy 0 ≤ idle ≤ max, got idle {} W, max {} W",
+                "power must satisfy 0 ≤ --idle-power ≤ --max-power ≤ {MAX_POWER_W} W, got idle {:?} W, max {:?} W",
                 p.idle_w, p.max_w
             ));
         }
-        if !(self.activity_scale.is_finite() && self.activity_scale > 0.0) {
+        let (lo, hi) = ACTIVITY_SCALE_RANGE;
+        if !(self.activity_scale.is_finite()
+            && self.activity_scale > lo
+            && self.activity_scale <= hi)
+        {
             return bad(format!(
-                "activity scale must be positive, got {}",
+                "--activity-scale is {:?}; it must be more than {lo} and at most {hi}",
                 self.activity_scale
             ));
         }

@@ -59,6 +59,21 @@ fn delays_and_attempts_are_bounded() {
 }
 
 #[test]
+fn model_flags_are_bounded() {
+    let err = config_error(|c| c.slowdown.exponent = 1e300);
+    assert!(
+        err.contains("--slowdown-exponent is 1e300; it must be between 0 and 10"),
+        "{err}"
+    );
+    let err = config_error(|c| c.slowdown.threshold = 1e300);
+    assert!(err.contains("--slowdown-threshold"), "{err}");
+    let err = config_error(|c| c.power.max_w = 1e300);
+    assert!(err.contains("--max-power ≤ 10000 W"), "{err}");
+    let err = config_error(|c| c.activity_scale = f64::MAX);
+    assert!(err.contains("--activity-scale"), "{err}");
+}
+
+#[test]
 fn generator_size_and_load_are_bounded() {
     let gen_err = |cfg: GeneratorConfig| generate(&cfg).unwrap_err().to_string();
     let err = gen_err(GeneratorConfig {

@@ -91,22 +91,22 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 16, help_heading = "Output")]
     pub report_gpus: usize,
 
-    /// Summed SM activity up to which sharing costs nothing.
+    /// Summed SM activity up to which sharing costs nothing (more than 0, at most 100).
     #[arg(long, default_value_t = 0.8, help_heading = "Models")]
     pub slowdown_threshold: f64,
-    /// Exponent of the slowdown beyond the threshold (1 = throughput conserved, >1 = interference losses).
+    /// Exponent of the slowdown beyond the threshold (1 = throughput conserved, >1 = interference losses; 0 to 10).
     #[arg(long, default_value_t = 1.0, help_heading = "Models")]
     pub slowdown_exponent: f64,
-    /// Power of an idle GPU in watts.
+    /// Power of an idle GPU in watts (0 to max power).
     #[arg(long, default_value_t = 55.0, help_heading = "Models")]
     pub idle_power: f64,
-    /// Power at full SM activity in watts.
+    /// Power at full SM activity in watts (idle power to 10000).
     #[arg(long, default_value_t = 400.0, help_heading = "Models")]
     pub max_power: f64,
     /// Delay before a started task's memory shows in telemetry (seconds, e.g. 15 or 15s; 0 to 86400).
     #[arg(long, default_value = "15", value_parser = parse_seconds, help_heading = "Models")]
     pub telemetry_lag: u64,
-    /// Multiplier on every task's SM activity, occupancy and DRAM activity.
+    /// Multiplier on every task's SM activity, occupancy and DRAM activity (more than 0, at most 100).
     #[arg(long, default_value_t = 1.0, help_heading = "Models")]
     pub activity_scale: f64,
 
