@@ -59,46 +59,86 @@ pub(crate) struct NodeEntry {
     pub(crate) summary: Vec<GpuSummary>,
 }
 
-/// What placement reads of the ledger for one GPU (`Ledger::pods_on`, `exclusive_holder`,
-/// `in_flight_mib`, `reserved_mib`, `warmup_holder`), kept for every node's GPUs and refreshed on
-/// every change of the node, the ledger records on its GPUs included.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What placement reads of one GPU — its telemetry and the ledger records on it
+/// (`Ledger::pods_on`, `exclusive_holder`, `in_flight_mib`, `reserved_mib`, `warmup_holder`) — with
+/// the thresholds of [`Inner::summary_config`] applied where they do not depend on the demand:
+/// kept for every node's GPUs, next to each other, and refreshed on every change of the node, the
+/// ledger records on its GPUs included.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct GpuSummary {
-    /// Position of the GPU in `NodeEntry::node.gpus`.
-    pub(crate) at: usize,
-    /// Pods placed on the GPU.
-    pub(crate) pods: usize,
-    /// Whether one of them holds it exclusively.
-    pub(crate) exclusive_held: bool,
-    /// Reservations of those not yet visible in telemetry.
-    pub(crate) in_flight_mib: u64,
-    /// Reservations of all of them.
+    /// Memory usable for a new pod (`placement::usable_mib`).
+    pub(crate) usable_mib: u64,
+    /// Reservations of the pods on it.
     pub(crate) reserved_mib: u64,
-    /// The latest `assigned_at` of a pod not yet visible in telemetry: the GPU's warm-up lock runs
-    /// until this plus `warmup_ms` (`PlacementRecord::in_warmup`).
-    pub(crate) latest_unseen_at: Option<Millis>,
+    /// Total memory.
+    pub(crate) total_mib: u64,
+    /// The warm-up lock holds until this time (`Ledger::warmup_holder`); 0: no lock.
+    pub(crate) lock_until: Millis,
+    /// From this time on the telemetry is stale (`carma_core::gate::stale_at`); `Millis::MAX`:
+    /// never.
+    pub(crate) stale_from: Millis,
+    /// SM activity risk score.
+    pub(crate) sm_activity: Option<f64>,
+    /// GPU index.
+    pub(crate) index: u32,
+    /// Compute processes in telemetry.
+    pub(crate) processes: u32,
+    /// Pods placed on it.
+    pub(crate) pods: u32,
+    /// Replicas advertised; `u32::MAX`: no limit.
+    pub(crate) max_pods: u32,
+    /// Healthy.
+    pub(crate) healthy: bool,
+    /// Whether a pod holds it exclusively.
+    pub(crate) exclusive_held: bool,
+    /// Whether `carma_core::utilization_gate` passes it while its telemetry is fresh.
+    pub(crate) gate_open: bool,
 }
 
-/// The summaries of `gpus` in the order placement visits them (by index, stable).
-fn summarize(gpus: &[carma_core::Gpu], ledger: &Ledger) -> Vec<GpuSummary> {
-    let mut order: Vec<usize> = (0..gpus.len()).collect();
-    order.sort_by_key(|&i| gpus[i].index);
+/// The summaries of `gpus` in the order placement visits them (by index, stable), under `cfg`
+/// (none without one).
+fn summarize(
+    gpus: &[carma_core::Gpu],
+    ledger: &Ledger,
+    cfg: Option<&PlacementConfig>,
+) -> Vec<GpuSummary> {
+    let Some(cfg) = cfg else {
+        return Vec::new();
+    };
+    let mut order: Vec<&carma_core::Gpu> = gpus.iter().collect();
+    order.sort_by_key(|g| g.index);
     order
         .into_iter()
-        .map(|at| {
-            let uuid = &gpus[at].uuid;
-            let records = ledger.on_gpu(uuid);
+        .map(|g| {
+            let uuid = &g.uuid;
             GpuSummary {
-                at,
-                pods: ledger.pods_on(uuid),
-                exclusive_held: ledger.exclusive_holder(uuid).is_some(),
-                in_flight_mib: ledger.in_flight_mib(uuid),
+                usable_mib: carma_core::placement::usable_mib(g, ledger, cfg),
                 reserved_mib: ledger.reserved_mib(uuid),
-                latest_unseen_at: records
+                total_mib: g.memory_total_mib,
+                lock_until: ledger
+                    .on_gpu(uuid)
                     .iter()
                     .filter(|r| !r.visible)
-                    .map(|r| r.assigned_at)
-                    .max(),
+                    .map(|r| r.assigned_at.saturating_add(cfg.warmup_ms))
+                    .max()
+                    .unwrap_or(0),
+                stale_from: g
+                    .telemetry_at
+                    .zip(cfg.max_telemetry_age_ms)
+                    .map_or(Millis::MAX, |(at, age)| {
+                        at.saturating_add(age).saturating_add(1)
+                    }),
+                sm_activity: g.sm_activity,
+                index: g.index,
+                processes: g.processes,
+                pods: u32::try_from(ledger.pods_on(uuid)).unwrap_or(u32::MAX),
+                max_pods: g.max_pods.unwrap_or(u32::MAX),
+                healthy: g.healthy,
+                exclusive_held: ledger.exclusive_holder(uuid).is_some(),
+                // At the time of the telemetry itself the gate cannot find it stale: what is left
+                // is the rule, judged once per change instead of once per node and demand.
+                gate_open: carma_core::utilization_gate(g, cfg, g.telemetry_at.unwrap_or(0))
+                    .is_ok(),
             }
         })
         .collect()
@@ -121,6 +161,8 @@ pub struct Inner {
     next_generation: u64,
     free_slots: Vec<usize>,
     slots: usize,
+    /// The thresholds the summaries' gate and staleness figures are computed with.
+    summary_config: Option<PlacementConfig>,
 }
 
 /// The shared cluster state.
@@ -178,6 +220,26 @@ impl ClusterState {
     /// Write access for bind.
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Inner> {
         self.inner.write()
+    }
+
+    /// The placement thresholds filter and prioritize judge with, so that each node's summary can
+    /// carry the utilization gate (judged once per change of the node rather than once per node and
+    /// demand). Without them, or with others, nodes are judged by `carma_core` alone.
+    pub fn use_placement_config(&self, cfg: &PlacementConfig) {
+        let mut inner = self.inner.write();
+        if inner.summary_config.as_ref() == Some(cfg) {
+            return;
+        }
+        inner.summary_config = Some(cfg.clone());
+        let Inner {
+            nodes,
+            ledger,
+            summary_config,
+            ..
+        } = &mut *inner;
+        for e in nodes.values_mut() {
+            e.summary = summarize(&e.node.gpus, ledger, summary_config.as_ref());
+        }
     }
 
     /// A Kubernetes `Node` exists.
@@ -459,7 +521,7 @@ impl Inner {
         if let Some(e) = self.nodes.get_mut(name) {
             self.next_generation += 1;
             e.generation = self.next_generation;
-            e.summary = summarize(&e.node.gpus, &self.ledger);
+            e.summary = summarize(&e.node.gpus, &self.ledger, self.summary_config.as_ref());
         }
     }
 
@@ -503,9 +565,14 @@ impl Inner {
     /// Whether every node's summary is what the ledger says now (tests).
     #[cfg(test)]
     pub(crate) fn summaries_are_fresh(&self) -> bool {
-        self.nodes
-            .values()
-            .all(|e| e.summary == summarize(&e.node.gpus, &self.ledger))
+        self.nodes.values().all(|e| {
+            e.summary == summarize(&e.node.gpus, &self.ledger, self.summary_config.as_ref())
+        })
+    }
+
+    /// The thresholds the summaries were computed with.
+    pub(crate) fn summary_config(&self) -> Option<&PlacementConfig> {
+        self.summary_config.as_ref()
     }
 
     /// Number of per-node slots handed out so far.

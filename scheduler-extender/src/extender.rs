@@ -75,6 +75,7 @@ impl Extender {
         backend: Arc<dyn ClusterBackend>,
         cfg: PlacementConfig,
     ) -> Self {
+        cluster.use_placement_config(&cfg);
         Self {
             cluster,
             decisions,
