@@ -43,7 +43,10 @@ pub use backend::{BindTarget, ClusterBackend, PodWarning};
 pub use cluster::ClusterState;
 pub use decision::{Decision, DecisionError, Decisions};
 pub use extender::Extender;
-pub use server::{TlsFiles, TlsSettings, metrics_router, router, serve, serve_with};
+pub use server::{
+    TlsFiles, TlsSettings, metrics_router, router, router_with_limit, serve, serve_with,
+    serve_with_timeout,
+};
 pub use snapshot::{Snapshot, SnapshotBackend};
 
 /// How to run the extender.
@@ -63,6 +66,12 @@ pub struct Options {
     pub tls: Option<TlsSettings>,
     /// Placement thresholds.
     pub placement: PlacementConfig,
+    /// Largest request body accepted; larger ones get HTTP 413
+    /// ([`server::BODY_LIMIT`] by default).
+    pub max_body_bytes: usize,
+    /// How long a connection may wait for a request before it is closed
+    /// ([`server::IDLE_TIMEOUT`] by default), on both listeners.
+    pub idle_timeout: std::time::Duration,
 }
 
 /// Why the extender could not start or stopped.
@@ -171,14 +180,22 @@ pub async fn run(
     );
     let shutdown = futures::FutureExt::shared(shutdown);
     let metrics_server = metrics_listener.map(|l| {
-        tokio::spawn(serve(
+        tokio::spawn(serve_with_timeout(
             l,
             metrics_router(Arc::clone(&ext)),
             None,
+            opts.idle_timeout,
             shutdown.clone(),
         ))
     });
-    let result = serve_with(listener, router(ext), opts.tls.clone(), shutdown).await;
+    let result = serve_with_timeout(
+        listener,
+        router_with_limit(ext, opts.max_body_bytes),
+        opts.tls.clone(),
+        opts.idle_timeout,
+        shutdown,
+    )
+    .await;
     for w in watchers {
         w.abort();
     }

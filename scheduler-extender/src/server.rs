@@ -1,27 +1,56 @@
 //! The HTTP server: routes, request decoding, metrics per verb, TLS, shutdown.
 
 use std::future::Future;
+use std::io;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use axum_server::tls_rustls::RustlsConfig;
 use serde::Deserialize;
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::extender::Extender;
 use crate::wire::{BadRequest, ExtenderArgs, ExtenderBindingArgs};
 
-/// Largest request body accepted: a `NodeList` of thousands of full node objects
-/// (`nodeCacheCapable: false`) is tens of MiB.
-pub const BODY_LIMIT: usize = 256 * 1024 * 1024;
+/// Largest request body accepted by default (`--max-request-bytes`). The chart
+/// sets `nodeCacheCapable: true`, so a request is one Pod (etcd keeps objects
+/// under 1.5 MiB) and the candidate node names (5,000 nodes: ~100 KB). The
+/// worst body of this size that decodes keeps the extender's peak memory well
+/// under the chart's 256Mi limit (README, "Limits"). A scheduler that sends full
+/// Node objects (`nodeCacheCapable: false`) needs a larger limit and more memory.
+pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// How long a connection may wait for a request (the first one, or the next
+/// one on a kept-alive connection) before it is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest request-derived text written into a log line, an Event or an error
+/// answer; longer text is cut by [`clip`].
+pub const LOGGED_INPUT_LIMIT: usize = 512;
+
+/// `text` cut to at most [`LOGGED_INPUT_LIMIT`] bytes (on a character
+/// boundary), followed by `… (N bytes)` naming the full length when cut.
+pub fn clip(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= LOGGED_INPUT_LIMIT {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = LOGGED_INPUT_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+}
 
 /// How long in-flight requests may finish after SIGTERM.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -30,8 +59,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Copy)]
 struct Outcome(&'static str);
 
-/// Why a request body was refused: HTTP 400 (or 413 for a body over
-/// [`BODY_LIMIT`]) with `{"Error": "..."}` naming the problem.
+/// Why a request body was refused: HTTP 400 (or 413 for a body over the
+/// limit, [`BODY_LIMIT`] by default) with `{"Error": "..."}` naming the problem.
 #[derive(Debug)]
 pub struct WireRejection {
     status: StatusCode,
@@ -62,9 +91,10 @@ pub struct Body {
 impl Body {
     /// Decode the body as JSON; the value may borrow from the body.
     pub fn decode<'a, T: Deserialize<'a>>(&'a self) -> Result<T, WireRejection> {
+        // serde's messages quote the offending value, which may be megabytes.
         serde_json::from_slice(&self.bytes).map_err(|e| WireRejection {
             status: StatusCode::BAD_REQUEST,
-            message: format!("malformed {} request: {e}", self.path),
+            message: format!("malformed {} request: {}", self.path, clip(&e.to_string())),
         })
     }
 }
@@ -74,13 +104,41 @@ impl<S: Send + Sync> FromRequest<S> for Body {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let path = req.uri().path().to_string();
+        let limit = req.extensions().get::<BodyLimit>().map(|l| l.0);
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(|e| WireRejection {
                 status: e.status(),
-                message: format!("cannot read the {path} request body: {}", e.body_text()),
+                message: match (e.status(), limit) {
+                    (StatusCode::PAYLOAD_TOO_LARGE, Some(limit)) => format!(
+                        "the {path} request body is larger than the extender's limit of {limit} \
+                         bytes (--max-request-bytes)"
+                    ),
+                    _ => format!("cannot read the {path} request body: {}", e.body_text()),
+                },
             })?;
         Ok(Body { path, bytes })
+    }
+}
+
+/// Cut every reason longer than [`LOGGED_INPUT_LIMIT`]: a reason quoting a pod's
+/// annotation is shared by every candidate node, and 5,000 copies of a 256 KiB
+/// annotation would make a 1.3 GB answer. Nodes sharing a reason keep sharing it.
+fn clip_reasons(map: &mut crate::wire::ReasonMap<'_>) {
+    let mut last: Option<(Arc<str>, Arc<str>)> = None;
+    for (_, reason) in &mut map.0 {
+        if reason.len() <= LOGGED_INPUT_LIMIT {
+            continue;
+        }
+        let clipped = match &last {
+            Some((from, to)) if Arc::ptr_eq(from, reason) => Arc::clone(to),
+            _ => {
+                let to: Arc<str> = Arc::from(clip(reason).as_ref());
+                last = Some((Arc::clone(reason), Arc::clone(&to)));
+                to
+            }
+        };
+        *reason = clipped;
     }
 }
 
@@ -100,7 +158,12 @@ async fn filter(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejecti
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let result = ext.filter(&args);
+    let mut result = ext.filter(&args);
+    clip_reasons(&mut result.failed_nodes);
+    clip_reasons(&mut result.failed_and_unresolvable_nodes);
+    if let std::borrow::Cow::Owned(e) = clip(&result.error) {
+        result.error = e;
+    }
     let outcome = if result.error.is_empty() {
         "success"
     } else {
@@ -130,7 +193,10 @@ async fn bind(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let result = ext.bind(&args).await;
+    let mut result = ext.bind(&args).await;
+    if let std::borrow::Cow::Owned(e) = clip(&result.error) {
+        result.error = e;
+    }
     let outcome = if result.error.is_empty() {
         "success"
     } else {
@@ -183,9 +249,61 @@ async fn track(State(ext): State<Arc<Extender>>, req: Request, next: Next) -> Re
     resp
 }
 
+/// The body limit in force, for the 413 answer's message.
+#[derive(Debug, Clone, Copy)]
+struct BodyLimit(usize);
+
+/// The routes of [`router`].
+const ROUTES: &[(&str, &str)] = &[
+    ("POST", "/filter"),
+    ("POST", "/prioritize"),
+    ("POST", "/bind"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+];
+
+/// The routes of [`metrics_router`].
+const METRICS_ROUTES: &[(&str, &str)] = ROUTES.split_at(3).1;
+
+/// The answer to a request no route takes: 405 (with `Allow`) for a known path
+/// asked with another method, else 404; the text names what was asked and the
+/// routes served.
+fn no_route(
+    routes: &'static [(&'static str, &'static str)],
+    method: &Method,
+    uri: &Uri,
+) -> Response {
+    let path = uri.path();
+    let list = routes
+        .iter()
+        .map(|(m, p)| format!("{m} {p}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match routes.iter().find(|(_, p)| *p == path) {
+        Some((allowed, _)) => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, *allowed)],
+            format!("method {method} is not allowed on {path}; use {allowed} (routes: {list})\n"),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no route {method} {}; routes: {list}\n", clip(path)),
+        )
+            .into_response(),
+    }
+}
+
 /// The extender's routes: `POST /filter`, `/prioritize`, `/bind`; `GET /healthz`,
-/// `/readyz`, `/metrics`.
+/// `/readyz`, `/metrics`. Bodies over [`BODY_LIMIT`] are refused.
 pub fn router(ext: Arc<Extender>) -> Router {
+    router_with_limit(ext, BODY_LIMIT)
+}
+
+/// [`router`] refusing bodies over `max_body_bytes` with HTTP 413.
+pub fn router_with_limit(ext: Arc<Extender>, max_body_bytes: usize) -> Router {
+    let unrouted = |method: Method, uri: Uri| async move { no_route(ROUTES, &method, &uri) };
     Router::new()
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
@@ -194,7 +312,10 @@ pub fn router(ext: Arc<Extender>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .fallback(unrouted)
+        .method_not_allowed_fallback(unrouted)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::Extension(BodyLimit(max_body_bytes)))
         .with_state(ext)
 }
 
@@ -202,10 +323,14 @@ pub fn router(ext: Arc<Extender>) -> Router {
 /// plain-HTTP listener (`--metrics-listen`), for kubelet probes and Prometheus
 /// when the main listener requires client certificates.
 pub fn metrics_router(ext: Arc<Extender>) -> Router {
+    let unrouted =
+        |method: Method, uri: Uri| async move { no_route(METRICS_ROUTES, &method, &uri) };
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .fallback(unrouted)
+        .method_not_allowed_fallback(unrouted)
         .with_state(ext)
 }
 
@@ -291,18 +416,56 @@ impl TlsSettings {
             key: self.files.key.clone(),
             source,
         };
+        let cert_path = self.files.cert.display();
+        let key_path = self.files.key.display();
         let chain = CertificateDer::pem_slice_iter(&m.cert)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| tls_err(invalid(format!("unreadable certificate PEM: {e}"))))?;
+            .map_err(|e| {
+                tls_err(invalid(format!(
+                    "certificate file {cert_path}: unreadable PEM: {e}"
+                )))
+            })?;
         if chain.is_empty() {
-            return Err(tls_err(invalid(
-                "the certificate file holds no CERTIFICATE block".into(),
-            )));
+            return Err(tls_err(invalid(format!(
+                "certificate file {cert_path}: {}",
+                pem_contents(&m.cert, "CERTIFICATE")
+            ))));
         }
-        let key = PrivateKeyDer::from_pem_slice(&m.key)
-            .map_err(|e| tls_err(invalid(format!("no usable private key: {e}"))))?;
+        let key = PrivateKeyDer::from_pem_slice(&m.key).map_err(|e| {
+            let what = match e {
+                rustls::pki_types::pem::Error::NoItemsFound => pem_contents(&m.key, "PRIVATE KEY"),
+                e => format!("unreadable PEM: {e}"),
+            };
+            tls_err(invalid(format!("key file {key_path}: {what}")))
+        })?;
+        // Checked here so that the error names the file at fault; rustls'
+        // own messages ("peer sent no certificates", "keys are inconsistent")
+        // name neither.
+        let provider = rustls::crypto::ring::default_provider();
+        let signing_key = provider
+            .key_provider
+            .load_private_key(key.clone_key())
+            .map_err(|e| {
+                tls_err(invalid(format!(
+                    "key file {key_path}: unusable private key: {e}"
+                )))
+            })?;
+        match rustls::sign::CertifiedKey::new(chain.clone(), signing_key).keys_match() {
+            Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+            Err(rustls::Error::InconsistentKeys(_)) => {
+                return Err(tls_err(invalid(format!(
+                    "the private key in {key_path} does not match the first certificate in \
+                     {cert_path}"
+                ))));
+            }
+            Err(e) => {
+                return Err(tls_err(invalid(format!(
+                    "certificate file {cert_path}: the first certificate is not valid: {e}"
+                ))));
+            }
+        }
 
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(provider);
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| tls_err(invalid(e.to_string())))?;
@@ -342,6 +505,26 @@ impl TlsSettings {
     /// Read the files and build the rustls configuration.
     pub fn load(&self) -> Result<rustls::ServerConfig, ServeError> {
         self.build(&self.read()?)
+    }
+}
+
+/// What a PEM file that lacks the `wanted` block holds instead, for an error
+/// message: not PEM at all, nothing, or blocks of other kinds.
+fn pem_contents(pem: &[u8], wanted: &str) -> String {
+    let text = String::from_utf8_lossy(pem);
+    let labels: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("-----BEGIN ")?.strip_suffix("-----"))
+        .collect();
+    if text.trim().is_empty() {
+        "the file is empty".into()
+    } else if labels.is_empty() {
+        format!("not PEM (no \"-----BEGIN {wanted}-----\" line)")
+    } else {
+        format!(
+            "holds no {wanted} block (found: {})",
+            clip(&labels.join(", "))
+        )
     }
 }
 
@@ -399,7 +582,20 @@ pub async fn serve_with(
     tls: Option<TlsSettings>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    serve_with_timeout(listener, router, tls, IDLE_TIMEOUT, shutdown).await
+}
+
+/// [`serve_with`], closing connections that wait `idle_timeout` for a request
+/// (see [`IdleTimeout`]).
+pub async fn serve_with_timeout(
+    listener: std::net::TcpListener,
+    router: Router,
+    tls: Option<TlsSettings>,
+    idle_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     listener.set_nonblocking(true)?;
+    let idle = IdleAcceptor(idle_timeout);
     let handle = axum_server::Handle::new();
     let on_signal = handle.clone();
     tokio::spawn(async move {
@@ -411,6 +607,7 @@ pub async fn serve_with(
     match tls {
         None => {
             axum_server::from_tcp(listener)?
+                .acceptor(idle)
                 .handle(handle)
                 .serve(service)
                 .await?
@@ -431,7 +628,8 @@ pub async fn serve_with(
             );
             let reloader = (!settings.reload_interval.is_zero())
                 .then(|| tokio::spawn(reload_loop(settings.clone(), material, config.clone())));
-            let served = axum_server::from_tcp_rustls(listener, config)?
+            let served = axum_server::from_tcp(listener)?
+                .acceptor(axum_server::tls_rustls::RustlsAcceptor::new(config).acceptor(idle))
                 .handle(handle)
                 .serve(service)
                 .await;
@@ -442,6 +640,136 @@ pub async fn serve_with(
         }
     }
     Ok(())
+}
+
+/// Wraps every accepted connection in [`IdleTimeout`].
+#[derive(Debug, Clone, Copy)]
+struct IdleAcceptor(Duration);
+
+impl<I, S> axum_server::accept::Accept<I, S> for IdleAcceptor {
+    type Stream = IdleTimeout<I>;
+    type Service = S;
+    type Future = std::future::Ready<io::Result<(IdleTimeout<I>, S)>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        std::future::ready(Ok((IdleTimeout::new(stream, self.0), service)))
+    }
+}
+
+/// A connection that fails with `TimedOut` (and is closed) when it waits longer
+/// than its timeout for a request: from when it opens, or from the last bytes
+/// written (an answer, a TLS handshake message) to the next bytes read. A peer
+/// that connects and sends nothing, or keeps an idle connection, is let go.
+/// Time spent after reading, while a request is handled, does not count.
+#[derive(Debug)]
+pub struct IdleTimeout<S> {
+    inner: S,
+    timeout: Duration,
+    /// Bytes were written since the last read (or nothing happened yet).
+    awaiting_request: bool,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> IdleTimeout<S> {
+    /// Wrap `inner`.
+    pub fn new(inner: S, timeout: Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            awaiting_request: true,
+            deadline: None,
+        }
+    }
+
+    /// Bytes were written: the wait for the next request starts now. The
+    /// deadline is polled here, with the writer's waker, because the reader
+    /// may already be parked on the socket and not poll again until it fires.
+    fn wrote(&mut self, cx: &mut Context<'_>) {
+        self.awaiting_request = true;
+        let at = tokio::time::Instant::now() + self.timeout;
+        let deadline = match &mut self.deadline {
+            Some(d) => {
+                d.as_mut().reset(at);
+                d
+            }
+            None => self.deadline.insert(Box::pin(tokio::time::sleep_until(at))),
+        };
+        let _ = deadline.as_mut().poll(cx);
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    this.awaiting_request = false;
+                    this.deadline = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if this.awaiting_request => {
+                let timeout = this.timeout;
+                let deadline = this
+                    .deadline
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no request within {timeout:?}"),
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.wrote(cx);
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.wrote(cx);
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Every `reload_interval`, read the TLS files again and swap in a new

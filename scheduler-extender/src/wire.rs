@@ -15,14 +15,28 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+/// Most JSON values (objects, arrays, strings, numbers…) a request's Pod may
+/// hold. Decoding multiplies small JSON: `{}` in `spec.containers` is 2 bytes
+/// of text and ~2 KiB of `Container`, so 4 MiB of it took 2.9 GB; at this bound
+/// such a Pod peaks at ~90 MiB (README, "Limits"). A Pod that
+/// etcd can store (1.5 MiB) has far fewer values than this.
+pub const MAX_POD_VALUES: usize = 32_768;
+
+/// Most candidate nodes (`NodeNames` or `Nodes.items`) in one request: 13
+/// times the 5,000 nodes Kubernetes supports, GKE's 65,000-node clusters
+/// included. Each costs ~150 bytes while judged, whatever the name's length.
+pub const MAX_CANDIDATES: usize = 100_000;
+
 /// `ExtenderArgs`: the body of `filter` and `prioritize`.
 ///
 /// Node names and node objects borrow from the request body: nothing of the
-/// (possibly thousands of) candidates is copied to judge them.
+/// (possibly thousands of) candidates is copied to judge them. A Pod of more
+/// than [`MAX_POD_VALUES`] values, or more than [`MAX_CANDIDATES`] candidates,
+/// is refused before it is decoded further.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ExtenderArgs<'a> {
     /// The pod being scheduled.
-    #[serde(rename = "Pod", alias = "pod")]
+    #[serde(rename = "Pod", alias = "pod", deserialize_with = "bounded_pod")]
     pub pod: Pod,
     /// Candidate nodes as full objects (`nodeCacheCapable: false`).
     #[serde(rename = "Nodes", alias = "nodes", default, borrow)]
@@ -47,8 +61,112 @@ fn borrowed_names<'de: 'a, 'a, D: Deserializer<'de>>(
     #[derive(Deserialize)]
     #[serde(transparent)]
     struct Name<'n>(#[serde(borrow)] Cow<'n, str>);
-    let names: Option<Vec<Name<'a>>> = Option::deserialize(d)?;
-    Ok(names.map(|v| v.into_iter().map(|n| n.0).collect()))
+    let names: Option<Bounded<Name<'a>>> = Option::deserialize(d)?;
+    Ok(names.map(|v| v.0.into_iter().map(|n| n.0).collect()))
+}
+
+/// A JSON array of at most [`MAX_CANDIDATES`] items.
+struct Bounded<T>(Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounded<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Bounded<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "a list of at most {MAX_CANDIDATES} nodes")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Bounded<T>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    if out.len() == MAX_CANDIDATES {
+                        return Err(de::Error::custom(format_args!(
+                            "more than {MAX_CANDIDATES} candidate nodes"
+                        )));
+                    }
+                    out.push(item);
+                }
+                Ok(Bounded(out))
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
+}
+
+/// The Pod, refused when its JSON holds more than [`MAX_POD_VALUES`] values
+/// (counted on the text, before anything is allocated for them).
+fn bounded_pod<'de, D: Deserializer<'de>>(d: D) -> Result<Pod, D::Error> {
+    let raw = <&'de RawValue>::deserialize(d)?;
+    let mut count = 0usize;
+    serde_json::Deserializer::from_str(raw.get())
+        .deserialize_any(CountValues(&mut count))
+        .map_err(|e| {
+            if count > MAX_POD_VALUES {
+                de::Error::custom(format_args!(
+                    "the Pod holds more than {MAX_POD_VALUES} JSON values"
+                ))
+            } else {
+                de::Error::custom(e)
+            }
+        })?;
+    serde_json::from_str(raw.get()).map_err(de::Error::custom)
+}
+
+/// Counts the JSON values it visits, failing past [`MAX_POD_VALUES`].
+struct CountValues<'c>(&'c mut usize);
+
+impl CountValues<'_> {
+    fn one<E: de::Error>(&mut self) -> Result<(), E> {
+        *self.0 += 1;
+        if *self.0 > MAX_POD_VALUES {
+            return Err(E::custom("too many values"));
+        }
+        Ok(())
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for CountValues<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CountValues<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: de::Error>(mut self, _: bool) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_i64<E: de::Error>(mut self, _: i64) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_u64<E: de::Error>(mut self, _: u64) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_f64<E: de::Error>(mut self, _: f64) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_str<E: de::Error>(mut self, _: &str) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_unit<E: de::Error>(mut self) -> Result<(), E> {
+        self.one()
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        self.one()?;
+        while seq.next_element_seed(CountValues(self.0))?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        self.one()?;
+        while map.next_key::<de::IgnoredAny>()?.is_some() {
+            map.next_value_seed(CountValues(self.0))?;
+        }
+        Ok(())
+    }
 }
 
 impl<'a> ExtenderArgs<'a> {
@@ -68,8 +186,13 @@ impl<'a> ExtenderArgs<'a> {
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct NodeList<'a> {
     /// The nodes.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "bounded_nodes")]
     pub items: Vec<RawNode<'a>>,
+}
+
+/// At most [`MAX_CANDIDATES`] nodes.
+fn bounded_nodes<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<RawNode<'a>>, D::Error> {
+    Ok(Bounded::<RawNode<'a>>::deserialize(d)?.0)
 }
 
 /// One node of a [`NodeList`]: its name and its JSON text.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use carma_core::{PlacementConfig, Policy};
-use carma_scheduler_extender::server::TLS_RELOAD_INTERVAL;
+use carma_scheduler_extender::server::{BODY_LIMIT, IDLE_TIMEOUT, TLS_RELOAD_INTERVAL};
 use carma_scheduler_extender::{Options, TlsFiles, TlsSettings};
 
 /// Arguments of `carma scheduler-extender`.
@@ -64,6 +64,18 @@ pub struct SchedulerExtenderArgs {
     /// without a restart. 0 turns reloading off.
     #[arg(long, value_name = "SECONDS", default_value_t = TLS_RELOAD_INTERVAL.as_secs())]
     pub tls_reload_seconds: u64,
+
+    /// Largest request body accepted, in bytes; larger ones get HTTP 413. The
+    /// default fits one Pod and the names of thousands of nodes
+    /// (`nodeCacheCapable: true`) within the chart's 256Mi memory limit; a
+    /// scheduler sending full Node objects needs more, and more memory.
+    #[arg(long, env = "CARMA_MAX_REQUEST_BYTES", value_name = "BYTES", default_value_t = BODY_LIMIT)]
+    pub max_request_bytes: usize,
+
+    /// Close a connection that waits this long for a request (a client that
+    /// connects and sends nothing, or an idle kept-alive connection).
+    #[arg(long, value_name = "SECONDS", default_value_t = IDLE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_seconds: u64,
 
     /// Placement thresholds (CARMA's figures by default).
     #[command(flatten)]
@@ -160,6 +172,8 @@ pub fn run(args: SchedulerExtenderArgs) -> anyhow::Result<ExitCode> {
         policy: args.policy,
         tls,
         placement: args.thresholds.to_config(),
+        max_body_bytes: args.max_request_bytes,
+        idle_timeout: std::time::Duration::from_secs(args.idle_timeout_seconds),
     };
     match super::runtime()?.block_on(carma_scheduler_extender::run(
         opts,
