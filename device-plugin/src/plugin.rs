@@ -307,6 +307,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
     let app = router(metrics.clone(), health.clone());
     let mut stop = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
+        let listener = crate::http::IdleListener::new(listener, crate::http::IDLE_TIMEOUT);
         let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
             crate::stopped(&mut stop).await;
         });

@@ -31,7 +31,7 @@ pub struct DevicePluginArgs {
     #[arg(long, default_value = "4x40GiB")]
     pub simulated_gpus: SimulatedGpus,
     /// Synthetic pods per simulated GPU (namespace `simulated`, labelled simulated="true" in
-    /// metrics) that carry the scripted load; default: 2 without an API server, 0 with one.
+    /// metrics) that carry the scripted load, 0..=64; default: 2 without an API server, 0 with one.
     #[arg(long)]
     pub simulated_pods: Option<u32>,
     /// Replicas advertised per GPU (`<UUID>::<k>`): the most pods that can share one GPU.
