@@ -22,7 +22,9 @@ pub const MAX_TOTAL_GPUS: u64 = 100_000;
 /// estimate): 1 TiB, five times the largest GPU sold today.
 pub const MAX_GPU_MEMORY_MIB: u64 = 1 << 20;
 /// Most tasks in a trace, generated (`--tasks`) or imported: 10 × the scale
-/// benchmark's 10,000 (which takes seconds per policy).
+/// benchmark's 10,000 (which takes seconds per policy), about the size of the
+/// Philly trace. Run time grows faster than linearly: 100,000 tasks on 100,000
+/// GPUs took over 15 minutes for one policy in a debug build.
 pub const MAX_TASKS: usize = 100_000;
 /// Longest delay setting (`--warm-up`, `--telemetry-lag`, `--recovery-backoff`):
 /// one day. CARMA's figures are seconds; a day is longer than any setting that
