@@ -3,17 +3,22 @@
 //! half already hold a pod.
 //!
 //! ```text
-//! cargo run --release -p carma-scheduler-extender --example latency [-- PODS]
+//! cargo run --release -p carma-scheduler-extender --example latency [-- PODS [NODES...]]
 //! ```
 //!
 //! **steady**: PODS pods (default 1,000) go through filter → prioritize → bind
 //! one after another, as kube-scheduler sends them; the pods cycle through four
 //! demands (three GPUMemNet classes and an override), and between two pods five
 //! nodes publish new telemetry (5,000 nodes publishing every 10 s at 100 pods/s).
-//! **cold**: every verdict is forgotten before each filter, so every node is
-//! judged again (the worst case: a new demand after the whole cluster changed).
+//! **cold**: every verdict is forgotten before each call, so every node is
+//! judged again (a demand not seen before; the node summaries the judging reads
+//! are kept up to date by the changes themselves, see `cluster`). **cold, no
+//! node fits**: the same for a pod reserving 36 GiB, which no GPU of the cluster
+//! can take, so every node is rejected with its reasons (`place_on_node` on
+//! every node: the slow path).
 //! Each call is timed on the client, from sending the request to the last byte
-//! of the answer; the sorted timings give the percentiles.
+//! of the answer; the sorted timings give the percentiles. The output ends with
+//! one summary line per cluster size.
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +48,8 @@ async fn call(client: &HttpClient, uri: &str, body: Vec<u8>) -> (Duration, Value
     (took, serde_json::from_slice(&bytes).unwrap())
 }
 
-fn row(nodes: usize, case: &str, verb: &str, mut t: Vec<Duration>) {
+/// Prints the table row; returns the p99 in ms.
+fn row(nodes: usize, case: &str, verb: &str, mut t: Vec<Duration>) -> f64 {
     t.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let pct = |p: f64| ms(t[((t.len() as f64 * p).ceil() as usize).clamp(1, t.len()) - 1]);
@@ -55,6 +61,7 @@ fn row(nodes: usize, case: &str, verb: &str, mut t: Vec<Duration>) {
         pct(0.99),
         ms(*t.last().unwrap()),
     );
+    pct(0.99)
 }
 
 fn pod(i: usize) -> Value {
@@ -79,14 +86,20 @@ fn pod(i: usize) -> Value {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let pods: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000);
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("usage: latency [PODS [NODES...]]"))
+        .collect();
+    let pods = args.first().copied().unwrap_or(1_000);
+    let sizes = match args.get(1..) {
+        Some(sizes) if !sizes.is_empty() => sizes.to_vec(),
+        _ => vec![1_000, 5_000],
+    };
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
     println!("| nodes × GPUs | case | verb | calls | mean ms | p50 ms | p99 ms | max ms |");
     println!("|---|---|---|---|---|---|---|---|");
-    for nodes in [1_000, 5_000] {
+    let mut summary = Vec::new();
+    for nodes in sizes {
         let snap = loaded_cluster(nodes, 8);
         let ext = snapshot_extender(&snap, Policy::Magm, PlacementConfig::default())
             .expect("estimator loads");
@@ -156,18 +169,49 @@ async fn main() {
                 get("sum") * 1e3 / get("count").max(1.0)
             );
         }
-        row(nodes, "steady", "filter", f);
-        row(nodes, "steady", "prioritize", p);
-        row(nodes, "steady", "bind", b);
+        let warm_filter = row(nodes, "steady", "filter", f);
+        let prioritize = row(nodes, "steady", "prioritize", p);
+        let bind = row(nodes, "steady", "bind", b);
 
-        let mut cold = Vec::new();
+        let calls = (pods / 5).max(20);
+        let cold_calls = async |verb: &str, body: &[u8]| {
+            let mut t = Vec::new();
+            for _ in 0..calls {
+                ext.clear_verdicts();
+                t.push(call(&client, &url(verb), body.to_vec()).await.0);
+            }
+            t
+        };
         let body = args_body(&pod(0), nodes, true);
-        for _ in 0..(pods / 5).max(20) {
-            ext.clear_verdicts();
-            cold.push(call(&client, &url("filter"), body.clone()).await.0);
-        }
-        row(nodes, "cold", "filter", cold);
+        let cold_filter = row(nodes, "cold", "filter", cold_calls("filter", &body).await);
+        row(
+            nodes,
+            "cold",
+            "prioritize",
+            cold_calls("prioritize", &body).await,
+        );
+        let huge = pod_json(
+            "ml",
+            "huge",
+            "beef0000-0000-4000-8000-ffffffffffff",
+            1,
+            &[(ANNOTATION_GPU_MEMORY, "36Gi")],
+        );
+        let body = args_body(&huge, nodes, true);
+        row(
+            nodes,
+            "cold, no node fits",
+            "filter",
+            cold_calls("filter", &body).await,
+        );
+        summary.push(format!(
+            "latency {nodes}x8: warm filter p99 {warm_filter:.2} ms, cold filter p99 {cold_filter:.2} ms, \
+             prioritize p99 {prioritize:.2} ms, bind p99 {bind:.2} ms"
+        ));
         let _ = stop.send(());
         let _ = server.await;
+    }
+    for line in summary {
+        println!("{line}");
     }
 }
