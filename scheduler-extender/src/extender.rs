@@ -117,7 +117,7 @@ impl Extender {
                 Ok(d) if d.needs_gpus() => self.metrics.reservation(&d.source),
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(pod = %pod_key(pod), error = %e, "pod has invalid carma input");
+                    tracing::warn!(pod = %pod_key(pod), error = %crate::server::clip(&e.to_string()), "pod has invalid carma input");
                     self.backend.warn_pod(PodWarning {
                         namespace: pod
                             .metadata

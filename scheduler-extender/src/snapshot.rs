@@ -203,7 +203,7 @@ impl ClusterBackend for SnapshotBackend {
             uid = %w.uid,
             reason = w.reason,
             "dry run: would post Event: {}",
-            w.note
+            crate::server::clip(&w.note)
         );
     }
 }
