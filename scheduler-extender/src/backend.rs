@@ -70,6 +70,20 @@ pub enum BackendError {
     },
 }
 
+impl BackendError {
+    /// Whether the pod lost a race rather than the write failing: it is gone or was replaced
+    /// (404; the UID precondition of the patch or the Binding), or another binder got there first
+    /// (409). kube-scheduler retries such a pod like any conflict.
+    pub fn lost_race(&self) -> bool {
+        let source = match self {
+            BackendError::Patch { source, .. }
+            | BackendError::Binding { source, .. }
+            | BackendError::Get { source, .. } => source,
+        };
+        matches!(source, kube::Error::Api(status) if status.code == 404 || status.code == 409)
+    }
+}
+
 /// The I/O side of the extender.
 pub trait ClusterBackend: Send + Sync + std::fmt::Debug {
     /// `true` when nothing is written to a cluster (snapshot mode).

@@ -424,7 +424,12 @@ impl Extender {
         if let Err(e) = self.backend.bind(&target, Some(&annotations)).await {
             handoff.forget(uid);
             self.cluster.write().unbook(uid);
-            return fail(BindResultKind::Error, e.to_string());
+            let kind = if e.lost_race() {
+                BindResultKind::Conflict
+            } else {
+                BindResultKind::Error
+            };
+            return fail(kind, e.to_string());
         }
         // Bound: it waits for GPUs no longer (the watch will say so too, a moment later).
         self.recovery.forget(uid);

@@ -155,7 +155,7 @@ async fn bind_patches_annotations_then_creates_the_binding() {
 }
 
 #[tokio::test]
-async fn failed_binding_releases_the_booking_and_returns_an_error() {
+async fn a_lost_binding_race_releases_the_booking_and_counts_as_a_conflict() {
     let (ext, mut api) = live_extender();
     let pod = fixture_pod("pending-override");
     ext.filter(&filter_args(&filter_text(&pod, &["gpu-node-a"])));
@@ -197,7 +197,8 @@ async fn failed_binding_releases_the_booking_and_returns_an_error() {
     assert!(
         ext.metrics()
             .encode()
-            .contains(r#"carma_extender_binds_total{result="error"} 1"#)
+            .contains(r#"carma_extender_binds_total{result="conflict"} 1"#),
+        "another binder got there first: a conflict, not an error"
     );
 }
 
@@ -231,6 +232,11 @@ async fn failed_patch_creates_no_binding() {
             .ledger_snapshot()
             .get("aaaaaaaa-0000-4000-8000-000000000001")
             .is_none()
+    ); // An invalid write is an error, not a lost race.
+    assert!(
+        ext.metrics()
+            .encode()
+            .contains(r#"carma_extender_binds_total{result="error"} 1"#)
     );
 }
 
