@@ -1,11 +1,7 @@
 //! `/healthz`, `/readyz` and `/metrics` (axum).
 
-use std::future::Future;
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -14,7 +10,6 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::metrics::{CONTENT_TYPE, Metrics};
 
@@ -144,154 +139,7 @@ async fn metrics_handler(State(s): State<AppState>) -> axum::response::Response 
     }
 }
 
-/// How long a connection may wait for a request (the first, or the next one on
-/// a kept-alive connection) before it is closed.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A listener whose connections are closed when they wait longer than a
-/// timeout for a request (see [`IdleTimeout`]).
-#[derive(Debug)]
-pub struct IdleListener {
-    inner: tokio::net::TcpListener,
-    timeout: Duration,
-}
-
-impl IdleListener {
-    /// Wrap `inner`.
-    pub fn new(inner: tokio::net::TcpListener, timeout: Duration) -> Self {
-        Self { inner, timeout }
-    }
-}
-
-impl axum::serve::Listener for IdleListener {
-    type Io = IdleTimeout<tokio::net::TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        (IdleTimeout::new(io, self.timeout), addr)
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
-/// A connection that fails with `TimedOut` (and is closed) when it waits longer
-/// than its timeout for a request: from when it opens, or from the last bytes
-/// written to the next bytes read. A peer that connects and sends nothing, or
-/// keeps an idle connection, is let go; time spent handling a request (after
-/// reading, before writing) does not count.
-#[derive(Debug)]
-pub struct IdleTimeout<S> {
-    inner: S,
-    timeout: Duration,
-    /// Bytes were written since the last read (or nothing happened yet).
-    awaiting_request: bool,
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<S> IdleTimeout<S> {
-    /// Wrap `inner`.
-    pub fn new(inner: S, timeout: Duration) -> Self {
-        Self {
-            inner,
-            timeout,
-            awaiting_request: true,
-            deadline: None,
-        }
-    }
-
-    /// Bytes were written: the wait for the next request starts now. The
-    /// deadline is polled here, with the writer's waker, because the reader
-    /// may already be parked on the socket and not poll again until it fires.
-    fn wrote(&mut self, cx: &mut Context<'_>) {
-        self.awaiting_request = true;
-        let at = tokio::time::Instant::now() + self.timeout;
-        let deadline = match &mut self.deadline {
-            Some(d) => {
-                d.as_mut().reset(at);
-                d
-            }
-            None => self.deadline.insert(Box::pin(tokio::time::sleep_until(at))),
-        };
-        let _ = deadline.as_mut().poll(cx);
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    this.awaiting_request = false;
-                    this.deadline = None;
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Pending if this.awaiting_request => {
-                let timeout = this.timeout;
-                let deadline = this
-                    .deadline
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                match deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no request within {timeout:?}"),
-                    ))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-            other => other,
-        }
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.wrote(cx);
-        }
-        r
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.wrote(cx);
-        }
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
+pub use carma_net::{IDLE_TIMEOUT, IdleListener, IdleTimeout};
 
 #[cfg(test)]
 mod tests {

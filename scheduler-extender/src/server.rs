@@ -3,9 +3,7 @@
 use std::future::Future;
 use std::io;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -18,7 +16,6 @@ use axum::routing::{get, post};
 use axum_server::tls_rustls::RustlsConfig;
 use serde::Deserialize;
 use thiserror::Error;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::extender::Extender;
 use crate::wire::{BadRequest, ExtenderArgs, ExtenderBindingArgs};
@@ -31,9 +28,7 @@ use crate::wire::{BadRequest, ExtenderArgs, ExtenderBindingArgs};
 /// Node objects (`nodeCacheCapable: false`) needs a larger limit and more memory.
 pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
 
-/// How long a connection may wait for a request (the first one, or the next
-/// one on a kept-alive connection) before it is closed.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub use carma_net::IDLE_TIMEOUT;
 
 /// Longest request-derived text written into a log line, an Event or an error
 /// answer; longer text is cut by [`clip`].
@@ -586,7 +581,7 @@ pub async fn serve_with(
 }
 
 /// [`serve_with`], closing connections that wait `idle_timeout` for a request
-/// (see [`IdleTimeout`]).
+/// (see [`carma_net::IdleTimeout`]).
 pub async fn serve_with_timeout(
     listener: std::net::TcpListener,
     router: Router,
@@ -642,133 +637,17 @@ pub async fn serve_with_timeout(
     Ok(())
 }
 
-/// Wraps every accepted connection in [`IdleTimeout`].
+/// Wraps every accepted connection in [`carma_net::IdleTimeout`].
 #[derive(Debug, Clone, Copy)]
 struct IdleAcceptor(Duration);
 
 impl<I, S> axum_server::accept::Accept<I, S> for IdleAcceptor {
-    type Stream = IdleTimeout<I>;
+    type Stream = carma_net::IdleTimeout<I>;
     type Service = S;
-    type Future = std::future::Ready<io::Result<(IdleTimeout<I>, S)>>;
+    type Future = std::future::Ready<io::Result<(carma_net::IdleTimeout<I>, S)>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
-        std::future::ready(Ok((IdleTimeout::new(stream, self.0), service)))
-    }
-}
-
-/// A connection that fails with `TimedOut` (and is closed) when it waits longer
-/// than its timeout for a request: from when it opens, or from the last bytes
-/// written (an answer, a TLS handshake message) to the next bytes read. A peer
-/// that connects and sends nothing, or keeps an idle connection, is let go.
-/// Time spent after reading, while a request is handled, does not count.
-#[derive(Debug)]
-pub struct IdleTimeout<S> {
-    inner: S,
-    timeout: Duration,
-    /// Bytes were written since the last read (or nothing happened yet).
-    awaiting_request: bool,
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<S> IdleTimeout<S> {
-    /// Wrap `inner`.
-    pub fn new(inner: S, timeout: Duration) -> Self {
-        Self {
-            inner,
-            timeout,
-            awaiting_request: true,
-            deadline: None,
-        }
-    }
-
-    /// Bytes were written: the wait for the next request starts now. The
-    /// deadline is polled here, with the writer's waker, because the reader
-    /// may already be parked on the socket and not poll again until it fires.
-    fn wrote(&mut self, cx: &mut Context<'_>) {
-        self.awaiting_request = true;
-        let at = tokio::time::Instant::now() + self.timeout;
-        let deadline = match &mut self.deadline {
-            Some(d) => {
-                d.as_mut().reset(at);
-                d
-            }
-            None => self.deadline.insert(Box::pin(tokio::time::sleep_until(at))),
-        };
-        let _ = deadline.as_mut().poll(cx);
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    this.awaiting_request = false;
-                    this.deadline = None;
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Pending if this.awaiting_request => {
-                let timeout = this.timeout;
-                let deadline = this
-                    .deadline
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                match deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no request within {timeout:?}"),
-                    ))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-            other => other,
-        }
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.wrote(cx);
-        }
-        r
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.wrote(cx);
-        }
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        std::future::ready(Ok((carma_net::IdleTimeout::new(stream, self.0), service)))
     }
 }
 
