@@ -182,6 +182,18 @@ fn gpu_status(g: &GpuView) -> GpuStatus {
     }
 }
 
+/// What the utilization gate reads of a GPU: its rule and the risk scores rounded as published,
+/// so the exported verdict is the extender's for the same status (no pods, names or strings copied
+/// on every sample).
+fn gate_input(g: &GpuView) -> carma_core::Gpu {
+    let mut gpu = carma_core::Gpu::idle(String::new(), g.sample.index, 0);
+    gpu.sm_activity = g.sm_activity_risk.map(round3);
+    gpu.sm_occupancy = g.sm_occupancy_risk.map(round3);
+    gpu.dram_activity = g.dram_activity_risk.map(round3);
+    gpu.gate_rule = g.gate_rule;
+    gpu
+}
+
 fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
@@ -299,10 +311,8 @@ impl Telemetry {
                     sharing_allowed: false,
                     pods: on_gpu,
                 };
-                view.sharing_allowed =
-                    carma_core::utilization_gate(&gpu_status(&view).to_core(), &self.gate, 0)
-                        .is_ok()
-                        && view.sample.healthy;
+                view.sharing_allowed = view.sample.healthy
+                    && carma_core::utilization_gate(&gate_input(&view), &self.gate, 0).is_ok();
                 view
             })
             .collect();
