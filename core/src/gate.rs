@@ -137,6 +137,13 @@ pub fn utilization_gate(gpu: &Gpu, cfg: &PlacementConfig, now: Millis) -> Result
             max_age_s: max_age as f64 / 1000.0,
         });
     }
+    gate_rule_passes(gpu, cfg)
+}
+
+/// The utilization gate without the staleness test: what the GPU's last telemetry says under its
+/// rule, whatever its age.
+pub fn gate_rule_passes(gpu: &Gpu, cfg: &PlacementConfig) -> Result<(), GpuRejection> {
+    let uuid = || gpu.uuid.clone();
     let rule = gpu.gate_rule;
     if rule == GateRule::NoActivity {
         return Err(GpuRejection::NoActivityTelemetry {

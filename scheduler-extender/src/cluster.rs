@@ -10,13 +10,14 @@
 //! existence, a ledger record on one of its GPUs, its round-robin cursor) gives
 //! the node a new *generation*; [`crate::verdict`] reuses a verdict only while
 //! the node's generation is unchanged. The same change refreshes the node's
-//! [`GpuSummary`]s — what placement reads of the ledger for each of its GPUs — so
+//! `GpuSummary`s (`carma_core::placement`) — what placement reads of the ledger for each of its GPUs — so
 //! that judging a node for a new demand needs no ledger lookup.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use carma_api::{Assignment, GpuNode};
+use carma_core::placement::GpuSummary;
 use carma_core::{
     Demand, Ledger, Millis, Node, NodePlacement, NodeRejection, PlacementConfig, PlacementRecord,
 };
@@ -59,89 +60,14 @@ pub(crate) struct NodeEntry {
     pub(crate) summary: Vec<GpuSummary>,
 }
 
-/// What placement reads of one GPU — its telemetry and the ledger records on it
-/// (`Ledger::pods_on`, `exclusive_holder`, `in_flight_mib`, `reserved_mib`, `warmup_holder`) — with
-/// the thresholds of [`Inner::summary_config`] applied where they do not depend on the demand:
-/// kept for every node's GPUs, next to each other, and refreshed on every change of the node, the
-/// ledger records on its GPUs included.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct GpuSummary {
-    /// Memory usable for a new pod (`placement::usable_mib`).
-    pub(crate) usable_mib: u64,
-    /// Reservations of the pods on it.
-    pub(crate) reserved_mib: u64,
-    /// Total memory.
-    pub(crate) total_mib: u64,
-    /// The warm-up lock holds until this time (`Ledger::warmup_holder`); 0: no lock.
-    pub(crate) lock_until: Millis,
-    /// From this time on the telemetry is stale (`carma_core::gate::stale_at`); `Millis::MAX`:
-    /// never.
-    pub(crate) stale_from: Millis,
-    /// SM activity risk score.
-    pub(crate) sm_activity: Option<f64>,
-    /// GPU index.
-    pub(crate) index: u32,
-    /// Compute processes in telemetry.
-    pub(crate) processes: u32,
-    /// Pods placed on it.
-    pub(crate) pods: u32,
-    /// Replicas advertised; `u32::MAX`: no limit.
-    pub(crate) max_pods: u32,
-    /// Healthy.
-    pub(crate) healthy: bool,
-    /// Whether a pod holds it exclusively.
-    pub(crate) exclusive_held: bool,
-    /// Whether `carma_core::utilization_gate` passes it while its telemetry is fresh.
-    pub(crate) gate_open: bool,
-}
-
-/// The summaries of `gpus` in the order placement visits them (by index, stable), under `cfg`
-/// (none without one).
+/// The summaries of `gpus` (`carma_core::placement::summarize`) under `cfg`; none without one.
 fn summarize(
     gpus: &[carma_core::Gpu],
     ledger: &Ledger,
     cfg: Option<&PlacementConfig>,
 ) -> Vec<GpuSummary> {
-    let Some(cfg) = cfg else {
-        return Vec::new();
-    };
-    let mut order: Vec<&carma_core::Gpu> = gpus.iter().collect();
-    order.sort_by_key(|g| g.index);
-    order
-        .into_iter()
-        .map(|g| {
-            let uuid = &g.uuid;
-            GpuSummary {
-                usable_mib: carma_core::placement::usable_mib(g, ledger, cfg),
-                reserved_mib: ledger.reserved_mib(uuid),
-                total_mib: g.memory_total_mib,
-                lock_until: ledger
-                    .on_gpu(uuid)
-                    .iter()
-                    .filter(|r| !r.visible)
-                    .map(|r| r.assigned_at.saturating_add(cfg.warmup_ms))
-                    .max()
-                    .unwrap_or(0),
-                stale_from: g
-                    .telemetry_at
-                    .zip(cfg.max_telemetry_age_ms)
-                    .map_or(Millis::MAX, |(at, age)| {
-                        at.saturating_add(age).saturating_add(1)
-                    }),
-                sm_activity: g.sm_activity,
-                index: g.index,
-                processes: g.processes,
-                pods: u32::try_from(ledger.pods_on(uuid)).unwrap_or(u32::MAX),
-                max_pods: g.max_pods.unwrap_or(u32::MAX),
-                healthy: g.healthy,
-                exclusive_held: ledger.exclusive_holder(uuid).is_some(),
-                // At the time of the telemetry itself the gate cannot find it stale: what is left
-                // is the rule, judged once per change instead of once per node and demand.
-                gate_open: carma_core::utilization_gate(g, cfg, g.telemetry_at.unwrap_or(0))
-                    .is_ok(),
-            }
-        })
-        .collect()
+    cfg.map(|cfg| carma_core::placement::summarize(gpus, ledger, cfg))
+        .unwrap_or_default()
 }
 
 impl NodeEntry {

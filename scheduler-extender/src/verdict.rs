@@ -16,25 +16,22 @@
 //! changed are judged again. Bind always judges afresh under the write lock.
 //!
 //! A demand not seen before must be judged on every node (issue #13: 16–25 ms at
-//! 5,000 nodes × 8 GPUs, most of it in `place_on_node`'s ledger lookups and
-//! allocations). A node that can take the pod is usually judged by [`shortcut`]
-//! instead: the same checks as `carma_core::place_on_node`'s exclusive-first and
-//! collocation paths, read off the node's [`GpuSummary`]s (the ledger figures,
-//! refreshed on every change of the node) without a lookup or an allocation, and
-//! the same order and score. It only ever answers *pass*; every node it cannot
-//! place, every rejection with its reason, and every demand outside its cases
-//! (several GPUs wanted exclusively, round robin, recovery-first, whole GPUs) is
-//! judged by `place_on_node`. `tests::shortcut_equals_place_on_node` holds the
-//! two equal on random clusters; bind never uses it.
+//! 5,000 nodes × 8 GPUs when every node went through `place_on_node`'s ledger
+//! lookups and allocations). Each node keeps its GPUs' `carma_core::placement::GpuSummary`s,
+//! refreshed on every change of the node or of the ledger records on its GPUs, so a node
+//! is judged by core's allocation-free `quick_score` — the same rules, order and score
+//! as `place_on_node`, on the same summaries — and only a node that cannot take the pod
+//! goes through `place_on_node`, for its reason. Bind always places afresh.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use carma_core::placement::{VerdictExpiry, expiry_of, quick_score, verdict_expiry};
 use carma_core::{Demand, Millis, NodeRejection, PlacementConfig, Policy, Reservation};
 use parking_lot::Mutex;
 
-use crate::cluster::{GpuSummary, Inner, NodeEntry};
+use crate::cluster::{Inner, NodeEntry};
 
 /// Distinct demands whose verdicts are kept; beyond this all are dropped.
 const DEMANDS_KEPT: usize = 64;
@@ -188,149 +185,6 @@ impl Verdicts {
     }
 }
 
-/// A GPU that passes every collocation rule, with what the policies order and score by
-/// (`carma_core::placement`'s `Fit`).
-#[derive(Clone, Copy)]
-struct Fit<'a> {
-    gpu: &'a GpuSummary,
-    usable_mib: u64,
-    need_mib: u64,
-}
-
-/// GPUs per node judged without a heap allocation.
-const INLINE_GPUS: usize = 16;
-
-/// The verdict of `place_on_node` for a node that can take the pod, read off the node's summary
-/// alone (computed under `cfg`); `None` when the node cannot take it or the demand is not one of
-/// the cases handled here (then `place_on_node` judges, with its reasons). Mirrors
-/// `carma_core::placement` rule for rule: keep the two in step
-/// (`tests::shortcut_equals_place_on_node` compares them).
-fn shortcut(e: &NodeEntry, demand: &Demand, cfg: &PlacementConfig, now: Millis) -> Option<Verdict> {
-    let gpus = &e.summary;
-    let wanted = demand.gpus.max(1) as usize;
-    if gpus.is_empty() || gpus.len() < wanted || gpus.len() != e.node.gpus.len() {
-        return None;
-    }
-    // Exclusive first: enough idle GPUs (`placement::is_idle`) place any demand, score 10.
-    let idle = gpus
-        .iter()
-        .filter(|s| s.healthy && s.processes == 0 && s.pods == 0)
-        .count();
-    if idle >= wanted {
-        return Some(Verdict::Pass { score: 10 });
-    }
-    if demand.wants_exclusive()
-        || demand.idle_only
-        || !matches!(
-            demand.policy,
-            Policy::Ff | Policy::Bf | Policy::Magm | Policy::Lug
-        )
-        || !matches!(
-            demand.reservation,
-            Reservation::Mib(_) | Reservation::Unknown
-        )
-        || gpus.len() > INLINE_GPUS
-    {
-        return None;
-    }
-    // Collocation: `check_shared` on every GPU, in index order.
-    let unused = Fit {
-        gpu: &gpus[0],
-        usable_mib: 0,
-        need_mib: 0,
-    };
-    let mut fits = [unused; INLINE_GPUS];
-    let mut n = 0;
-    for s in gpus {
-        if let Some(fit) = fits_shared(s, demand, cfg, now) {
-            fits[n] = fit;
-            n += 1;
-        }
-    }
-    if n < wanted {
-        return None;
-    }
-    let fits = &mut fits[..n];
-    // `placement::order` (stable sorts; ff keeps index order).
-    match demand.policy {
-        Policy::Bf => fits.sort_by_key(|f| f.usable_mib),
-        Policy::Magm => fits.sort_by_key(|f| std::cmp::Reverse(f.usable_mib)),
-        Policy::Lug => fits.sort_by(|a, b| {
-            let x = a.gpu.sm_activity.unwrap_or(0.0);
-            let y = b.gpu.sm_activity.unwrap_or(0.0);
-            x.total_cmp(&y)
-        }),
-        _ => {}
-    }
-    let chosen = &fits[..wanted];
-    // `placement::collocation_score`.
-    let scale = |x: f64| (x.clamp(0.0, 1.0) * 9.0).round() as u8;
-    let left_fraction = |f: &Fit<'_>| {
-        let after = f.usable_mib.saturating_sub(f.need_mib) as f64;
-        after / f.gpu.total_mib.max(1) as f64
-    };
-    let score = match demand.policy {
-        Policy::Ff => {
-            let first = chosen.iter().map(|f| f.gpu.index).min().unwrap_or(0);
-            9u8.saturating_sub(first.min(9) as u8)
-        }
-        Policy::Bf => scale(1.0 - chosen.iter().map(left_fraction).fold(1.0, f64::min)),
-        Policy::Magm => scale(chosen.iter().map(left_fraction).fold(1.0, f64::min)),
-        Policy::Lug => {
-            let busiest = chosen
-                .iter()
-                .map(|f| f.gpu.sm_activity.unwrap_or(1.0))
-                .fold(0.0, f64::max);
-            scale(1.0 - busiest)
-        }
-        Policy::Exclusive | Policy::Rr => return None,
-    };
-    Some(Verdict::Pass { score })
-}
-
-/// `placement::check_shared` for a policy that checks memory and the gate: the GPU's fit when it
-/// passes every rule.
-fn fits_shared<'a>(
-    s: &'a GpuSummary,
-    demand: &Demand,
-    cfg: &PlacementConfig,
-    now: Millis,
-) -> Option<Fit<'a>> {
-    let total = s.total_mib;
-    if matches!(demand.reservation, Reservation::Mib(m) if m >= total) {
-        return None; // needs the whole GPU
-    }
-    if !s.healthy || s.exclusive_held {
-        return None;
-    }
-    if s.pods >= s.max_pods || now < s.lock_until {
-        return None; // replicas taken, warm-up lock
-    }
-    let usable = s.usable_mib;
-    let need = demand
-        .reservation
-        .booked_mib(total, cfg.min_free_without_estimate_mib);
-    let (need_test, margin) = match demand.reservation {
-        Reservation::Mib(m) => (m, cfg.memory_margin_mib),
-        Reservation::Unknown | Reservation::WholeGpu => (need, 0),
-    };
-    if usable < need_test.saturating_add(margin) {
-        return None;
-    }
-    if cfg.honor_reservations && s.reserved_mib.saturating_add(need) > total {
-        return None;
-    }
-    // The utilization gate: fresh telemetry and the gate's rule.
-    if !s.gate_open || now >= s.stale_from {
-        return None;
-    }
-    Some(Fit {
-        gpu: s,
-        usable_mib: usable,
-        need_mib: need,
-    })
-}
-
 /// Judge one node; `summarized`: its summary was computed under `cfg`.
 fn judge_one(
     state: &Inner,
@@ -340,48 +194,32 @@ fn judge_one(
     now: Millis,
     summarized: bool,
 ) -> Cached {
-    let verdict = summarized
-        .then(|| shortcut(e, demand, cfg, now))
+    // A node that can take the pod is judged from its summaries alone; a rejection, with its
+    // reason, by `place_on_node`.
+    let quick = summarized && e.summary.len() == e.node.gpus.len();
+    let verdict = quick
+        .then(|| quick_score(&e.summary, demand, cfg, now, e.rr_cursor))
         .flatten()
+        .map(|score| Verdict::Pass { score })
         .unwrap_or_else(|| Verdict::from_result(state.place_entry(e, demand, cfg, now)));
-    // The warm-up lock's time left (`Ledger::warmup_holder`), and telemetry that is fresh now and
-    // turns stale without any change the generation sees.
-    let (lock_left, stale_at) = if summarized {
-        let lock_left = e
-            .summary
-            .iter()
-            .filter(|s| s.pods > 0 && now < s.lock_until)
-            .map(|s| (s.lock_until - now).min(WARMUP_REFRESH_MS))
-            .min();
-        let stale_at = e
-            .summary
-            .iter()
-            .map(|s| s.stale_from)
-            .filter(|&t| t > now && t < Millis::MAX)
-            .min();
-        (lock_left, stale_at)
+    // Time alone can change the verdict when a warm-up lock lifts (and, while one runs, the
+    // seconds left in its reason) or fresh telemetry turns stale.
+    let expiry = if quick {
+        expiry_of(&e.summary, now)
     } else {
-        let ledger = state.ledger();
-        let lock_left = e
-            .node
-            .gpus
-            .iter()
-            .filter(|g| ledger.pods_on(&g.uuid) > 0)
-            .filter_map(|g| ledger.warmup_holder(&g.uuid, cfg.warmup_ms, now))
-            .map(|(_, left)| left.min(WARMUP_REFRESH_MS))
-            .min();
-        let stale_at = e
-            .node
-            .gpus
-            .iter()
-            .filter_map(|g| carma_core::gate::stale_at(g, cfg, now))
-            .min();
-        (lock_left, stale_at)
+        verdict_expiry(&e.node, state.ledger(), cfg, now)
     };
-    let lock_until = lock_left.map_or(Millis::MAX, |left| now.saturating_add(left));
+    let lock_refresh = expiry
+        .lock_lifts_at
+        .map(|t| t.min(now.saturating_add(WARMUP_REFRESH_MS)));
     Cached {
         generation: e.generation,
-        valid_until: lock_until.min(stale_at.unwrap_or(Millis::MAX)),
+        valid_until: VerdictExpiry {
+            lock_lifts_at: lock_refresh,
+            ..expiry
+        }
+        .earliest()
+        .unwrap_or(Millis::MAX),
         verdict,
     }
 }
@@ -633,10 +471,10 @@ mod tests {
     }
 
     #[test]
-    fn shortcut_equals_place_on_node() {
-        // The verdict of every node, shortcut or not, is place_on_node's, on random clusters under
-        // random binds, releases, confirmations and telemetry, at random times; and the shortcut
-        // answers for most nodes that pass.
+    fn summary_verdicts_equal_place_on_node() {
+        // The verdict of every node, from its summaries or not, is place_on_node's, on random
+        // clusters under random binds, releases, confirmations and telemetry, at random times; and
+        // with fresh summaries core's quick_score gives every passing node's score.
         let mut rng = Lcg(13);
         let mut answered = 0;
         let mut passed = 0;
@@ -708,22 +546,27 @@ mod tests {
                     for (name, v) in names.iter().zip(&judged) {
                         let reference = Verdict::from_result(state.place(name, &d, &cfg, now));
                         assert_eq!(v, &reference, "round {round}, step {step}, {name}, {d:?}");
-                        if summarized && matches!(reference, Verdict::Pass { .. }) {
-                            passed += 1;
+                        if summarized {
                             let e = state.node_entry(name).unwrap();
-                            answered += usize::from(shortcut(e, &d, &cfg, now).is_some());
+                            let quick = quick_score(&e.summary, &d, &cfg, now, e.rr_cursor);
+                            if let Verdict::Pass { score } = reference {
+                                passed += 1;
+                                answered += usize::from(quick == Some(score));
+                            } else {
+                                assert_eq!(quick, None, "round {round}, step {step}, {name}");
+                            }
                         }
                     }
                 }
             }
         }
         assert!(passed > 5_000, "{passed}");
-        assert!(answered * 10 > passed * 8, "{answered} of {passed}");
+        assert_eq!(answered, passed);
     }
 
     #[test]
-    fn shortcut_answers_the_benchmark_cluster() {
-        // The loaded cluster of the latency example: every node passes, judged by the shortcut.
+    fn summaries_answer_the_benchmark_cluster() {
+        // The loaded cluster of the latency example: every passing node is judged from summaries.
         let cfg = PlacementConfig::default();
         let snap = synthetic::loaded_cluster(50, 8);
         let cluster = ClusterState::new();
@@ -736,15 +579,12 @@ mod tests {
                 let name = synthetic::node_name(i);
                 let reference = Verdict::from_result(state.place(&name, &d, &cfg, now));
                 let e = state.node_entry(&name).unwrap();
-                match shortcut(e, &d, &cfg, now) {
-                    Some(v) => assert_eq!(v, reference, "{name} {d:?}"),
-                    None => assert!(
-                        !matches!(reference, Verdict::Pass { .. })
-                            || d.wants_exclusive()
-                            || d.policy == Policy::Rr,
-                        "{name} {d:?}: {reference:?}"
-                    ),
-                }
+                let quick = quick_score(&e.summary, &d, &cfg, now, e.rr_cursor);
+                assert_eq!(
+                    quick.map(|score| Verdict::Pass { score }),
+                    Some(reference).filter(|r| matches!(r, Verdict::Pass { .. })),
+                    "{name} {d:?}"
+                );
             }
         }
     }

@@ -517,7 +517,7 @@ impl<'a> Engine<'a> {
 
     /// The earliest moment a warm-up lock on node `n` lifts by time alone.
     fn next_lock_lift(&self, n: usize) -> Option<Millis> {
-        verdict_expiry(&self.nodes[n], &self.ledger, &self.pcfg, self.now)
+        verdict_expiry(&self.nodes[n], &self.ledger, &self.pcfg, self.now).earliest()
     }
 
     /// When a rejection may lift without an event: a warm-up lock expiring, or
