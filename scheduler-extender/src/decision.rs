@@ -91,6 +91,8 @@ pub type DecisionResult = Result<Decision, DecisionError>;
 #[derive(Debug)]
 struct Entry {
     fingerprint: u64,
+    /// `namespace/name` of the pod the decision was made for.
+    pod: String,
     result: Arc<DecisionResult>,
 }
 
@@ -153,6 +155,7 @@ impl Decisions {
                 uid.to_string(),
                 Entry {
                     fingerprint,
+                    pod: pod_key(pod),
                     result: Arc::clone(&result),
                 },
             );
@@ -163,9 +166,13 @@ impl Decisions {
         }
     }
 
-    /// The cached decision of a pod, if filter has seen it.
-    pub fn cached(&self, uid: &str) -> Option<Arc<DecisionResult>> {
-        self.cache.lock().get(uid).map(|e| Arc::clone(&e.result))
+    /// The cached decision of a pod, if filter has seen it, with the `namespace/name` of the pod it
+    /// was made for (a bind must name the same pod).
+    pub fn cached(&self, uid: &str) -> Option<(String, Arc<DecisionResult>)> {
+        self.cache
+            .lock()
+            .get(uid)
+            .map(|e| (e.pod.clone(), Arc::clone(&e.result)))
     }
 
     /// Drop a pod's decision (bound or deleted).

@@ -462,7 +462,15 @@ impl Extender {
     async fn decision_for_bind(&self, args: &ExtenderBindingArgs) -> Result<Decision, String> {
         let key = format!("{}/{}", args.pod_namespace, args.pod_name);
         let result = match self.decisions.cached(&args.pod_uid) {
-            Some(r) => r,
+            // The UID was filtered as another pod: binding it under this name would book and
+            // annotate a pod that filter never judged.
+            Some((filtered, _)) if filtered != key => {
+                return Err(format!(
+                    "pod UID {:?} was filtered as {filtered}, the bind names {key}",
+                    args.pod_uid
+                ));
+            }
+            Some((_, r)) => r,
             None => {
                 let pod = self
                     .backend

@@ -373,3 +373,31 @@ async fn health_and_readiness() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn a_bind_must_name_the_pod_its_uid_was_filtered_as() {
+    // Issue #18: a bind naming another namespace/name with the UID of a filtered pod was booked
+    // and recorded under that other name (snapshot mode never reads the pod back).
+    let (ext, rec) = fixture_extender();
+    let r = router(ext);
+    let pod = fixture_pod("pending-override");
+    let (_, f) = post(&r, "/filter", &args_names(&pod, &[A, B])).await;
+    assert_eq!(passing(&f), vec![A, B]);
+    for (namespace, name) in [("ml", "someone-else"), ("other", "pending-override")] {
+        let mut args = bind_args(&pod, A);
+        args["PodNamespace"] = json!(namespace);
+        args["PodName"] = json!(name);
+        let (status, out) = post(&r, "/bind", &args).await;
+        assert_eq!(status, StatusCode::OK);
+        let error = out["Error"].as_str().unwrap();
+        assert!(
+            error.contains("was filtered as ml/pending-override")
+                && error.contains(&format!("{namespace}/{name}")),
+            "{out}"
+        );
+    }
+    assert!(rec.binds.lock().is_empty(), "nothing was bound");
+    // The pod itself still binds.
+    let (_, out) = post(&r, "/bind", &bind_args(&pod, A)).await;
+    assert_eq!(out["Error"], "", "{out}");
+}
