@@ -45,15 +45,19 @@ impl axum::serve::Listener for IdleListener {
 
 /// A connection that fails with `TimedOut` (and is closed) when it waits longer
 /// than its timeout for a request: from when it opens, or from the last bytes
-/// written to the next bytes read. A peer that connects and sends nothing, or
-/// keeps an idle connection, is let go; time spent handling a request (after
-/// reading, before writing) does not count.
+/// written to the next bytes read; and when a request, once its first bytes
+/// arrived, is still being read a timeout later (a slow sender trickling its
+/// headers or body). A peer that connects and sends nothing, keeps an idle
+/// connection or sends a byte now and then is let go; time spent handling a
+/// request (after reading, before writing: the server reads nothing then) does
+/// not count.
 #[derive(Debug)]
 pub struct IdleTimeout<S> {
     inner: S,
     timeout: Duration,
     /// Bytes were written since the last read (or nothing happened yet).
     awaiting_request: bool,
+    /// Waiting for a request: when the wait ends; reading one: when it must have arrived.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
@@ -95,13 +99,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
+                if buf.filled().len() > before && this.awaiting_request {
+                    // A request starts: all of it must arrive within the timeout.
                     this.awaiting_request = false;
-                    this.deadline = None;
+                    let at = tokio::time::Instant::now() + this.timeout;
+                    match &mut this.deadline {
+                        Some(d) => d.as_mut().reset(at),
+                        None => this.deadline = Some(Box::pin(tokio::time::sleep_until(at))),
+                    }
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending if this.awaiting_request => {
+            Poll::Pending => {
                 let timeout = this.timeout;
                 let deadline = this
                     .deadline
@@ -109,7 +118,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
                 match deadline.as_mut().poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!("no request within {timeout:?}"),
+                        if this.awaiting_request {
+                            format!("no request within {timeout:?}")
+                        } else {
+                            format!("the request did not arrive within {timeout:?} of its first bytes")
+                        },
                     ))),
                     Poll::Pending => Poll::Pending,
                 }

@@ -196,6 +196,46 @@ async fn a_connection_that_sends_nothing_is_closed() {
 }
 
 #[tokio::test]
+async fn a_slow_sender_is_closed_mid_request() {
+    // Issue #18: a client that trickles its headers or body a byte at a time, each byte inside
+    // the idle timeout, held its connection (and the request's buffers) for ever.
+    let (ext, _) = fixture_extender();
+    let timeout = Duration::from_millis(400);
+    let (addr, _stop) = start(router(ext), None, timeout).await;
+    for request in [
+        &b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"[..],
+        &b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n{\"Pod\":"[..],
+    ] {
+        let s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut rd, mut wr) = s.into_split();
+        let trickle = tokio::spawn(async move {
+            // The request, then one more byte every 100 ms for up to 10 s.
+            wr.write_all(request).await?;
+            for _ in 0..100 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                wr.write_all(b" ").await?;
+            }
+            Ok::<_, std::io::Error>(())
+        });
+        let start = Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), rd.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(_)) => {}
+                Err(_) => panic!("a slow sender still holds its connection after 10 s"),
+            }
+        }
+        let waited = start.elapsed();
+        assert!(
+            waited >= timeout / 2 && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
+        trickle.abort();
+    }
+}
+
+#[tokio::test]
 async fn a_tls_connection_that_sends_nothing_is_closed() {
     let dir = tempfile::tempdir().unwrap();
     let key = KeyPair::generate().unwrap();
