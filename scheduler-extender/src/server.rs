@@ -1,5 +1,6 @@
 //! The HTTP server: routes, request decoding, metrics per verb, TLS, shutdown.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use axum::routing::{get, post};
 use axum_server::tls_rustls::RustlsConfig;
 use serde::Deserialize;
 use thiserror::Error;
+use tower::limit::GlobalConcurrencyLimitLayer;
 
 use crate::extender::Extender;
 use crate::wire::{BadRequest, ExtenderArgs, ExtenderBindingArgs};
@@ -29,6 +31,19 @@ use crate::wire::{BadRequest, ExtenderArgs, ExtenderBindingArgs};
 pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 pub use carma_net::IDLE_TIMEOUT;
+
+/// `/filter` and `/prioritize` requests handled at once (body read, decoded and judged); more wait
+/// their turn. kube-scheduler calls them from its one scheduling loop, so two leave room for a
+/// second scheduler profile or a retry while bounding memory: each may hold a body of up to
+/// [`BODY_LIMIT`] and its decoded Pod (README, "Limits").
+pub const PLACEMENT_CONCURRENCY: usize = 2;
+
+/// `/bind` requests handled at once; more wait their turn. kube-scheduler binds from goroutines,
+/// many at a time.
+pub const BIND_CONCURRENCY: usize = 128;
+
+/// Largest `/bind` body: four names of at most 253 bytes and a UID fit in well under 1 KiB.
+pub const BIND_BODY_LIMIT: usize = 64 * 1024;
 
 /// Longest request-derived text written into a log line, an Event or an error
 /// answer; longer text is cut by [`clip`].
@@ -299,10 +314,20 @@ pub fn router(ext: Arc<Extender>) -> Router {
 /// [`router`] refusing bodies over `max_body_bytes` with HTTP 413.
 pub fn router_with_limit(ext: Arc<Extender>, max_body_bytes: usize) -> Router {
     let unrouted = |method: Method, uri: Uri| async move { no_route(ROUTES, &method, &uri) };
+    let placement = GlobalConcurrencyLimitLayer::new(PLACEMENT_CONCURRENCY);
+    let bind_limit = max_body_bytes.min(BIND_BODY_LIMIT);
     Router::new()
-        .route("/filter", post(filter))
-        .route("/prioritize", post(prioritize))
-        .route("/bind", post(bind))
+        .route("/filter", post(filter).layer(placement.clone()))
+        .route("/prioritize", post(prioritize).layer(placement))
+        .route(
+            "/bind",
+            post(bind).layer::<_, Infallible>(
+                tower::ServiceBuilder::new()
+                    .layer(axum::Extension(BodyLimit(bind_limit)))
+                    .layer(DefaultBodyLimit::max(bind_limit))
+                    .layer(GlobalConcurrencyLimitLayer::new(BIND_CONCURRENCY)),
+            ),
+        )
         .route_layer(middleware::from_fn_with_state(Arc::clone(&ext), track))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use carma_scheduler_extender::server::{
-    BODY_LIMIT, LOGGED_INPUT_LIMIT, ServeError, TlsFiles, TlsSettings, serve_with_timeout,
+    BIND_BODY_LIMIT, BODY_LIMIT, LOGGED_INPUT_LIMIT, PLACEMENT_CONCURRENCY, ServeError, TlsFiles,
+    TlsSettings, serve_with_timeout,
 };
 use carma_scheduler_extender::wire::{MAX_CANDIDATES, MAX_POD_VALUES};
 use carma_scheduler_extender::{metrics_router, router, router_with_limit};
@@ -236,6 +237,59 @@ async fn a_slow_sender_is_closed_mid_request() {
 }
 
 #[tokio::test]
+async fn a_bind_body_has_its_own_small_limit() {
+    // Issue #18: /bind took bodies of up to 4 MiB, like /filter, though a bind names four strings.
+    let (ext, _) = fixture_extender();
+    let body = vec![b' '; BIND_BODY_LIMIT + 1];
+    let (status, answer) = post_raw(&router(ext.clone()), "/bind", body).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    let error = answer["Error"].as_str().unwrap();
+    assert!(error.contains(&BIND_BODY_LIMIT.to_string()), "{error}");
+    // /filter keeps the larger limit.
+    let (status, _) = post_raw(&router(ext), "/filter", vec![b' '; BIND_BODY_LIMIT + 1]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn placement_requests_beyond_the_limit_wait_their_turn() {
+    // Issue #18: any number of /filter requests were read and decoded at once, each up to 4 MiB
+    // of body and its decoded Pod, so concurrent callers could take the extender past its memory
+    // limit. PLACEMENT_CONCURRENCY requests still reading their bodies hold every turn: another
+    // filter is answered only once one of them finishes.
+    let (ext, _) = fixture_extender();
+    let (addr, _stop) = start(router(ext), None, Duration::from_secs(20)).await;
+    let pod = fixture_pod("pending-override");
+    let body = serde_json::to_vec(&args_names(&pod, &["gpu-node-a"])).unwrap();
+    let head = format!(
+        "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut holders = Vec::new();
+    for _ in 0..PLACEMENT_CONCURRENCY {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&body[..10]).await.unwrap();
+        holders.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut waiting = tokio::net::TcpStream::connect(addr).await.unwrap();
+    waiting.write_all(head.as_bytes()).await.unwrap();
+    waiting.write_all(&body).await.unwrap();
+    let mut buf = [0u8; 4096];
+    let early = tokio::time::timeout(Duration::from_millis(500), waiting.read(&mut buf)).await;
+    assert!(early.is_err(), "answered while every turn was taken");
+    // One holder finishes its body: its answer, then the waiting request's.
+    holders[0].write_all(&body[10..]).await.unwrap();
+    let n = holders[0].read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let n = tokio::time::timeout(Duration::from_secs(5), waiting.read(&mut buf))
+        .await
+        .expect("answered once a turn was free")
+        .unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+}
+
+#[tokio::test]
 async fn a_tls_connection_that_sends_nothing_is_closed() {
     let dir = tempfile::tempdir().unwrap();
     let key = KeyPair::generate().unwrap();
@@ -399,6 +453,45 @@ async fn peak_containers() {
     }
     body.extend_from_slice(b"{}]}}, \"NodeNames\": [\"gpu-node-a\"]}");
     measure("Pod of empty containers", body).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: run alone, see measure()"]
+async fn peak_concurrent() {
+    // 16 of the worst accepted /filter bodies (peak_containers') at once, and 128 binds: the
+    // concurrency limits let PLACEMENT_CONCURRENCY of the filters hold their memory at a time.
+    let mut body =
+        b"{\"Pod\": {\"metadata\": {\"name\": \"p\", \"uid\": \"u\"}, \"spec\": {\"containers\": ["
+            .to_vec();
+    for _ in 0..MAX_POD_VALUES - 8 {
+        body.extend_from_slice(b"{},");
+    }
+    body.extend_from_slice(b"{}]}}, \"NodeNames\": [\"gpu-node-a\"]}");
+    let (ext, _) = fixture_extender();
+    let r = router(ext);
+    let before = peak_rss_mib();
+    let mut calls = Vec::new();
+    for _ in 0..16 {
+        let (r, body) = (r.clone(), body.clone());
+        calls.push(tokio::spawn(async move {
+            post_raw(&r, "/filter", body).await.0
+        }));
+    }
+    for i in 0..128 {
+        let r = r.clone();
+        let bind = json!({"PodName": format!("p{i}"), "PodNamespace": "ml", "PodUID": format!("u{i}"), "Node": "gpu-node-a"});
+        calls.push(tokio::spawn(
+            async move { post(&r, "/bind", &bind).await.0 },
+        ));
+    }
+    for c in calls {
+        c.await.unwrap();
+    }
+    let after = peak_rss_mib();
+    println!(
+        "16 concurrent filters of {} bytes and 128 binds: peak RSS {before} MiB before, {after} MiB after",
+        body.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

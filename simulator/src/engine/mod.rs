@@ -66,8 +66,15 @@ pub fn simulate(
     }
     let mut engine = Engine::new(tasks, reservations, policy, cfg);
     engine.run();
+    engine.within_horizon()?;
     Ok(engine.finish(estimator))
 }
+
+/// The latest simulated time the engine represents: 2^62 ms, about 146 million years. Valid input
+/// stays far below it (one year per attempt, ten years of arrivals), except where the slowdown
+/// model stretches collocated attempts a millionfold and many of them run one after another; the
+/// engine then stops with an error instead of letting times saturate or wrap around.
+pub const HORIZON_MS: Millis = 1 << 62;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
@@ -185,6 +192,10 @@ struct Engine<'a> {
     attempts: Vec<AttemptLog>,
     events: u64,
     ticks: u64,
+    /// [`HORIZON_MS`] (tests lower it).
+    horizon: Millis,
+    /// The first event time past the horizon, if any: the run stopped there.
+    beyond_horizon: Option<Millis>,
 }
 
 impl<'a> Engine<'a> {
@@ -265,6 +276,8 @@ impl<'a> Engine<'a> {
             attempts: Vec::new(),
             events: 0,
             ticks: 0,
+            horizon: HORIZON_MS,
+            beyond_horizon: None,
         };
         for t in tasks {
             engine.push(t.arrival_ms, Event::Arrive(t.id));
@@ -273,6 +286,10 @@ impl<'a> Engine<'a> {
     }
 
     fn push(&mut self, at: Millis, ev: Event) {
+        if at > self.horizon {
+            self.beyond_horizon.get_or_insert(at);
+            return;
+        }
         self.seq += 1;
         self.heap.push(Reverse((at, self.seq, ev)));
     }
@@ -283,7 +300,7 @@ impl<'a> Engine<'a> {
     }
 
     fn run(&mut self) {
-        loop {
+        while self.beyond_horizon.is_none() {
             let next_event = self.heap.peek().map(|Reverse((t, _, _))| *t);
             match (next_event, self.next_tick) {
                 (None, None) => break,
@@ -299,7 +316,22 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        self.fail_stranded();
+        if self.beyond_horizon.is_none() {
+            self.fail_stranded();
+        }
+    }
+
+    /// An error when the run stopped at the horizon.
+    fn within_horizon(&self) -> Result<(), SimError> {
+        match self.beyond_horizon {
+            None => Ok(()),
+            Some(at) => Err(SimError::Config(format!(
+                "simulated time would pass {} ms (an event at {at} ms, at {} ms into the run): \
+                 collocated tasks slowed down this much cannot be simulated; raise \
+                 --slowdown-threshold or lower --slowdown-exponent",
+                self.horizon, self.now
+            ))),
+        }
     }
 
     fn handle(&mut self, ev: Event) {
@@ -530,15 +562,16 @@ impl<'a> Engine<'a> {
         let mut wake: Option<Millis> = None;
         for r in rejections {
             let at = match r {
-                GpuRejection::WarmUpLock { remaining_s, .. } => {
-                    Some(self.now + (remaining_s * 1000.0).ceil() as Millis)
-                }
+                GpuRejection::WarmUpLock { remaining_s, .. } => Some(
+                    self.now
+                        .saturating_add((remaining_s * 1000.0).ceil() as Millis),
+                ),
                 GpuRejection::UtilizationGate { uuid, .. }
                 | GpuRejection::TelemetryWarmingUp { uuid, .. } => self
                     .gpu_by_uuid
                     .get(uuid)
                     .filter(|g| self.gpus[**g].window_moving(self.now, tel))
-                    .map(|_| self.now + tel.interval_ms),
+                    .map(|_| self.now.saturating_add(tel.interval_ms)),
                 _ => None,
             };
             wake = earliest(wake, at);
@@ -616,9 +649,12 @@ impl<'a> Engine<'a> {
         });
         debug!(task = id, attempt, node = n, gpus = ?p.indices, reserved = p.reserved_mib, "start");
         let lag = self.cfg.telemetry.lag_ms;
-        self.push(self.now + lag, Event::Show { task: id, attempt });
         self.push(
-            self.now + task.exclusive_ms,
+            self.now.saturating_add(lag),
+            Event::Show { task: id, attempt },
+        );
+        self.push(
+            self.now.saturating_add(task.exclusive_ms),
             Event::Finish {
                 task: id,
                 attempt,
@@ -717,7 +753,7 @@ impl<'a> Engine<'a> {
                 s.reservation = reservation;
                 s.exclusive = exclusive;
                 self.push(
-                    self.now + backoff_ms,
+                    self.now.saturating_add(backoff_ms),
                     Event::Ready {
                         task: id,
                         recovery: recovery_priority,
@@ -834,7 +870,8 @@ impl<'a> Engine<'a> {
             }
             run.rate = rate;
             run.version += 1;
-            let at = now + (run.work_left / rate).ceil() as Millis;
+            // `as` saturates: a rate near 0 gives Millis::MAX, which `push` refuses as past the horizon.
+            let at = now.saturating_add((run.work_left / rate).ceil() as Millis);
             let version = run.version;
             self.push(
                 at,
@@ -981,5 +1018,37 @@ fn earliest(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, None) => x,
         (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod horizon_tests {
+    use super::*;
+    use crate::trace;
+
+    #[test]
+    fn a_run_that_passes_the_horizon_stops_with_an_error() {
+        // Issue #18: times were added unchecked, so a run whose events pass u64 milliseconds
+        // would wrap around (a shorter makespan than the real one, exit 0). Here the horizon is
+        // lowered below the run's end to see the engine stop and say why.
+        let cfg = SimConfig::default();
+        let trace = trace::generate(&trace::GeneratorConfig {
+            tasks: 20,
+            cluster_gpus: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let res = vec![Reservation::WholeGpu; trace.tasks.len()];
+        let mut engine = Engine::new(&trace.tasks, &res, Policy::Exclusive, &cfg);
+        engine.run();
+        assert!(engine.within_horizon().is_ok());
+        let end = engine.last_end;
+
+        let mut engine = Engine::new(&trace.tasks, &res, Policy::Exclusive, &cfg);
+        engine.horizon = end / 2;
+        engine.run();
+        let err = engine.within_horizon().unwrap_err().to_string();
+        assert!(err.contains(&format!("would pass {} ms", end / 2)), "{err}");
+        assert!(engine.now <= end / 2);
     }
 }
