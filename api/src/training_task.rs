@@ -103,21 +103,26 @@ fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-/// Model features for GPUMemNet (the carma.io/model-profile annotation schema).
+/// Model features for GPUMemNet (the carma.io/model-profile annotation schema). The ranges are the
+/// estimator's (`carma_estimator::MAX_*`; `cli/tests/crds.rs` holds the two equal), so the API server
+/// refuses what the estimator would.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelProfile {
     /// Model family: mlp, cnn or transformer.
     pub family: ModelFamily,
     /// Training batch size.
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 1048576))]
     pub batch_size: u64,
     /// Total trainable parameters.
+    #[schemars(range(max = 1000000000000u64))]
     pub parameters: u64,
     /// Activations per sample (sum of layer output sizes).
+    #[schemars(range(max = 1000000000000u64))]
     pub activations: u64,
     /// Depth (layers counted per the family's rule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100000))]
     pub depth: Option<u64>,
     /// Activation function name, e.g. ReLU, GELU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,6 +132,7 @@ pub struct ModelProfile {
     pub layers: Option<LayerCounts>,
     /// Sequence length, for transformers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1048576))]
     pub seq_length: Option<u64>,
 }
 
@@ -148,24 +154,31 @@ pub enum ModelFamily {
 pub struct LayerCounts {
     /// Linear layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100000))]
     pub linear: Option<u64>,
     /// Conv2d layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100000))]
     pub conv2d: Option<u64>,
     /// Batch-norm layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100000))]
     pub batch_norm: Option<u64>,
     /// Dropout layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100000))]
     pub dropout: Option<u64>,
     /// LayerNorm layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100000))]
     pub layer_norm: Option<u64>,
     /// Attention projection layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100000))]
     pub attention: Option<u64>,
     /// Adaptive average pooling layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100000))]
     pub adaptive_avg_pool: Option<u64>,
 }
 

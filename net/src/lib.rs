@@ -121,7 +121,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
                         if this.awaiting_request {
                             format!("no request within {timeout:?}")
                         } else {
-                            format!("the request did not arrive within {timeout:?} of its first bytes")
+                            format!(
+                                "the request did not arrive within {timeout:?} of its first bytes"
+                            )
                         },
                     ))),
                     Poll::Pending => Poll::Pending,

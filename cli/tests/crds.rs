@@ -1,0 +1,63 @@
+//! The TrainingTask CRD's `modelProfile` ranges are the estimator's: the API server refuses a
+//! profile exactly when `carma estimate` and the extender would (issue #18), and the committed CRD
+//! files are what `carma crds` generates.
+
+use carma_estimator::{
+    MAX_ACTIVATIONS, MAX_BATCH_SIZE, MAX_LAYERS, MAX_PARAMETERS, MAX_SEQ_LENGTH,
+};
+use serde_json::Value;
+
+fn model_profile_schema() -> Value {
+    let (_, crd) = carma_api::crds::all()
+        .into_iter()
+        .find(|(f, _)| *f == "trainingtasks.carma.io.yaml")
+        .unwrap();
+    let crd = serde_json::to_value(crd).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["modelProfile"]
+        .clone()
+}
+
+fn maximum(schema: &Value, path: &[&str]) -> f64 {
+    let mut s = schema;
+    for p in path {
+        s = &s["properties"][p];
+    }
+    s["maximum"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{path:?} has no maximum: {s}"))
+}
+
+#[test]
+fn model_profile_ranges_are_the_estimators() {
+    let s = model_profile_schema();
+    assert_eq!(maximum(&s, &["batchSize"]), f64::from(MAX_BATCH_SIZE));
+    assert_eq!(maximum(&s, &["seqLength"]), f64::from(MAX_SEQ_LENGTH));
+    assert_eq!(maximum(&s, &["parameters"]), MAX_PARAMETERS as f64);
+    assert_eq!(maximum(&s, &["activations"]), MAX_ACTIVATIONS as f64);
+    assert_eq!(maximum(&s, &["depth"]), f64::from(MAX_LAYERS));
+    let layers = s["properties"]["layers"]["properties"].as_object().unwrap();
+    assert!(!layers.is_empty());
+    for name in layers.keys() {
+        assert_eq!(
+            maximum(&s, &["layers", name]),
+            f64::from(MAX_LAYERS),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn committed_crds_are_generated() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (file, crd) in carma_api::crds::all() {
+        let generated = carma_api::crds::to_yaml(&crd).unwrap();
+        for dir in ["crds", "charts/carma/crds"] {
+            let committed = std::fs::read_to_string(root.join(dir).join(file)).unwrap();
+            assert_eq!(
+                committed, generated,
+                "{dir}/{file} is stale: run `carma crds --out-dir crds` and tools/sync-chart.sh"
+            );
+        }
+    }
+}
