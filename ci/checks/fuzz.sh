@@ -6,4 +6,5 @@
 # Any crash fails the check, with the reproducer's path.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 bash tools/fuzz.sh --seconds "${CARMA_FUZZ_SECONDS:-30}"

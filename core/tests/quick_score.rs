@@ -70,14 +70,7 @@ fn booking() -> impl Strategy<Value = Booking> {
 }
 
 fn demand() -> impl Strategy<Value = Demand> {
-    let policy = prop::sample::select(vec![
-        Policy::Exclusive,
-        Policy::Ff,
-        Policy::Bf,
-        Policy::Magm,
-        Policy::Lug,
-        Policy::Rr,
-    ]);
+    let policy = prop::sample::select(Policy::ALL.to_vec());
     let reservation = prop_oneof![
         6 => (0u64..50_000).prop_map(Reservation::Mib),
         1 => Just(Reservation::WholeGpu),

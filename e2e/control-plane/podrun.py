@@ -2,7 +2,8 @@
 """Run one container of a rendered chart workload as a local process, the way its pod would run it.
 
 The container's command and args, its environment (fieldRef values resolved for the given pod and node),
-its ConfigMap volumes (written out and bind-mounted at their mountPath), the ServiceAccount token
+its ConfigMap, Secret and projected (ConfigMap and Secret sources) volumes, read from the manifest, written
+out and bind-mounted at their mountPath, the ServiceAccount token
 directory at /var/run/secrets/kubernetes.io/serviceaccount and any extra host directories are set up in a
 private mount namespace (`unshare -m`), and then the process is exec'd in place of this script, so the
 caller's PID is the container's. Only the listen addresses are changed (`--addr HOST:PORT=HOST:PORT`),
@@ -13,6 +14,7 @@ because every "pod" here shares the host's network.
         [--mount HOSTDIR:PATH] [--workdir DIR]
 """
 import argparse
+import base64
 import os
 import re
 import shlex
@@ -38,6 +40,33 @@ def configmaps(manifest):
         for doc in yaml.safe_load_all(f):
             if doc and doc.get("kind") == "ConfigMap":
                 out[doc["metadata"]["name"]] = doc.get("data") or {}
+    return out
+
+
+def secrets(manifest):
+    """Secrets of the manifest (the chart's Helm-generated certificates), data decoded to bytes."""
+    out = {}
+    with open(manifest) as f:
+        for doc in yaml.safe_load_all(f):
+            if doc and doc.get("kind") == "Secret":
+                data = {k: base64.b64decode(v) for k, v in (doc.get("data") or {}).items()}
+                data.update({k: v.encode() for k, v in (doc.get("stringData") or {}).items()})
+                out[doc["metadata"]["name"]] = data
+    return out
+
+
+def source_files(kind, name, items, store):
+    """The files one ConfigMap or Secret source projects: every key, or the listed items."""
+    data = store.get(name)
+    if data is None:
+        sys.exit(f"podrun: {kind} {name} is not in the manifest")
+    if not items:
+        return {k: v for k, v in data.items()}
+    out = {}
+    for it in items:
+        if it["key"] not in data:
+            sys.exit(f"podrun: {kind} {name} has no key {it['key']}")
+        out[it["path"]] = data[it["key"]]
     return out
 
 
@@ -95,20 +124,32 @@ def main():
         argv = [exe] + argv
 
     mounts = [(a.token_dir, SA_PATH)]
-    cms = configmaps(a.manifest)
+    cms = {n: {k: v.encode() for k, v in d.items()} for n, d in configmaps(a.manifest).items()}
+    secs = secrets(a.manifest)
     vols = {v["name"]: v for v in spec.get("volumes", [])}
     for vm in c.get("volumeMounts", []):
         v = vols[vm["name"]]
+        files = {}
         if "configMap" in v:
-            data = cms.get(v["configMap"]["name"])
-            if data is None:
-                sys.exit(f"podrun: ConfigMap {v['configMap']['name']} is not in the manifest")
-            d = os.path.join(a.workdir, "volumes", a.pod_name, vm["name"])
-            os.makedirs(d, exist_ok=True)
-            for k, text in data.items():
-                with open(os.path.join(d, k), "w") as f:
-                    f.write(text)
-            mounts.append((d, vm["mountPath"]))
+            files = source_files("ConfigMap", v["configMap"]["name"], v["configMap"].get("items"), cms)
+        elif "secret" in v:
+            files = source_files("Secret", v["secret"]["secretName"], v["secret"].get("items"), secs)
+        elif "projected" in v:
+            for src in v["projected"].get("sources", []):
+                if "configMap" in src:
+                    files.update(source_files("ConfigMap", src["configMap"]["name"], src["configMap"].get("items"), cms))
+                elif "secret" in src:
+                    files.update(source_files("Secret", src["secret"]["name"], src["secret"].get("items"), secs))
+        else:
+            continue  # emptyDir and the like: the host's directory serves
+        d = os.path.join(a.workdir, "volumes", a.pod_name, vm["name"])
+        os.makedirs(d, exist_ok=True)
+        for k, data in files.items():
+            path = os.path.join(d, k)
+            with open(path, "wb") as f:
+                f.write(data)
+            os.chmod(path, 0o440 if "configMap" not in v else 0o644)
+        mounts.append((d, vm["mountPath"]))
     for m in a.mount:
         src, dst = m.split(":", 1)
         mounts.append((src, dst))

@@ -38,7 +38,8 @@ nth() { local a; read -r -a a <<<"$1"; echo "${a[$2]}"; } # nth "<list>" <index 
 
 start_extender() {
   podrun "$WORK/logs/extender.log" "Deployment/$RELEASE-scheduler-extender" scheduler-extender \
-    "$RELEASE-scheduler-extender-0" "$WORK/sa/scheduler-extender" --addr "0.0.0.0:8888=127.0.0.1:$EXT_PORT"
+    "$RELEASE-scheduler-extender-0" "$WORK/sa/scheduler-extender" --addr "0.0.0.0:8888=127.0.0.1:$EXT_PORT" \
+    --addr "0.0.0.0:8889=127.0.0.1:$EXT_METRICS_PORT"
 }
 
 start_operator() { # start_operator <i>
@@ -124,8 +125,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Free loopback ports: etcd (2), API server, extender, 2 operators, one device plugin per node.
-read -r -a PORTS < <(python3 - "$((6 + NODES))" <<'PY'
+# Free loopback ports: etcd (2), API server, extender (verbs, metrics), 2 operators, one device plugin per node.
+read -r -a PORTS < <(python3 - "$((7 + NODES))" <<'PY'
 import socket, sys
 socks = [socket.socket() for _ in range(int(sys.argv[1]))]
 for s in socks:
@@ -134,9 +135,10 @@ print(*[s.getsockname()[1] for s in socks])
 PY
 )
 ETCD_PORT=${PORTS[0]}; ETCD_PEER=${PORTS[1]}; API_PORT=${PORTS[2]}; EXT_PORT=${PORTS[3]}
-OP_PORTS="${PORTS[4]} ${PORTS[5]}"; DP_PORTS="${PORTS[*]:6}"
+OP_PORTS="${PORTS[4]} ${PORTS[5]}"; EXT_METRICS_PORT=${PORTS[6]}; DP_PORTS="${PORTS[*]:7}"
 cat >"$WORK/env.sh" <<EOF
-WORK=$WORK; BIN=$BIN; CARMA=$CARMA; API_PORT=$API_PORT; EXT_PORT=$EXT_PORT; OP_PORTS="$OP_PORTS"
+WORK=$WORK; BIN=$BIN; CARMA=$CARMA; API_PORT=$API_PORT; EXT_PORT=$EXT_PORT; EXT_METRICS_PORT=$EXT_METRICS_PORT
+OP_PORTS="$OP_PORTS"
 DP_PORTS="$DP_PORTS"; HELM=$HELM; KUBECTL=$KUBECTL
 EOF
 
@@ -200,7 +202,7 @@ log "API server ready after $(( $(date +%s) - t_start )) s (including the build)
 
 log "chart: helm template + kubectl apply (the API server validates every object)"
 "$HELM" template "$RELEASE" "$ROOT/charts/carma" -n "$NS" --include-crds --kube-version 1.35.4 \
-  -f "$HERE/values.yaml" --set "scheduler.extenderConfig.urlPrefix=http://127.0.0.1:$EXT_PORT" \
+  -f "$HERE/values.yaml" --set "scheduler.extenderConfig.urlPrefix=https://127.0.0.1:$EXT_PORT" \
   >"$WORK/rendered.yaml"
 k create namespace "$NS" >/dev/null
 # Without kube-controller-manager nobody creates the namespaces' default ServiceAccounts.
@@ -242,5 +244,16 @@ log "scenarios"
 "$BIN/scenarios" --kubeconfig "$WORK/kubeconfig" --kubectl "$KUBECTL" --ctl "$HERE/run.sh ctl" \
   --work "$WORK" --nodes "$NODES" --examples "$ROOT/deploy/examples" --namespace "$NS" \
   --scheduler-name "$(awk '/schedulerName:/{print $2; exit}' "$HERE/values.yaml")" \
-  ${CARMA_E2E_ONLY:+--only "$CARMA_E2E_ONLY"} --extender "http://127.0.0.1:$EXT_PORT" --operator-metrics "127.0.0.1:$(nth "$OP_PORTS" 0),127.0.0.1:$(nth "$OP_PORTS" 1)"
+  ${CARMA_E2E_ONLY:+--only "$CARMA_E2E_ONLY"} --extender "http://127.0.0.1:$EXT_METRICS_PORT" --operator-metrics "127.0.0.1:$(nth "$OP_PORTS" 0),127.0.0.1:$(nth "$OP_PORTS" 1)"
+log "mutual TLS: the verbs port answers kube-scheduler's client certificate only"
+tls_dir="$WORK/volumes/$RELEASE-scheduler-0/extender-tls"
+host="$RELEASE-scheduler-extender.$NS.svc"
+ext_curl() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 --resolve "$host:$EXT_PORT:127.0.0.1" "$@" "https://$host:$EXT_PORT/healthz" || true; }
+code=$(ext_curl --cacert "$tls_dir/ca.crt" --cert "$tls_dir/client.crt" --key "$tls_dir/client.key")
+[ "$code" = 200 ] || die "the extender did not answer kube-scheduler's client certificate (HTTP $code)"
+code=$(ext_curl --cacert "$tls_dir/ca.crt")
+[ "$code" = 000 ] || die "the extender answered a caller without a client certificate (HTTP $code)"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$EXT_PORT/healthz" || true)
+[ "$code" = 000 ] || die "the extender's verbs port answered plain HTTP (HTTP $code)"
+log "mutual TLS: with the scheduler's certificate 200; without one, or over plain HTTP, refused"
 log "done in $(( $(date +%s) - t_start )) s"

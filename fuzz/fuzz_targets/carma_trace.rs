@@ -9,7 +9,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let [which, rest @ ..] = data else { return };
-    let Ok(text) = std::str::from_utf8(rest) else { return };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
     match which % 3 {
         0 => {
             let _ = parse_script(Path::new("fuzz.sh"), text);

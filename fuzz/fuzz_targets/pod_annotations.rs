@@ -21,7 +21,12 @@ use libfuzzer_sys::fuzz_target;
 
 fn decisions() -> &'static Decisions {
     static D: OnceLock<Decisions> = OnceLock::new();
-    D.get_or_init(|| Decisions::new(Estimator::new().expect("embedded models load"), Policy::Magm))
+    D.get_or_init(|| {
+        Decisions::new(
+            Estimator::new().expect("embedded models load"),
+            Policy::Magm,
+        )
+    })
 }
 
 fuzz_target!(|text: &str| {
@@ -67,7 +72,11 @@ fuzz_target!(|text: &str| {
     // The same texts as the extender's output annotations, read back as the watcher does.
     let mut out = BTreeMap::new();
     let mut values = text.split('\0');
-    for key in [ANNOTATION_ASSIGNED_GPUS, ANNOTATION_ASSIGNED_AT, ANNOTATION_ESTIMATE] {
+    for key in [
+        ANNOTATION_ASSIGNED_GPUS,
+        ANNOTATION_ASSIGNED_AT,
+        ANNOTATION_ESTIMATE,
+    ] {
         if let Some(v) = values.next() {
             out.insert(key.to_string(), v.to_string());
         }

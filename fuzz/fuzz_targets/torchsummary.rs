@@ -16,7 +16,9 @@ fuzz_target!(|data: &[u8]| {
     let [f, b0, b1, rest @ ..] = data else { return };
     let family = Family::ALL[*f as usize % Family::ALL.len()];
     let batch = u32::from(u16::from_le_bytes([*b0, *b1]));
-    let Ok(text) = std::str::from_utf8(rest) else { return };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
     if let Ok(profile) = parse_torchsummary(text, family, batch) {
         let _ = estimator().estimate(&profile);
     }

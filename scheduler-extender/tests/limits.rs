@@ -441,10 +441,8 @@ async fn peak_names() {
     measure("NodeNames", body).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "measurement: run alone, see measure()"]
-async fn peak_containers() {
-    // A pod of empty containers: the most decoded structure per byte.
+/// The worst accepted /filter body: a Pod of empty containers, the most decoded structure per byte.
+fn empty_containers_body() -> Vec<u8> {
     let mut body =
         b"{\"Pod\": {\"metadata\": {\"name\": \"p\", \"uid\": \"u\"}, \"spec\": {\"containers\": ["
             .to_vec();
@@ -452,7 +450,13 @@ async fn peak_containers() {
         body.extend_from_slice(b"{},");
     }
     body.extend_from_slice(b"{}]}}, \"NodeNames\": [\"gpu-node-a\"]}");
-    measure("Pod of empty containers", body).await;
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: run alone, see measure()"]
+async fn peak_containers() {
+    measure("Pod of empty containers", empty_containers_body()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -460,13 +464,7 @@ async fn peak_containers() {
 async fn peak_concurrent() {
     // 16 of the worst accepted /filter bodies (peak_containers') at once, and 128 binds: the
     // concurrency limits let PLACEMENT_CONCURRENCY of the filters hold their memory at a time.
-    let mut body =
-        b"{\"Pod\": {\"metadata\": {\"name\": \"p\", \"uid\": \"u\"}, \"spec\": {\"containers\": ["
-            .to_vec();
-    for _ in 0..MAX_POD_VALUES - 8 {
-        body.extend_from_slice(b"{},");
-    }
-    body.extend_from_slice(b"{}]}}, \"NodeNames\": [\"gpu-node-a\"]}");
+    let body = empty_containers_body();
     let (ext, _) = fixture_extender();
     let r = router(ext);
     let before = peak_rss_mib();
@@ -491,6 +489,49 @@ async fn peak_concurrent() {
     println!(
         "16 concurrent filters of {} bytes and 128 binds: peak RSS {before} MiB before, {after} MiB after",
         body.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: run alone, see measure()"]
+async fn peak_slow_bodies() {
+    // 32 connections each send a /filter body of BODY_LIMIT bytes but its last byte, and wait:
+    // every body being read is buffered in full. The concurrency limit lets PLACEMENT_CONCURRENCY
+    // of them be read at a time; the others' bytes wait in the kernel's socket buffers.
+    let (ext, _) = fixture_extender();
+    let (addr, _stop) = start(router(ext), None, Duration::from_secs(60)).await;
+    let head = format!(
+        "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {BODY_LIMIT}\r\n\r\n"
+    );
+    let before = peak_rss_mib();
+    let mut senders = Vec::new();
+    for _ in 0..32 {
+        let head = head.clone();
+        senders.push(tokio::spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(head.as_bytes()).await.unwrap();
+            let chunk = vec![b' '; 64 * 1024];
+            let mut sent = 0;
+            while sent < BODY_LIMIT - 1 {
+                let n = chunk.len().min(BODY_LIMIT - 1 - sent);
+                // A full socket buffer blocks the write: the server is not reading this one.
+                match tokio::time::timeout(Duration::from_secs(3), s.write_all(&chunk[..n])).await {
+                    Ok(r) => r.unwrap(),
+                    Err(_) => break,
+                }
+                sent += n;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            sent
+        }));
+    }
+    let mut fully_sent = 0;
+    for s in senders {
+        fully_sent += usize::from(s.await.unwrap() == BODY_LIMIT - 1);
+    }
+    let after = peak_rss_mib();
+    println!(
+        "32 slow /filter bodies of {BODY_LIMIT} bytes ({fully_sent} sent in full, the rest blocked): peak RSS {before} MiB before, {after} MiB after"
     );
 }
 
