@@ -36,7 +36,8 @@ work=${CARMA_FUZZ_DIR:-$HOME/.cache/carma-fuzz}
 export CARGO_TARGET_DIR=$work/target
 mkdir -p "$work"
 t0=$(date +%s)
-# With an explicit --target, RUSTFLAGS reach the targets' code only, not build scripts and
+# Not --locked: fuzz/Cargo.lock pins what it lists, and cargo adds what a change of the main
+# workspace's dependencies needs instead of failing. With an explicit --target, RUSTFLAGS reach the targets' code only, not build scripts and
 # proc macros (which would not link against the instrumentation).
 host=$(rustc -vV | sed -n 's/^host: //p')
 RUSTFLAGS="-Cpasses=sancov-module \
@@ -45,7 +46,7 @@ RUSTFLAGS="-Cpasses=sancov-module \
 -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares \
 --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
-  cargo build --release --locked --manifest-path fuzz/Cargo.toml --bins --target "$host"
+  cargo build --release --manifest-path fuzz/Cargo.toml --bins --target "$host"
 echo "fuzz: targets built in $(( $(date +%s) - t0 )) s"
 
 shared=$root/../shared

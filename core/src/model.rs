@@ -139,6 +139,18 @@ impl Policy {
         Policy::Rr,
     ];
 
+    /// Whether the policy is one of CARMA's six (the paper's), as opposed to one of carma's own.
+    pub fn is_carmas(self) -> bool {
+        match self {
+            Policy::Exclusive
+            | Policy::Ff
+            | Policy::Bf
+            | Policy::Magm
+            | Policy::Lug
+            | Policy::Rr => true,
+        }
+    }
+
     /// The policy's short name as used in annotations and flags.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -51,6 +51,62 @@ pub const MAX_POWER_W: f64 = 10_000.0;
 /// one that saturates the GPU many times over.
 pub const ACTIVITY_SCALE_RANGE: (f64, f64) = (0.0, 100.0);
 
+/// kube-scheduler's back-off for a pod that did not fit: 1 s after the first failure
+/// (`podInitialBackoffSeconds`), doubling with each further failure.
+pub const KUBE_INITIAL_BACKOFF_MS: Millis = 1_000;
+/// The back-off's ceiling (`podMaxBackoffSeconds`).
+pub const KUBE_MAX_BACKOFF_MS: Millis = 10_000;
+
+/// How waiting tasks are taken from the queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueDiscipline {
+    /// CARMA's: first in, first out; a task that does not fit blocks every task behind it until it
+    /// is placed. The recovery queue goes first.
+    Carma,
+    /// kube-scheduler's, which is how carma's pods are queued on Kubernetes: recovery pods (priority
+    /// class `carma-recovery`) first, then by arrival; a task that does not fit is set aside with
+    /// kube-scheduler's back-off ([`KUBE_INITIAL_BACKOFF_MS`] doubling to [`KUBE_MAX_BACKOFF_MS`])
+    /// and the tasks behind it are tried. A task set aside is tried again at the first scheduling
+    /// pass (a task finishing, arriving or being placed, or a warm-up lock lifting) after its
+    /// back-off; kube-scheduler's own pass after an unrelated cluster event, or its 5-minute flush,
+    /// is not modelled.
+    #[default]
+    Kube,
+}
+
+impl QueueDiscipline {
+    /// Both, in a fixed order.
+    pub const ALL: [QueueDiscipline; 2] = [QueueDiscipline::Carma, QueueDiscipline::Kube];
+
+    /// The name used on the command line and in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueDiscipline::Carma => "carma",
+            QueueDiscipline::Kube => "kube",
+        }
+    }
+
+    /// kube-scheduler's back-off after `failures` failed scheduling attempts (at least one).
+    pub fn kube_backoff_ms(failures: u32) -> Millis {
+        let doublings = failures.saturating_sub(1).min(16);
+        KUBE_INITIAL_BACKOFF_MS
+            .saturating_mul(1 << doublings)
+            .min(KUBE_MAX_BACKOFF_MS)
+    }
+}
+
+impl std::str::FromStr for QueueDiscipline {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        QueueDiscipline::ALL
+            .into_iter()
+            .find(|q| q.as_str() == s.trim())
+            .ok_or_else(|| format!("unknown queue {s:?}; expected carma or kube"))
+    }
+}
+
 /// The simulated cluster: identical nodes of identical GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ClusterSpec {
@@ -99,6 +155,8 @@ pub struct SimConfig {
     pub activity_scale: f64,
     /// Whether the utilization gate applies.
     pub gate: bool,
+    /// How waiting tasks are taken from the queues.
+    pub queue: QueueDiscipline,
     /// Whether to keep per-GPU timelines and attempt logs (for the HTML report).
     pub record_timelines: bool,
     /// Remember each node's placement answer until the node changes (same
@@ -117,6 +175,7 @@ impl Default for SimConfig {
             telemetry: TelemetryModel::default(),
             activity_scale: 1.0,
             gate: true,
+            queue: QueueDiscipline::default(),
             record_timelines: false,
             memoize: true,
         }

@@ -38,7 +38,7 @@ pub mod result;
 pub mod task;
 pub mod trace;
 
-pub use config::{ClusterSpec, SimConfig};
+pub use config::{ClusterSpec, QueueDiscipline, SimConfig};
 pub use engine::simulate;
 pub use error::SimError;
 pub use reservation::{EstimatorKind, ReservationPlan, plan};

@@ -40,6 +40,48 @@ pub struct Summary {
     pub failed: usize,
     /// Tasks in the trace.
     pub tasks: usize,
+    /// Starvation: per task size (GPUs asked for), the longest wait relative to the task's own
+    /// exclusive run time.
+    pub worst_wait: Vec<WorstWait>,
+}
+
+/// The task of one size that waited longest, relative to its own exclusive run time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorstWait {
+    /// GPUs per task.
+    pub gpus: u32,
+    /// Tasks of this size that started.
+    pub tasks: usize,
+    /// Its waiting time over its exclusive run time.
+    pub wait_over_run: f64,
+    /// Its waiting time, seconds.
+    pub wait_s: f64,
+    /// The task.
+    pub task: String,
+}
+
+/// [`WorstWait`] per task size, smallest first, of the tasks that started; `gpus[i]` and
+/// `exclusive_s[i]` describe `outcomes[i]`.
+pub fn worst_waits(outcomes: &[TaskOutcome], gpus: &[u32], exclusive_s: &[f64]) -> Vec<WorstWait> {
+    let mut by_size: std::collections::BTreeMap<u32, WorstWait> = Default::default();
+    for ((o, &g), &run) in outcomes.iter().zip(gpus).zip(exclusive_s) {
+        if o.first_start_s.is_none() {
+            continue;
+        }
+        let ratio = if run > 0.0 { o.wait_s / run } else { 0.0 };
+        let w = by_size.entry(g).or_insert_with(|| WorstWait {
+            gpus: g,
+            tasks: 0,
+            wait_over_run: f64::NEG_INFINITY,
+            wait_s: 0.0,
+            task: String::new(),
+        });
+        w.tasks += 1;
+        if ratio > w.wait_over_run {
+            (w.wait_over_run, w.wait_s, w.task) = (ratio, o.wait_s, o.name.clone());
+        }
+    }
+    by_size.into_values().collect()
 }
 
 /// How one task ended.

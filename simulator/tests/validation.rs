@@ -3,7 +3,9 @@
 
 use carma_core::{Millis, Policy, Reservation};
 use carma_simulator::catalog::{self, CATALOG};
-use carma_simulator::{EstimatorKind, RunResult, SimConfig, Task, compare, simulate, trace};
+use carma_simulator::{
+    EstimatorKind, QueueDiscipline, RunResult, SimConfig, Task, compare, simulate, trace,
+};
 use proptest::prelude::*;
 
 /// Exclusive scheduling computed by hand, without the engine: tasks in arrival
@@ -111,7 +113,11 @@ fn check_invariants(run: &RunResult, cfg: &SimConfig, tasks: &[Task]) {
 #[test]
 fn exclusive_makespan_matches_an_independent_calculation() {
     for (seed, nodes, gpus) in [(1, 1, 4), (7, 1, 4), (3, 1, 8), (5, 3, 2), (9, 4, 4)] {
-        let mut cfg = SimConfig::default();
+        // The calculation by hand is CARMA's strict FIFO queue.
+        let mut cfg = SimConfig {
+            queue: QueueDiscipline::Carma,
+            ..SimConfig::default()
+        };
         cfg.cluster.nodes = nodes;
         cfg.cluster.gpus_per_node = gpus;
         let trace = trace::generate(&trace::GeneratorConfig {
@@ -312,11 +318,13 @@ proptest! {
         gpus in 2u32..6,
         nodes in 1u32..4,
         gate in any::<bool>(),
+        queue in prop::sample::select(QueueDiscipline::ALL.to_vec()),
     ) {
         let mut cfg = SimConfig::default();
         cfg.cluster.gpus_per_node = gpus;
         cfg.cluster.nodes = nodes;
         cfg.gate = gate;
+        cfg.queue = queue;
         cfg.record_timelines = true;
         let plan = carma_simulator::plan(&tasks, kind, cfg.cluster.gpu_memory_mib).unwrap();
         let run = simulate(&tasks, &plan.reservations, kind.as_str(), policy, &cfg).unwrap();
@@ -327,8 +335,48 @@ proptest! {
         let again = simulate(&tasks, &plan.reservations, kind.as_str(), policy, &plain).unwrap();
         prop_assert_eq!(&run.summary, &again.summary);
         prop_assert_eq!(&run.tasks, &again.tasks);
-        let excl = simulate(&tasks, &plan.reservations, kind.as_str(), Policy::Exclusive, &cfg).unwrap();
+        // The calculation by hand is CARMA's strict FIFO queue.
+        let fifo = SimConfig { queue: QueueDiscipline::Carma, ..cfg.clone() };
+        let excl = simulate(&tasks, &plan.reservations, kind.as_str(), Policy::Exclusive, &fifo).unwrap();
         let (first, last) = exclusive_by_hand(&tasks, nodes as usize, gpus as usize);
         prop_assert_eq!((excl.start_ms, excl.end_ms), (first, last));
     }
+}
+
+#[test]
+fn the_kube_queue_lets_small_tasks_pass_a_blocked_large_one() {
+    // 1 node × 2 GPUs, exclusive: a long 1-GPU task runs; a 2-GPU task arrives and cannot start
+    // until it ends; a short 1-GPU task arrives after it. CARMA's FIFO queue holds the short task
+    // behind the large one; kube-scheduler's lets it use the free GPU at once.
+    let w = &CATALOG[0];
+    let mut long = Task::from_workload(0, w, 0);
+    long.exclusive_ms = 3_600_000;
+    let mut large = Task::from_workload(1, w, 10_000);
+    large.gpus = 2;
+    large.exclusive_ms = 600_000;
+    let mut short = Task::from_workload(2, w, 20_000);
+    short.exclusive_ms = 60_000;
+    let tasks = vec![long, large, short];
+    let res = vec![Reservation::WholeGpu; 3];
+    let mut starts = Vec::new();
+    for queue in [QueueDiscipline::Carma, QueueDiscipline::Kube] {
+        let mut cfg = SimConfig {
+            queue,
+            ..SimConfig::default()
+        };
+        cfg.cluster.gpus_per_node = 2;
+        let run = simulate(&tasks, &res, "oracle", Policy::Exclusive, &cfg).unwrap();
+        assert_eq!(run.summary.finished, 3, "{queue:?}");
+        starts.push(run.tasks[2].first_start_s.unwrap());
+        // The large task still gets both GPUs once the long one ends (no starvation here).
+        assert!(run.tasks[1].first_start_s.unwrap() >= 3_600.0, "{queue:?}");
+    }
+    assert!(
+        starts[0] >= 3_600.0 + 600.0,
+        "carma: behind the large task: {starts:?}"
+    );
+    assert!(
+        starts[1] < 30.0,
+        "kube: at once on the free GPU: {starts:?}"
+    );
 }

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use carma_core::{Policy, quantity::parse_mib};
 use carma_simulator::config::MAX_DELAY_MS;
 use carma_simulator::trace::{self, GeneratorConfig, ImportPaths};
-use carma_simulator::{EstimatorKind, SimConfig, SimError, compare, report};
+use carma_simulator::{EstimatorKind, QueueDiscipline, SimConfig, SimError, compare, report};
 use clap::ValueEnum;
 
 use super::EXIT_BAD_INPUT;
@@ -47,6 +47,11 @@ pub struct SimulateArgs {
     /// CARMA's utilization gate (exclude busy GPUs from sharing).
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub gate: Switch,
+    /// How waiting tasks are queued: kube (kube-scheduler's order and back-off, how carma's pods
+    /// are queued on Kubernetes; a task that does not fit lets the next ones by) or carma (CARMA's
+    /// strict first-in first-out: it blocks the queue).
+    #[arg(long, default_value = "kube", value_parser = |s: &str| s.parse::<QueueDiscipline>())]
+    pub queue: QueueDiscipline,
     /// Where reservations come from: gpumemnet (carma's estimator), oracle (true peak),
     /// recorded (the estimate in the .rad file), none (CARMA's OR-* rule).
     #[arg(long, default_value = "gpumemnet", value_parser = parse_estimator)]
@@ -189,6 +194,7 @@ impl SimulateArgs {
         cfg.cluster.gpus_per_node = self.gpus_per_node;
         cfg.cluster.gpu_memory_mib = self.gpu_memory;
         cfg.gate = self.gate == Switch::On;
+        cfg.queue = self.queue;
         cfg.slowdown.threshold = self.slowdown_threshold;
         cfg.slowdown.exponent = self.slowdown_exponent;
         cfg.power.idle_w = self.idle_power;

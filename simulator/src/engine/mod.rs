@@ -35,11 +35,12 @@ use carma_core::{
 };
 use tracing::{debug, warn};
 
-use crate::config::SimConfig;
+use crate::config::{QueueDiscipline, SimConfig};
 use crate::error::SimError;
 use crate::model::Activity;
 use crate::result::{
     AttemptEnd, AttemptLog, GpuTimeline, RunResult, Summary, TaskOutcome, mean, percentile,
+    worst_waits,
 };
 use crate::task::Task;
 use gpu::SimGpu;
@@ -124,6 +125,9 @@ struct TaskState {
     end: Option<Millis>,
     finished: bool,
     failure: Option<String>,
+    /// kube queue: failed scheduling passes of the current attempt, and when it may be tried again.
+    unschedulable: u32,
+    retry_at: Millis,
 }
 
 /// What `place_on_node` sees of a demand, plus whether sharing is allowed.
@@ -242,6 +246,8 @@ impl<'a> Engine<'a> {
                 end: None,
                 finished: false,
                 failure: None,
+                unschedulable: 0,
+                retry_at: 0,
             })
             .collect();
         let mut engine = Self {
@@ -339,12 +345,16 @@ impl<'a> Engine<'a> {
             Event::Arrive(id) => {
                 self.state[id].ready_at = self.now;
                 self.main_q.push_back(id);
-                if self.main_q.len() == 1 {
+                // Behind a blocked head CARMA's queue has nothing to try; kube-scheduler tries the
+                // new pod.
+                if self.main_q.len() == 1 || self.cfg.queue == QueueDiscipline::Kube {
                     self.request_tick(self.now);
                 }
             }
             Event::Ready { task, recovery } => {
-                self.state[task].ready_at = self.now;
+                // The next attempt is a new pod: no back-off carried over.
+                let s = &mut self.state[task];
+                (s.ready_at, s.unschedulable, s.retry_at) = (self.now, 0, 0);
                 if recovery {
                     self.recovery_q.push_back(task);
                 } else {
@@ -377,40 +387,67 @@ impl<'a> Engine<'a> {
         self.next_tick = None;
         self.ticks += 1;
         self.refresh_risk();
-        let mut wake: Option<Millis> = None;
-        while let Some(&id) = self.recovery_q.front() {
-            match self.try_place(id, true) {
-                TryPlace::Placed => {
-                    self.recovery_q.pop_front();
-                }
-                TryPlace::Impossible(reason) => {
-                    self.recovery_q.pop_front();
-                    self.fail(id, reason);
-                }
-                TryPlace::Blocked(w) => {
-                    wake = earliest(wake, w);
-                    break;
-                }
-            }
-        }
-        while let Some(&id) = self.main_q.front() {
-            let share = self.recovery_q.is_empty();
-            match self.try_place(id, share) {
-                TryPlace::Placed => {
-                    self.main_q.pop_front();
-                }
-                TryPlace::Impossible(reason) => {
-                    self.main_q.pop_front();
-                    self.fail(id, reason);
-                }
-                TryPlace::Blocked(w) => {
-                    wake = earliest(wake, w);
-                    break;
-                }
-            }
-        }
+        let wake = earliest(self.drain(true), self.drain(false));
         if let Some(w) = wake {
             self.request_tick(w);
+        }
+    }
+
+    /// Place what can be placed from the recovery queue or the main queue, in order; the earliest
+    /// time a pass should run again for what is left. Under CARMA's discipline a task that does not
+    /// fit stops the pass; under kube-scheduler's it is set aside for its back-off and the pass
+    /// goes on.
+    fn drain(&mut self, recovery: bool) -> Option<Millis> {
+        let kube = self.cfg.queue == QueueDiscipline::Kube;
+        let mut wake: Option<Millis> = None;
+        let mut i = 0;
+        loop {
+            let queue = if recovery {
+                &self.recovery_q
+            } else {
+                &self.main_q
+            };
+            let Some(&id) = queue.get(i) else { break };
+            if kube && self.state[id].retry_at > self.now {
+                wake = earliest(wake, Some(self.state[id].retry_at));
+                i += 1;
+                continue;
+            }
+            // CARMA's recovery-first rule: no new sharing while a recovery task waits.
+            let share = recovery || self.recovery_q.is_empty();
+            match self.try_place(id, share) {
+                TryPlace::Placed => {
+                    self.queue_mut(recovery).remove(i);
+                }
+                TryPlace::Impossible(reason) => {
+                    self.queue_mut(recovery).remove(i);
+                    self.fail(id, reason);
+                }
+                TryPlace::Blocked(w) if kube => {
+                    let s = &mut self.state[id];
+                    s.unschedulable += 1;
+                    s.retry_at = self
+                        .now
+                        .saturating_add(QueueDiscipline::kube_backoff_ms(s.unschedulable));
+                    // Tried again by the next pass after the back-off; a pass at the back-off's
+                    // end only when time alone may change the answer.
+                    wake = earliest(wake, w.map(|w| w.max(s.retry_at)));
+                    i += 1;
+                }
+                TryPlace::Blocked(w) => {
+                    wake = earliest(wake, w);
+                    break;
+                }
+            }
+        }
+        wake
+    }
+
+    fn queue_mut(&mut self, recovery: bool) -> &mut VecDeque<usize> {
+        if recovery {
+            &mut self.recovery_q
+        } else {
+            &mut self.main_q
         }
     }
 
@@ -985,6 +1022,15 @@ impl<'a> Engine<'a> {
             finished,
             failed,
             tasks: self.tasks.len(),
+            worst_wait: worst_waits(
+                &outcomes,
+                &self.tasks.iter().map(|t| t.gpus).collect::<Vec<_>>(),
+                &self
+                    .tasks
+                    .iter()
+                    .map(|t| t.exclusive_ms as f64 / 1000.0)
+                    .collect::<Vec<_>>(),
+            ),
         };
         let gpus = if self.cfg.record_timelines {
             self.gpus

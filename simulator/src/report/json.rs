@@ -1,4 +1,4 @@
-//! `--format json`: `{"policies": [{"policy", "estimator", "makespan_s", …}]}`.
+//! `--format json`: `{"queue", "policies": [{"policy", "paper", "estimator", "makespan_s", …, "worst_wait"}]}`.
 
 use serde_json::{Value, json};
 
@@ -17,6 +17,8 @@ pub fn render_json(cmp: &Comparison) -> Value {
             let s = &r.summary;
             let mut v = json!({
                 "policy": s.policy.as_str(),
+                // CARMA's six policies; carma's own would say false.
+                "paper": s.policy.is_carmas(),
                 "estimator": s.estimator,
                 "makespan_s": s.makespan_s,
                 "mean_jct_s": s.mean_jct_s,
@@ -30,6 +32,7 @@ pub fn render_json(cmp: &Comparison) -> Value {
                 "finished": s.finished,
                 "failed": s.failed,
                 "tasks": s.tasks,
+                "worst_wait": s.worst_wait,
                 "events": r.events,
                 "ticks": r.ticks,
             });
@@ -67,6 +70,7 @@ pub fn render_json(cmp: &Comparison) -> Value {
             "gpu_memory_mib": c.gpu_memory_mib,
         },
         "gate": cmp.config.gate,
+        "queue": cmp.config.queue.as_str(),
         "policies": policies,
     })
 }

@@ -123,12 +123,13 @@ pub fn render_table(cmp: &Comparison) -> String {
     );
     let _ = writeln!(
         out,
-        "  cluster  {} node{} × {} GPUs × {} GiB · utilization gate {} · reservations: {}",
+        "  cluster  {} node{} × {} GPUs × {} GiB · utilization gate {} · queue {} · reservations: {}",
         c.nodes,
         if c.nodes == 1 { "" } else { "s" },
         c.gpus_per_node,
         c.gpu_memory_mib / 1024,
         if cfg.gate { "on" } else { "off" },
+        cfg.queue.as_str(),
         describe_plan(cmp),
     );
     let _ = writeln!(out);
@@ -244,6 +245,32 @@ pub fn render_table(cmp: &Comparison) -> String {
                 if best.summary.ooms == 1 { "" } else { "es" },
             );
         }
+    }
+    let _ = writeln!(
+        out,
+        "  Longest wait ÷ the task's own exclusive run time, by GPUs per task (starvation):"
+    );
+    for r in &cmp.runs {
+        let sizes: Vec<String> = r
+            .summary
+            .worst_wait
+            .iter()
+            .map(|w| {
+                format!(
+                    "{} GPU{} {:.2} ({})",
+                    w.gpus,
+                    if w.gpus == 1 { "" } else { "s" },
+                    w.wait_over_run,
+                    w.task
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "    {}  {}",
+            pad_right(r.summary.policy.as_str(), policy_w),
+            sizes.join(" · ")
+        );
     }
     if all_done {
         let _ = writeln!(out, "  Every task finished under every policy.");
