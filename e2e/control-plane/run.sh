@@ -92,7 +92,7 @@ if [[ "${1:-}" == ctl ]]; then shift; ctl "$@"; exit; fi
 # ---- setup ------------------------------------------------------------------------------------------
 
 [[ "$(id -u)" == 0 ]] || die "needs root: each process runs in a mount namespace of its own (unshare -m)"
-for t in go openssl python3 unshare; do command -v "$t" >/dev/null || die "$t is required"; done
+for t in go openssl python3 unshare curl; do command -v "$t" >/dev/null || die "$t is required"; done
 python3 -c 'import yaml' 2>/dev/null || die "python3 needs PyYAML"
 
 t_start=$(date +%s)

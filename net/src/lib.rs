@@ -48,9 +48,11 @@ impl axum::serve::Listener for IdleListener {
 /// written to the next bytes read; and when a request, once its first bytes
 /// arrived, is still being read a timeout later (a slow sender trickling its
 /// headers or body). A peer that connects and sends nothing, keeps an idle
-/// connection or sends a byte now and then is let go; time spent handling a
-/// request (after reading, before writing: the server reads nothing then) does
-/// not count.
+/// connection or sends a byte now and then is let go. Time spent handling a
+/// request counts too where the server keeps reading meanwhile (hyper's HTTP/1
+/// watches for a closed connection, HTTP/2 reads frames): a response must start
+/// within the timeout of its request's first bytes, which carma's handlers (a few
+/// seconds at most, against kube-scheduler's 5 s extender timeout) stay far below.
 #[derive(Debug)]
 pub struct IdleTimeout<S> {
     inner: S,

@@ -33,10 +33,16 @@ pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
 pub use carma_net::IDLE_TIMEOUT;
 
 /// `/filter` and `/prioritize` requests handled at once (body read, decoded and judged); more wait
-/// their turn. kube-scheduler calls them from its one scheduling loop, so two leave room for a
-/// second scheduler profile or a retry while bounding memory: each may hold a body of up to
-/// [`BODY_LIMIT`] and its decoded Pod (README, "Limits").
-pub const PLACEMENT_CONCURRENCY: usize = 2;
+/// their turn. Each may hold a body of up to [`BODY_LIMIT`] while it is read (for at most
+/// [`BODY_READ_TIMEOUT`]); decoding and judging run on the runtime's workers, one request each at a
+/// time. kube-scheduler calls these verbs from its one scheduling loop; eight turns leave room for
+/// retries and a second profile while a few stalled callers cannot hold every turn (README,
+/// "Limits").
+pub const PLACEMENT_CONCURRENCY: usize = 8;
+
+/// How long a request body may take to arrive once its handler runs; then HTTP 408. It bounds how
+/// long a caller that stalls mid-body holds one of the turns above.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `/bind` requests handled at once; more wait their turn. kube-scheduler binds from goroutines,
 /// many at a time.
@@ -115,18 +121,30 @@ impl<S: Send + Sync> FromRequest<S> for Body {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let path = req.uri().path().to_string();
         let limit = req.extensions().get::<BodyLimit>().map(|l| l.0);
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| WireRejection {
-                status: e.status(),
-                message: match (e.status(), limit) {
-                    (StatusCode::PAYLOAD_TOO_LARGE, Some(limit)) => format!(
-                        "the {path} request body is larger than the extender's limit of {limit} \
-                         bytes (--max-request-bytes)"
-                    ),
-                    _ => format!("cannot read the {path} request body: {}", e.body_text()),
-                },
-            })?;
+        let read = tokio::time::timeout(BODY_READ_TIMEOUT, Bytes::from_request(req, state));
+        let Ok(read) = read.await else {
+            return Err(WireRejection {
+                status: StatusCode::REQUEST_TIMEOUT,
+                message: format!(
+                    "the {path} request body did not arrive within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            });
+        };
+        let bytes = read.map_err(|e| WireRejection {
+            status: e.status(),
+            message: match (e.status(), limit) {
+                (StatusCode::PAYLOAD_TOO_LARGE, Some(limit)) if path == "/bind" => format!(
+                    "the /bind request body is larger than {limit} bytes, the limit for binds \
+                     (a bind names a pod, its namespace, its UID and a node)"
+                ),
+                (StatusCode::PAYLOAD_TOO_LARGE, Some(limit)) => format!(
+                    "the {path} request body is larger than the extender's limit of {limit} \
+                     bytes (--max-request-bytes)"
+                ),
+                _ => format!("cannot read the {path} request body: {}", e.body_text()),
+            },
+        })?;
         Ok(Body { path, bytes })
     }
 }

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use carma_scheduler_extender::server::{
-    BIND_BODY_LIMIT, BODY_LIMIT, LOGGED_INPUT_LIMIT, PLACEMENT_CONCURRENCY, ServeError, TlsFiles,
-    TlsSettings, serve_with_timeout,
+    BIND_BODY_LIMIT, BODY_LIMIT, BODY_READ_TIMEOUT, LOGGED_INPUT_LIMIT, PLACEMENT_CONCURRENCY,
+    ServeError, TlsFiles, TlsSettings, serve_with_timeout,
 };
 use carma_scheduler_extender::wire::{MAX_CANDIDATES, MAX_POD_VALUES};
 use carma_scheduler_extender::{metrics_router, router, router_with_limit};
@@ -248,6 +248,30 @@ async fn a_bind_body_has_its_own_small_limit() {
     // /filter keeps the larger limit.
     let (status, _) = post_raw(&router(ext), "/filter", vec![b' '; BIND_BODY_LIMIT + 1]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_stops_arriving_gets_408() {
+    // A caller that stalls mid-body held its turn (one of PLACEMENT_CONCURRENCY) until the
+    // connection's timeout; the body must now arrive within BODY_READ_TIMEOUT.
+    let (ext, _) = fixture_extender();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+    tx.send(Ok(b"{\"Pod\": ".to_vec())).await.unwrap();
+    let body = axum::body::Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    }));
+    let request = Request::post("/filter")
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let response = tokio::time::timeout(BODY_READ_TIMEOUT * 3, router(ext).oneshot(request))
+        .await
+        .expect("answered, not left waiting for the body")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    assert!(started.elapsed() >= BODY_READ_TIMEOUT);
+    drop(tx);
 }
 
 #[tokio::test]

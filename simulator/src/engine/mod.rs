@@ -8,8 +8,10 @@
 //! risk window still moving on a GPU the gate rejected), so idle stretches cost
 //! nothing.
 //!
-//! Each tick serves the recovery queue first, then the main queue, both strict
-//! head-of-line FIFO (no backfilling). While the recovery queue holds a task,
+//! Each tick serves the recovery queue first, then the main queue, in the order of
+//! `SimConfig::queue`: CARMA's strict head-of-line FIFO, or kube-scheduler's (a task
+//! that does not fit is set aside for its back-off and the next ones are tried). While
+//! the recovery queue holds a task,
 //! main-queue tasks may only take idle GPUs (CARMA: collocation only when the
 //! recovery queue is empty). Placement is `carma_core::place_on_node` on every
 //! node, the highest node score winning (ties to the lowest node), booked with
@@ -907,7 +909,7 @@ impl<'a> Engine<'a> {
             }
             run.rate = rate;
             run.version += 1;
-            // `as` saturates: a rate near 0 gives Millis::MAX, which `push` refuses as past the horizon.
+            // `as` and the addition saturate: a time beyond the horizon is refused by `push`.
             let at = now.saturating_add((run.work_left / rate).ceil() as Millis);
             let version = run.version;
             self.push(
