@@ -92,8 +92,10 @@ for target in "${targets[@]}"; do
     -timeout=10 -artifact_prefix="$artifacts" -print_final_stats=1 "$corpus" > "$log" 2>&1
   rc=$?
   set -e
-  done_runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
-  crashes=$(find "$artifacts" -type f | wc -l)
+  # -a: libFuzzer echoes inputs, so the log may hold any bytes.
+  done_runs=$(grep -aoE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)
+  # Findings: crash-, leak-, timeout-, oom- (slow-unit- files only report inputs slower than 10 s).
+  crashes=$(find "$artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   echo "fuzz $target: ${done_runs:-0} runs in $(( $(date +%s) - start )) s, $crashes crashes (corpus $(ls "$corpus" | wc -l) inputs)"
   if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then
     tail -40 "$log" >&2
