@@ -21,7 +21,9 @@ struct Harness {
 fn harness() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
     H.get_or_init(|| {
+        // Timers on, as in the extender (the body-read timeout).
         let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
             .build()
             .expect("runtime");
         let ext = snapshot_extender(
