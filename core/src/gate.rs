@@ -192,8 +192,13 @@ pub fn gate_rule_passes(gpu: &Gpu, cfg: &PlacementConfig) -> Result<(), GpuRejec
 
 /// The earliest time at which `gpu`'s telemetry turns stale, when it is fresh now and can.
 pub fn stale_at(gpu: &Gpu, cfg: &PlacementConfig, now: Millis) -> Option<Millis> {
+    stale_deadline(gpu, cfg).filter(|&deadline| deadline > now)
+}
+
+/// From when `gpu`'s telemetry is stale (the first millisecond past the maximum age); `None`: it
+/// never turns stale (no publication time, or no maximum age).
+pub fn stale_deadline(gpu: &Gpu, cfg: &PlacementConfig) -> Option<Millis> {
     let at = gpu.telemetry_at?;
     let max_age = cfg.max_telemetry_age_ms?;
-    let deadline = at.saturating_add(max_age).saturating_add(1);
-    (deadline > now).then_some(deadline)
+    Some(at.saturating_add(max_age).saturating_add(1))
 }

@@ -24,7 +24,7 @@ use crate::model::{Demand, Gpu, Node, Reservation};
 use crate::reason::{GpuRejection, NodeRejection};
 
 pub use summary::{GpuSummary, VerdictExpiry, expiry_of, quick_score, summarize};
-use summary::{SharedFailure, collocation_score, judge_shared, memory_test, order};
+use summary::{SharedFailure, collocation_score, idle, judge_shared, memory_test, order};
 
 /// A node that can give the pod idle GPUs scores this (exclusive first, lifted to the cluster).
 pub const EXCLUSIVE_SCORE: u8 = 10;
@@ -202,14 +202,11 @@ pub fn place_on_node(
     }
     let mut by_index: Vec<&Gpu> = node.gpus.iter().collect();
     by_index.sort_by_key(|g| g.index);
-    let summaries: Vec<GpuSummary> = by_index
-        .iter()
-        .map(|g| GpuSummary::of(g, ledger, cfg))
-        .collect();
-
-    // Exclusive first: enough idle GPUs → take the first N alone.
-    let idle: Vec<usize> = (0..summaries.len())
-        .filter(|&at| summaries[at].is_idle())
+    // Exclusive first: enough idle GPUs → take the first N alone. Judged before any summary is
+    // built: it needs only the pod count of each GPU.
+    let pods: Vec<usize> = by_index.iter().map(|g| ledger.pods_on(&g.uuid)).collect();
+    let idle: Vec<usize> = (0..by_index.len())
+        .filter(|&at| idle(by_index[at].healthy, by_index[at].processes, pods[at]))
         .collect();
     if idle.len() >= wanted as usize {
         let chosen: Vec<&Gpu> = idle[..wanted as usize]
@@ -243,15 +240,15 @@ pub fn place_on_node(
         });
     }
     if demand.wants_exclusive() {
-        let rejections = (0..summaries.len())
+        let rejections = (0..by_index.len())
             .filter(|at| !idle.contains(at))
             .map(|at| {
-                let (g, s) = (by_index[at], &summaries[at]);
-                if s.healthy {
+                let g = by_index[at];
+                if g.healthy {
                     GpuRejection::NotIdle {
                         uuid: g.uuid.clone(),
                         index: g.index,
-                        pods: s.pods as usize,
+                        pods: pods[at],
                         processes: g.processes,
                     }
                 } else {
@@ -280,6 +277,10 @@ pub fn place_on_node(
     }
 
     // Collocation: every rule per GPU, then the policy's order.
+    let summaries: Vec<GpuSummary> = by_index
+        .iter()
+        .map(|g| GpuSummary::of(g, ledger, cfg))
+        .collect();
     let mut fits = Vec::new();
     let mut rejections = Vec::new();
     for (at, s) in summaries.iter().enumerate() {

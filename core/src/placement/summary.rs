@@ -8,7 +8,7 @@
 
 use crate::Millis;
 use crate::config::PlacementConfig;
-use crate::gate::gate_rule_passes;
+use crate::gate::{gate_rule_passes, stale_deadline};
 use crate::ledger::Ledger;
 use crate::model::{Demand, Gpu, Policy, Reservation};
 
@@ -59,12 +59,7 @@ impl GpuSummary {
                 .map(|r| r.assigned_at.saturating_add(cfg.warmup_ms))
                 .max()
                 .unwrap_or(0),
-            stale_from: gpu
-                .telemetry_at
-                .zip(cfg.max_telemetry_age_ms)
-                .map_or(Millis::MAX, |(at, age)| {
-                    at.saturating_add(age).saturating_add(1)
-                }),
+            stale_from: stale_deadline(gpu, cfg).unwrap_or(Millis::MAX),
             sm_activity: gpu.sm_activity,
             index: gpu.index,
             processes: gpu.processes,
@@ -78,8 +73,13 @@ impl GpuSummary {
 
     /// Idle: healthy, no pod placed, no compute process. Exclusive-first takes idle GPUs.
     pub fn is_idle(&self) -> bool {
-        self.healthy && self.processes == 0 && self.pods == 0
+        idle(self.healthy, self.processes, self.pods as usize)
     }
+}
+
+/// The exclusive-first rule's idle GPU: healthy, no compute process, no pod placed.
+pub(super) fn idle(healthy: bool, processes: u32, pods: usize) -> bool {
+    healthy && processes == 0 && pods == 0
 }
 
 /// The summaries of `gpus` in the order placement visits them: by index.
