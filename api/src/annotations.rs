@@ -29,6 +29,11 @@ pub enum AnnotationError {
     /// `carma.io/assigned-gpus` is empty or malformed.
     #[error("annotation {ANNOTATION_ASSIGNED_GPUS}: {0}")]
     AssignedGpus(String),
+    /// `carma.io/sm-activity` is not a number from 0 to 1.
+    #[error(
+        "annotation {ANNOTATION_SM_ACTIVITY}: {0:?} is not a number from 0 to 1 (e.g. \"0.35\")"
+    )]
+    SmActivity(String),
     /// `carma.io/assigned-at` is not RFC 3339.
     #[error("annotation {ANNOTATION_ASSIGNED_AT}: {0:?} is not an RFC 3339 time")]
     AssignedAt(String),
@@ -46,6 +51,8 @@ pub struct PodRequest {
     pub exclusive: bool,
     /// Raw `carma.io/model-profile` JSON.
     pub model_profile: Option<String>,
+    /// Expected SM activity when alone (`carma.io/sm-activity`), 0..1.
+    pub sm_activity: Option<f64>,
 }
 
 impl PodRequest {
@@ -66,11 +73,22 @@ impl PodRequest {
             Some("true") => true,
             Some(other) => return Err(AnnotationError::Exclusive(other.to_string())),
         };
+        let sm_activity = annotations
+            .get(ANNOTATION_SM_ACTIVITY)
+            .map(|raw| {
+                raw.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|a| (0.0..=1.0).contains(a))
+                    .ok_or_else(|| AnnotationError::SmActivity(raw.clone()))
+            })
+            .transpose()?;
         Ok(Self {
             gpu_memory_mib,
             policy,
             exclusive,
             model_profile: annotations.get(ANNOTATION_MODEL_PROFILE).cloned(),
+            sm_activity,
         })
     }
 }
@@ -187,8 +205,10 @@ mod tests {
             (ANNOTATION_POLICY, "magm"),
             (ANNOTATION_EXCLUSIVE, "true"),
             (ANNOTATION_MODEL_PROFILE, "{}"),
+            (ANNOTATION_SM_ACTIVITY, " 0.35"),
         ]))
         .unwrap();
+        assert_eq!(r.sm_activity, Some(0.35));
         assert_eq!(r.gpu_memory_mib, Some(12288));
         assert_eq!(r.policy, Some(Policy::Magm));
         assert!(r.exclusive);
@@ -201,6 +221,9 @@ mod tests {
             (ANNOTATION_GPU_MEMORY, "twelve"),
             (ANNOTATION_POLICY, "fastest"),
             (ANNOTATION_EXCLUSIVE, "yes"),
+            (ANNOTATION_SM_ACTIVITY, "1.5"),
+            (ANNOTATION_SM_ACTIVITY, "NaN"),
+            (ANNOTATION_SM_ACTIVITY, "busy"),
         ];
         for (key, value) in cases {
             let err = PodRequest::from_annotations(&map(&[(key, value)])).unwrap_err();

@@ -19,6 +19,9 @@ pub const ANNOTATION_MODEL_PROFILE: &str = "carma.io/model-profile";
 pub const ANNOTATION_GPU_MEMORY: &str = "carma.io/gpu-memory";
 /// Input: placement policy for this pod.
 pub const ANNOTATION_POLICY: &str = "carma.io/policy";
+/// Input: the SM activity (0..1) the job keeps busy when it runs alone, e.g. measured on an
+/// earlier run; overrides the model-class prior that `pack` places by.
+pub const ANNOTATION_SM_ACTIVITY: &str = "carma.io/sm-activity";
 /// Input: the pod must have its GPUs alone (`"true"`), set by recovery escalation.
 pub const ANNOTATION_EXCLUSIVE: &str = "carma.io/exclusive";
 /// Output (extender): `{"mib": N, "source": "...", "class": "..."}`.

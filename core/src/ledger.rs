@@ -36,6 +36,11 @@ pub struct PlacementRecord {
     pub assigned_at: Millis,
     /// Whether the pod's memory already shows in telemetry.
     pub visible: bool,
+    /// SM activity the pod was expected to add to each of its GPUs (its demand's; 0 when unknown,
+    /// e.g. a record rebuilt from annotations). `pack` reads the sum per GPU beside telemetry,
+    /// which shows a new pod's activity only after its warm-up and sample window.
+    #[serde(default)]
+    pub expected_sm_activity: f64,
 }
 
 /// Why the ledger refused a booking.
@@ -98,6 +103,18 @@ struct GpuBook {
     pods: Vec<String>,
     reserved_mib: u64,
     in_flight_mib: u64,
+    /// Sum of the records' expected SM activity, in thousandths (integers: adding and removing
+    /// records leaves no rounding drift).
+    expected_activity_milli: u32,
+}
+
+/// An activity (0..1, clamped) in thousandths.
+fn milli(activity: f64) -> u32 {
+    if activity.is_finite() {
+        (activity.clamp(0.0, 1.0) * 1000.0).round() as u32
+    } else {
+        0
+    }
 }
 
 impl Ledger {
@@ -171,6 +188,9 @@ impl Ledger {
             let book = self.by_gpu.entry(gpu.clone()).or_default();
             book.pods.push(record.pod.clone());
             book.reserved_mib = book.reserved_mib.saturating_add(record.reserved_mib);
+            book.expected_activity_milli = book
+                .expected_activity_milli
+                .saturating_add(milli(record.expected_sm_activity));
             if !record.visible {
                 book.in_flight_mib = book.in_flight_mib.saturating_add(record.reserved_mib);
             }
@@ -202,6 +222,9 @@ impl Ledger {
             if let Some(book) = self.by_gpu.get_mut(gpu) {
                 book.pods.retain(|p| p != pod);
                 book.reserved_mib = book.reserved_mib.saturating_sub(record.reserved_mib);
+                book.expected_activity_milli = book
+                    .expected_activity_milli
+                    .saturating_sub(milli(record.expected_sm_activity));
                 if !record.visible {
                     book.in_flight_mib = book.in_flight_mib.saturating_sub(record.reserved_mib);
                 }
@@ -254,6 +277,13 @@ impl Ledger {
     /// Sum of reservations of every pod on the GPU.
     pub fn reserved_mib(&self, gpu: &str) -> u64 {
         self.by_gpu.get(gpu).map_or(0, |b| b.reserved_mib)
+    }
+
+    /// Sum of the expected SM activity of every pod on the GPU (0..1 per pod, the sum may pass 1).
+    pub fn expected_sm_activity(&self, gpu: &str) -> f64 {
+        self.by_gpu
+            .get(gpu)
+            .map_or(0.0, |b| f64::from(b.expected_activity_milli) / 1000.0)
     }
 
     /// Sum of reservations of pods on the GPU whose memory is not yet in telemetry.

@@ -126,17 +126,24 @@ pub enum Policy {
     Lug,
     /// Round robin over GPUs, no memory test and no gate (relies on recovery).
     Rr,
+    /// carma's own (not CARMA's): complementary packing. A pod goes first where its expected SM
+    /// activity fits beside what the GPU already runs (the tightest such fit), then to idle GPUs,
+    /// then — crowded — to the least busy GPU that passes the gate; idle GPUs are kept for pods that
+    /// cannot share. Memory test, reservations and gate as the other policies (see
+    /// `placement::pack`).
+    Pack,
 }
 
 impl Policy {
-    /// Every policy, in documentation order.
-    pub const ALL: [Policy; 6] = [
+    /// Every policy, in documentation order: CARMA's six, then carma's own.
+    pub const ALL: [Policy; 7] = [
         Policy::Exclusive,
         Policy::Ff,
         Policy::Bf,
         Policy::Magm,
         Policy::Lug,
         Policy::Rr,
+        Policy::Pack,
     ];
 
     /// Whether the policy is one of CARMA's six (the paper's), as opposed to one of carma's own.
@@ -148,6 +155,7 @@ impl Policy {
             | Policy::Magm
             | Policy::Lug
             | Policy::Rr => true,
+            Policy::Pack => false,
         }
     }
 
@@ -160,6 +168,7 @@ impl Policy {
             Policy::Magm => "magm",
             Policy::Lug => "lug",
             Policy::Rr => "rr",
+            Policy::Pack => "pack",
         }
     }
 
@@ -175,9 +184,9 @@ impl fmt::Display for Policy {
     }
 }
 
-/// A policy name that is not one of the six.
+/// A policy name that is not one of the seven.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("unknown policy {0:?}: expected one of exclusive, ff, bf, magm, lug, rr")]
+#[error("unknown policy {0:?}: expected one of exclusive, ff, bf, magm, lug, rr, pack")]
 pub struct PolicyParseError(pub String);
 
 impl FromStr for Policy {
@@ -191,6 +200,7 @@ impl FromStr for Policy {
             "magm" => Ok(Policy::Magm),
             "lug" => Ok(Policy::Lug),
             "rr" | "round-robin" => Ok(Policy::Rr),
+            "pack" => Ok(Policy::Pack),
             _ => Err(PolicyParseError(s.to_string())),
         }
     }
@@ -212,6 +222,11 @@ pub struct Demand {
     /// (CARMA's recovery-first rule, see [`crate::placement::recovery_first`]).
     #[serde(default)]
     pub idle_only: bool,
+    /// SM activity (0..1) the pod is expected to keep busy when it runs alone: from its
+    /// `carma.io/sm-activity` annotation or its model class. Only `pack` reads it; `None` (unknown)
+    /// counts as a pod that fills the GPU.
+    #[serde(default)]
+    pub expected_sm_activity: Option<f64>,
 }
 
 impl Demand {
@@ -223,6 +238,7 @@ impl Demand {
             policy,
             exclusive: false,
             idle_only: false,
+            expected_sm_activity: None,
         }
     }
 

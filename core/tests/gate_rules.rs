@@ -193,6 +193,7 @@ fn stale_telemetry_stops_sharing_but_not_exclusive_use() {
         exclusive: false,
         assigned_at: 0,
         visible: true,
+        expected_sm_activity: 0.0,
     });
     let sharer = Demand::new(1, Reservation::Mib(1000), Policy::Ff);
     let err = place_on_node(&node, &ledger, &sharer, &cfg, NOW, 0).unwrap_err();

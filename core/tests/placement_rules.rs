@@ -46,6 +46,7 @@ fn busy_ledger(gpus: &[u32], mib: u64) -> Ledger {
             exclusive: false,
             assigned_at: 0,
             visible: true,
+            expected_sm_activity: 0.0,
         });
     }
     l
@@ -64,7 +65,8 @@ fn exclusive_first_takes_idle_gpus_in_index_order() {
         .collect();
     gpus[0].processes = 1;
     let ledger = busy_ledger(&[0], 10_000);
-    for policy in Policy::ALL {
+    // CARMA's six (carma's `pack` shares first: tests/pack.rs).
+    for policy in Policy::ALL.into_iter().filter(|p| p.is_carmas()) {
         let p = place_on_node(
             &node(gpus.clone()),
             &ledger,
@@ -161,6 +163,7 @@ fn memory_test_table() {
                 exclusive: false,
                 assigned_at: 0,
                 visible: false,
+                expected_sm_activity: 0.0,
             });
         }
         let r = place_on_node(
@@ -438,6 +441,7 @@ fn warm_up_lock_blocks_until_visible_or_30_s() {
         exclusive: false,
         assigned_at: NOW,
         visible: false,
+        expected_sm_activity: 0.0,
     });
     let cfg = PlacementConfig::default();
     let d = demand(4000, Policy::Ff);
@@ -466,6 +470,7 @@ fn unhealthy_and_exclusively_held_gpus_are_skipped() {
         exclusive: true,
         assigned_at: 0,
         visible: true,
+        expected_sm_activity: 0.0,
     });
     let err = place_on_node(
         &node(vec![sick, held]),
@@ -641,6 +646,7 @@ fn while_a_recovery_waits_other_pods_take_idle_gpus_only() {
         exclusive: false,
         assigned_at: 0,
         visible: true,
+        expected_sm_activity: 0.0,
     });
     assert!(place_on_node(&node(gpus.clone()), &busy, &sharer, &cfg, NOW, 0).is_ok());
     // A recovery waits: the same pod may not collocate, only take idle GPUs.

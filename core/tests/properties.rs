@@ -95,6 +95,7 @@ proptest! {
                             exclusive: p.exclusive,
                             assigned_at: now,
                             visible: false,
+                            expected_sm_activity: 0.0,
                         };
                         let booked = ledger.assume(record, |_| Some(TOTAL), cfg.warmup_ms, now);
                         prop_assert!(booked.is_ok(), "core proposed a placement the ledger refuses: {booked:?} for {p:?}");
@@ -163,6 +164,7 @@ proptest! {
                         exclusive,
                         assigned_at: now,
                         visible: false,
+                        expected_sm_activity: 0.0,
                     };
                     // what the reference model says
                     let on = |g: &String| model.values().filter(|r| r.gpus.contains(g)).collect::<Vec<_>>();

@@ -50,6 +50,7 @@ struct Booking {
     exclusive: bool,
     at: u64,
     visible: bool,
+    activity: f64,
 }
 
 fn booking() -> impl Strategy<Value = Booking> {
@@ -59,13 +60,15 @@ fn booking() -> impl Strategy<Value = Booking> {
         prop::bool::weighted(0.1),
         0u64..200_000,
         any::<bool>(),
+        0u32..=1000,
     )
-        .prop_map(|(gpus, mib, exclusive, at, visible)| Booking {
+        .prop_map(|(gpus, mib, exclusive, at, visible, milli)| Booking {
             gpus: gpus.into_iter().collect(),
             mib,
             exclusive,
             at,
             visible,
+            activity: f64::from(milli) / 1000.0,
         })
 }
 
@@ -82,11 +85,13 @@ fn demand() -> impl Strategy<Value = Demand> {
         policy,
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.1),
+        prop::option::of(0u32..=1000),
     )
-        .prop_map(|(gpus, reservation, policy, exclusive, idle_only)| {
+        .prop_map(|(gpus, reservation, policy, exclusive, idle_only, milli)| {
             let mut d = Demand::new(gpus, reservation, policy);
             d.exclusive = exclusive;
             d.idle_only = idle_only;
+            d.expected_sm_activity = milli.map(|m| f64::from(m) / 1000.0);
             d
         })
 }
@@ -141,6 +146,7 @@ proptest! {
                 exclusive: b.exclusive,
                 assigned_at: b.at,
                 visible: b.visible,
+                expected_sm_activity: b.activity,
             };
             if record.gpus.is_empty() {
                 continue;

@@ -4,7 +4,9 @@
 //! filter → prioritize → (kube-scheduler: highest score, first on ties) → bind — and asserts the
 //! same node and the same GPUs for every pod.
 
-use carma_api::names::{ANNOTATION_EXCLUSIVE, ANNOTATION_GPU_MEMORY, ANNOTATION_POLICY};
+use carma_api::names::{
+    ANNOTATION_EXCLUSIVE, ANNOTATION_GPU_MEMORY, ANNOTATION_POLICY, ANNOTATION_SM_ACTIVITY,
+};
 use carma_core::{Demand, Ledger, PlacementConfig, PlacementRecord, Policy, Reservation};
 use carma_scheduler_extender::Snapshot;
 use carma_scheduler_extender::snapshot_extender;
@@ -25,12 +27,13 @@ impl Lcg {
     }
 }
 
-const POLICIES: [Policy; 5] = [
+const POLICIES: [Policy; 6] = [
     Policy::Ff,
     Policy::Bf,
     Policy::Magm,
     Policy::Lug,
     Policy::Rr,
+    Policy::Pack,
 ];
 
 fn cluster(rng: &mut Lcg) -> Snapshot {
@@ -76,7 +79,7 @@ fn call<T: serde::Serialize>(answer: T) -> Value {
 async fn the_simulator_decides_as_the_extender_does() {
     let mut rng = Lcg(0x5eed);
     let mut compared = 0;
-    for round in 0..40 {
+    for round in 0..80 {
         let snap = cluster(&mut rng);
         let policy = POLICIES[rng.next(POLICIES.len() as u64) as usize];
         // Warm-up locks run on the extender's wall clock and the simulator's virtual one: off here,
@@ -98,11 +101,16 @@ async fn the_simulator_decides_as_the_extender_does() {
             let gpus = 1 + u32::from(rng.next(4) == 0);
             let mib = 1_000 + rng.next(30_000);
             let exclusive = rng.next(8) == 0;
+            // Expected SM activity (what `pack` places by); a quarter of the pods leave it unknown.
+            let activity = (rng.next(4) > 0).then(|| rng.next(1001) as f64 / 1000.0);
             let uid = format!("uid-{round}-{k}");
             let mut ann = vec![
                 (ANNOTATION_GPU_MEMORY, format!("{mib}Mi")),
                 (ANNOTATION_POLICY, policy.as_str().to_string()),
             ];
+            if let Some(a) = activity {
+                ann.push((ANNOTATION_SM_ACTIVITY, a.to_string()));
+            }
             if exclusive {
                 ann.push((ANNOTATION_EXCLUSIVE, "true".to_string()));
             }
@@ -148,6 +156,7 @@ async fn the_simulator_decides_as_the_extender_does() {
             // The simulator's decision on the same state.
             let demand = Demand {
                 exclusive,
+                expected_sm_activity: activity,
                 ..Demand::new(gpus, Reservation::Mib(mib), policy)
             };
             let by_simulator =
@@ -163,6 +172,7 @@ async fn the_simulator_decides_as_the_extender_does() {
                         exclusive: p.exclusive,
                         assigned_at: 0,
                         visible: false,
+                        expected_sm_activity: p.expected_sm_activity,
                     });
                     (p.node, p.gpus)
                 });
@@ -173,5 +183,5 @@ async fn the_simulator_decides_as_the_extender_does() {
             compared += 1;
         }
     }
-    assert_eq!(compared, 480);
+    assert_eq!(compared, 960);
 }

@@ -30,6 +30,7 @@
 //! The models, their model card and the training pipeline live in
 //! `estimator/models/` and `estimator/training/`.
 
+pub mod activity;
 pub mod analytic;
 mod estimator;
 mod evaluate;

@@ -370,6 +370,9 @@ impl ClusterState {
             exclusive: assignment.exclusive,
             assigned_at: u64::try_from(assignment.assigned_at.timestamp_millis()).unwrap_or(0),
             visible,
+            // Not in the assignment annotations: after a restart `pack` reads these pods' activity
+            // from telemetry alone.
+            expected_sm_activity: 0.0,
         };
         tracing::debug!(pod = %pod_key(pod), node, visible, "pod holds GPUs");
         inner.ledger.insert_unchecked(record.clone());
@@ -567,6 +570,7 @@ impl Inner {
             exclusive: placement.exclusive,
             assigned_at: now,
             visible: false,
+            expected_sm_activity: placement.expected_sm_activity,
         };
         let gpus = &entry.node.gpus;
         self.ledger.assume(

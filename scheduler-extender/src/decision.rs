@@ -197,6 +197,8 @@ impl Decisions {
         let request = PodRequest::from_annotations(annotations)?;
         let gpus = gpu_request(pod)?;
         let policy = request.policy.unwrap_or(self.default_policy);
+        // Expected SM activity for `pack`: the annotation, else the model-class prior.
+        let mut prior = None;
         let (reservation, source, class) = if gpus == 0 {
             (Reservation::WholeGpu, SOURCE_NO_GPU.to_string(), None)
         } else if request.exclusive && request.gpu_memory_mib.is_none() {
@@ -211,6 +213,7 @@ impl Decisions {
             (Reservation::Mib(mib), SOURCE_OVERRIDE.to_string(), None)
         } else if let Some(raw) = &request.model_profile {
             let profile = parse_profile(raw).map_err(|e| DecisionError::Profile(e.to_string()))?;
+            prior = Some(carma_estimator::activity::expected_sm_activity(&profile));
             match self.estimator.estimate(&profile) {
                 Ok(e) => (
                     Reservation::Mib(e.mib),
@@ -239,6 +242,7 @@ impl Decisions {
                 policy,
                 exclusive: request.exclusive,
                 idle_only: false,
+                expected_sm_activity: request.sm_activity.or(prior),
             },
             source,
             class,

@@ -92,6 +92,8 @@ struct DemandKey {
     policy: Policy,
     exclusive: bool,
     idle_only: bool,
+    /// Expected SM activity in thousandths (`pack` orders and scores by it).
+    activity_milli: Option<u16>,
 }
 
 impl From<&Demand> for DemandKey {
@@ -106,6 +108,7 @@ impl From<&Demand> for DemandKey {
             policy: d.policy,
             exclusive: d.exclusive,
             idle_only: d.idle_only,
+            activity_milli: carma_core::placement::pack::activity_key(d),
         }
     }
 }
@@ -464,9 +467,13 @@ mod tests {
         Demand {
             gpus: rng.next(4) as u32,
             reservation,
-            policy: Policy::ALL[rng.next(6)],
+            policy: Policy::ALL[rng.next(Policy::ALL.len())],
             exclusive: rng.next(8) == 0,
             idle_only: rng.next(8) == 0,
+            expected_sm_activity: match rng.next(4) {
+                0 => None,
+                _ => Some(rng.next(1001) as f64 / 1000.0),
+            },
         }
     }
 

@@ -12,6 +12,7 @@
 //! ([`summary`]), so that [`place_on_node`] and the allocation-free [`quick_score`] are one
 //! implementation.
 
+pub mod pack;
 mod summary;
 
 use serde::Serialize;
@@ -49,6 +50,10 @@ pub struct NodePlacement {
     /// checked it, so that a bind never refuses what filter passed: round robin (no memory test, as in
     /// CARMA) books without the check.
     pub capacity_checked: bool,
+    /// Expected SM activity to book with the pod on each GPU
+    /// ([`PlacementRecord::expected_sm_activity`](crate::PlacementRecord)): the demand's, 1 when
+    /// unknown.
+    pub expected_sm_activity: f64,
 }
 
 impl NodePlacement {
@@ -203,12 +208,13 @@ pub fn place_on_node(
     let mut by_index: Vec<&Gpu> = node.gpus.iter().collect();
     by_index.sort_by_key(|g| g.index);
     // Exclusive first: enough idle GPUs → take the first N alone. Judged before any summary is
-    // built: it needs only the pod count of each GPU.
+    // built: it needs only the pod count of each GPU. `pack` shares first and keeps idle GPUs.
     let pods: Vec<usize> = by_index.iter().map(|g| ledger.pods_on(&g.uuid)).collect();
     let idle: Vec<usize> = (0..by_index.len())
         .filter(|&at| idle(by_index[at].healthy, by_index[at].processes, pods[at]))
         .collect();
-    if idle.len() >= wanted as usize {
+    let packs = pack::packs(demand, by_index.iter().map(|g| g.memory_total_mib));
+    let take_idle = |score: u8| {
         let chosen: Vec<&Gpu> = idle[..wanted as usize]
             .iter()
             .map(|&at| by_index[at])
@@ -229,15 +235,19 @@ pub fn place_on_node(
             })
             .max()
             .unwrap_or(0);
-        return Ok(NodePlacement {
+        NodePlacement {
             node: node.name.clone(),
             gpus: chosen.iter().map(|g| g.uuid.clone()).collect(),
             indices: chosen.iter().map(|g| g.index).collect(),
             exclusive: whole,
             reserved_mib: reserved,
-            score: EXCLUSIVE_SCORE,
+            score,
             capacity_checked: true,
-        });
+            expected_sm_activity: pack::booked_activity(demand),
+        }
+    };
+    if idle.len() >= wanted as usize && !packs {
+        return Ok(take_idle(EXCLUSIVE_SCORE));
     }
     if demand.wants_exclusive() {
         let rejections = (0..by_index.len())
@@ -290,6 +300,11 @@ pub fn place_on_node(
         }
     }
     if fits.len() < wanted as usize {
+        // `pack` falls back on exclusive-first when too few GPUs pass the sharing rules (stale
+        // telemetry, say): idle GPUs are as good to it as to every other policy.
+        if packs && idle.len() >= wanted as usize {
+            return Ok(take_idle(pack::IDLE_SCORE));
+        }
         return Err(NodeRejection::NotEnoughGpus {
             node: node.name.clone(),
             wanted,
@@ -298,7 +313,7 @@ pub fn place_on_node(
             rejections,
         });
     }
-    order(&mut fits, demand.policy, rr_cursor, node.gpus.len());
+    order(&mut fits, demand, cfg, rr_cursor, node.gpus.len());
     let chosen = &fits[..wanted as usize];
     Ok(NodePlacement {
         node: node.name.clone(),
@@ -306,8 +321,9 @@ pub fn place_on_node(
         indices: chosen.iter().map(|f| f.gpu.index).collect(),
         exclusive: false,
         reserved_mib: chosen.iter().map(|f| f.need_mib).max().unwrap_or(0),
-        score: collocation_score(chosen, demand.policy),
+        score: collocation_score(chosen, demand, cfg),
         capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
+        expected_sm_activity: pack::booked_activity(demand),
     })
 }
 

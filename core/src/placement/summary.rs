@@ -28,6 +28,8 @@ pub struct GpuSummary {
     pub stale_from: Millis,
     /// SM activity risk score.
     pub sm_activity: Option<f64>,
+    /// Sum of the expected SM activity booked with the pods on it ([`Ledger::expected_sm_activity`]).
+    pub booked_sm_activity: f64,
     /// GPU index.
     pub index: u32,
     /// Compute processes in telemetry.
@@ -61,6 +63,7 @@ impl GpuSummary {
                 .unwrap_or(0),
             stale_from: stale_deadline(gpu, cfg).unwrap_or(Millis::MAX),
             sm_activity: gpu.sm_activity,
+            booked_sm_activity: ledger.expected_sm_activity(uuid),
             index: gpu.index,
             processes: gpu.processes,
             pods: u32::try_from(ledger.pods_on(uuid)).unwrap_or(u32::MAX),
@@ -178,8 +181,15 @@ pub(super) fn memory_test(demand: &Demand, need_mib: u64, cfg: &PlacementConfig)
 }
 
 /// Stable sort of candidates by the policy's key (ties keep index order).
-pub(super) fn order(fits: &mut [Fit<'_>], policy: Policy, rr_cursor: usize, gpu_count: usize) {
-    match policy {
+pub(super) fn order(
+    fits: &mut [Fit<'_>],
+    demand: &Demand,
+    cfg: &PlacementConfig,
+    rr_cursor: usize,
+    gpu_count: usize,
+) {
+    match demand.policy {
+        Policy::Pack => super::pack::order(fits, demand, cfg),
         Policy::Ff | Policy::Exclusive => {}
         Policy::Bf => fits.sort_by_key(|f| f.gpu.usable_mib),
         Policy::Magm => fits.sort_by_key(|f| std::cmp::Reverse(f.gpu.usable_mib)),
@@ -196,14 +206,16 @@ pub(super) fn order(fits: &mut [Fit<'_>], policy: Policy, rr_cursor: usize, gpu_
     }
 }
 
-/// The policy's preference for the chosen GPUs, mapped to 0..9.
-pub(super) fn collocation_score(chosen: &[Fit<'_>], policy: Policy) -> u8 {
+/// The policy's preference for the chosen GPUs, mapped to 0..9 (`pack`: 0..10, see
+/// [`super::pack`]).
+pub(super) fn collocation_score(chosen: &[Fit<'_>], demand: &Demand, cfg: &PlacementConfig) -> u8 {
     let scale = |x: f64| (x.clamp(0.0, 1.0) * 9.0).round() as u8;
     let left_fraction = |f: &Fit<'_>| {
         let after = f.gpu.usable_mib.saturating_sub(f.need_mib) as f64;
         after / f.gpu.total_mib.max(1) as f64
     };
-    match policy {
+    match demand.policy {
+        Policy::Pack => super::pack::score(chosen, demand, cfg),
         Policy::Exclusive => 0,
         Policy::Ff => {
             let first = chosen.iter().map(|f| f.gpu.index).min().unwrap_or(0);
@@ -248,7 +260,9 @@ pub fn quick_score(
     if gpus.len() < wanted {
         return None;
     }
-    if gpus.iter().filter(|s| s.is_idle()).count() >= wanted {
+    let idle = gpus.iter().filter(|s| s.is_idle()).count();
+    let packs = super::pack::packs(demand, gpus.iter().map(|s| s.total_mib));
+    if idle >= wanted && !packs {
         return Some(super::EXCLUSIVE_SCORE);
     }
     if demand.wants_exclusive() || demand.idle_only {
@@ -276,10 +290,11 @@ pub fn quick_score(
         &mut heap
     };
     if fits.len() < wanted {
-        return None;
+        // `pack` falls back on exclusive-first when too few GPUs pass the sharing rules.
+        return (packs && idle >= wanted).then_some(super::pack::IDLE_SCORE);
     }
-    order(fits, demand.policy, rr_cursor, gpus.len());
-    Some(collocation_score(&fits[..wanted], demand.policy))
+    order(fits, demand, cfg, rr_cursor, gpus.len());
+    Some(collocation_score(&fits[..wanted], demand, cfg))
 }
 
 /// When an answer of [`super::place_on_node`] can change by time alone.

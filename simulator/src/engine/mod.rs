@@ -139,6 +139,8 @@ struct DemandKey {
     reservation: Reservation,
     exclusive: bool,
     share: bool,
+    /// The demand's expected SM activity in thousandths.
+    activity_milli: Option<u16>,
 }
 
 /// Outcomes remembered per node.
@@ -175,6 +177,9 @@ struct Engine<'a> {
     policy: Policy,
     tasks: &'a [Task],
     activity: Vec<Activity>,
+    /// Each task's expected SM activity as carma would know it: the estimator's prior for its
+    /// model class (not the activity the model assigns it), `None` without a profile.
+    expected_activity: Vec<Option<f64>>,
     state: Vec<TaskState>,
     nodes: Vec<Node>,
     node_first_gpu: Vec<usize>,
@@ -260,6 +265,16 @@ impl<'a> Engine<'a> {
             activity: tasks
                 .iter()
                 .map(|t| t.activity.scaled(cfg.activity_scale))
+                .collect(),
+            expected_activity: tasks
+                .iter()
+                .map(|t| {
+                    t.workload.map(|w| {
+                        carma_estimator::activity::expected_sm_activity(
+                            &w.arch.profile(w.batch_size),
+                        )
+                    })
+                })
                 .collect(),
             state,
             rr_cursor: vec![0; nodes.len()],
@@ -486,6 +501,7 @@ impl<'a> Engine<'a> {
             policy: self.policy,
             exclusive: s.exclusive,
             idle_only: false,
+            expected_sm_activity: self.expected_activity[id],
         }
     }
 
@@ -501,6 +517,7 @@ impl<'a> Engine<'a> {
             reservation: demand.reservation,
             exclusive: demand.exclusive,
             share,
+            activity_milli: carma_core::placement::pack::activity_key(&demand),
         };
         let mut best: Option<(usize, NodePlacement)> = None;
         let mut wake: Option<Millis> = None;
@@ -629,6 +646,7 @@ impl<'a> Engine<'a> {
             exclusive: p.exclusive,
             assigned_at: self.now,
             visible: false,
+            expected_sm_activity: p.expected_sm_activity,
         };
         let gpus = &self.gpus;
         let by_uuid = &self.gpu_by_uuid;

@@ -1,0 +1,116 @@
+//! `pack`, carma's own policy (not one of CARMA's): complementary packing.
+//!
+//! CARMA's policies give every pod idle GPUs first and order shared GPUs by one figure (index,
+//! memory or SM activity). `pack` uses what carma also knows: each pod's *expected* SM activity
+//! (from its model class or an annotation) and the activity booked with the pods already on a GPU.
+//! A GPU's load is the larger of its measured SM activity risk score and the sum booked there
+//! (telemetry shows a new pod's activity only after its warm-up and sample window; telemetry wins
+//! when a pod keeps the GPU busier than expected). Candidates that pass every sharing rule are
+//! taken in three tiers:
+//!
+//! 1. **complementary** — load plus the pod's expected activity stays within the gate's SM
+//!    activity cap, so neither slows the other: the tightest such fit first (highest combined
+//!    activity, then least usable memory), which keeps other GPUs idle;
+//! 2. **idle** GPUs, in index order — kept for pods that cannot share (and taken whole by pods
+//!    that must not share, exactly as exclusive-first);
+//! 3. **crowded** — sharing beyond the cap, least loaded first (throughput is shared, not lost).
+//!
+//! A pod of unknown activity counts as filling its GPU: it never packs complementarily.
+//! Node scores rank the tiers across nodes: complementary 7..10 (tighter is higher), idle 6,
+//! crowded 0..5 (less crowded is higher).
+
+use super::summary::{Fit, GpuSummary};
+use crate::config::PlacementConfig;
+use crate::model::{Demand, Policy, Reservation};
+
+/// Score of a node that gives a `pack` pod idle GPUs.
+pub const IDLE_SCORE: u8 = 6;
+
+/// Expected activity of a demand whose activity is unknown: it fills a GPU.
+const UNKNOWN_ACTIVITY: f64 = 1.0;
+
+/// Slack for comparing sums of activities (thousandths are booked).
+const EPSILON: f64 = 1e-9;
+
+/// The demand's expected SM activity in thousandths, as `pack` reads it (0..1000; `None`:
+/// unknown). Two demands with the same key are placed alike, so verdict caches key on it.
+pub fn activity_key(demand: &Demand) -> Option<u16> {
+    demand
+        .expected_sm_activity
+        .filter(|a| a.is_finite())
+        .map(|a| (a.clamp(0.0, 1.0) * 1000.0).round() as u16)
+}
+
+/// The expected SM activity `demand` books on each of its GPUs (to the thousandth).
+pub fn booked_activity(demand: &Demand) -> f64 {
+    activity_key(demand).map_or(UNKNOWN_ACTIVITY, |k| f64::from(k) / 1000.0)
+}
+
+/// Whether `demand` is placed by packing on a node whose GPUs have `totals_mib` memory; otherwise
+/// (not `pack`, a pod that must not share or may take idle GPUs only, or a reservation that fills
+/// a GPU) exclusive-first applies as for every policy.
+pub(super) fn packs(demand: &Demand, mut totals_mib: impl Iterator<Item = u64>) -> bool {
+    demand.policy == Policy::Pack
+        && !demand.wants_exclusive()
+        && !demand.idle_only
+        && !totals_mib.any(|t| matches!(demand.reservation, Reservation::Mib(m) if m >= t))
+}
+
+/// The GPU's load with the pod on it.
+fn combined(s: &GpuSummary, demand: &Demand) -> f64 {
+    s.sm_activity.unwrap_or(0.0).max(s.booked_sm_activity) + booked_activity(demand)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Tier {
+    Complementary,
+    Idle,
+    Crowded,
+}
+
+fn tier(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> Tier {
+    if s.is_idle() {
+        Tier::Idle
+    } else if combined(s, demand) <= cfg.sm_activity_cap + EPSILON {
+        Tier::Complementary
+    } else {
+        Tier::Crowded
+    }
+}
+
+/// Sort candidates into the tiers, each in its own order (stable: ties keep index order).
+pub(super) fn order(fits: &mut [Fit<'_>], demand: &Demand, cfg: &PlacementConfig) {
+    fits.sort_by(|a, b| {
+        let (ta, tb) = (tier(a.gpu, demand, cfg), tier(b.gpu, demand, cfg));
+        let (ca, cb) = (combined(a.gpu, demand), combined(b.gpu, demand));
+        ta.cmp(&tb).then_with(|| match ta {
+            Tier::Complementary => cb
+                .total_cmp(&ca)
+                .then(a.gpu.usable_mib.cmp(&b.gpu.usable_mib)),
+            Tier::Idle => std::cmp::Ordering::Equal,
+            Tier::Crowded => ca.total_cmp(&cb),
+        })
+    });
+}
+
+/// The node score of the chosen GPUs: their worst tier, refined within it.
+pub(super) fn score(chosen: &[Fit<'_>], demand: &Demand, cfg: &PlacementConfig) -> u8 {
+    let worst = chosen
+        .iter()
+        .map(|f| tier(f.gpu, demand, cfg))
+        .max()
+        .unwrap_or(Tier::Idle);
+    let loads = chosen.iter().map(|f| combined(f.gpu, demand));
+    let cap = cfg.sm_activity_cap.max(EPSILON);
+    match worst {
+        Tier::Complementary => {
+            let tightness = loads.fold(f64::INFINITY, f64::min).min(cap) / cap;
+            7 + (3.0 * tightness.clamp(0.0, 1.0)).round() as u8
+        }
+        Tier::Idle => IDLE_SCORE,
+        Tier::Crowded => {
+            let excess = loads.fold(0.0, f64::max) - cap;
+            (5.0 * (1.0 - excess.clamp(0.0, 1.0))).round() as u8
+        }
+    }
+}
