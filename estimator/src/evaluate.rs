@@ -188,6 +188,8 @@ pub fn read_mlp_csv(text: &str) -> Result<Vec<LabelledRow>, EvaluateError> {
                 ..Layers::default()
             },
             seq_length: None,
+            optimizer: None,
+            mixed_precision: None,
         };
         rows.push(LabelledRow {
             line,

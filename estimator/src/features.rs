@@ -164,6 +164,8 @@ mod tests {
                 ..Layers::default()
             },
             seq_length: None,
+            optimizer: None,
+            mixed_precision: None,
         }
     }
 

@@ -2,15 +2,17 @@
 //!
 //! carma reserves GPU memory for each job it places. This crate turns a
 //! description of the job's model — the `carma.io/model-profile` annotation
-//! ([`parse_profile`]) or a `torchsummary` table ([`parse_torchsummary`]) — into a
-//! reservation:
+//! ([`parse_profile`]), a `torchsummary` table ([`parse_torchsummary`]) or an
+//! annotated PyTorch module printout ([`parse_printout`]) — into a reservation:
 //!
 //! * families with a trained model (MLP today) go through a GPUMemNet ensemble
 //!   (ONNX, compiled into the binary, run by tract-onnx) that predicts a memory
 //!   class; the reservation is the class's upper edge, chosen with a safe-side
 //!   rule that prefers the higher class when the model is unsure;
 //! * other families (CNN and Transformer until their datasets exist), and profiles
-//!   beyond a model's training range, get the [analytic upper bound](analytic).
+//!   beyond a model's training range, get the [analytic bound](analytic): what a
+//!   training step keeps (weights, gradients, optimizer state, saved activations,
+//!   CUDA context), calibrated on measured peaks.
 //!
 //! ```
 //! use carma_estimator::{Estimator, EstimateSource, parse_profile};
@@ -36,6 +38,7 @@ mod estimator;
 mod evaluate;
 pub mod features;
 mod model;
+mod printout;
 mod profile;
 mod summary;
 
@@ -47,9 +50,10 @@ pub use evaluate::{
     ClassRecall, EvaluateError, Evaluation, LabelledRow, evaluate, evaluate_csv, read_mlp_csv,
 };
 pub use model::{BATCH_ROWS, ClassSpec, DecisionRule, Model, ModelError, ModelMeta};
+pub use printout::{HEAD_DIM, PrintoutError, SCORE_TENSORS, looks_like_printout, parse_printout};
 pub use profile::{
     Family, FamilyParseError, Layers, MAX_ACTIVATIONS, MAX_BATCH_SIZE, MAX_ESTIMATE_MIB,
-    MAX_LAYERS, MAX_PARAMETERS, MAX_SEQ_LENGTH, Profile, ProfileError, TORCH_ACTIVATIONS,
-    parse_profile,
+    MAX_LAYERS, MAX_PARAMETERS, MAX_SEQ_LENGTH, Optimizer, Profile, ProfileError,
+    TORCH_ACTIVATIONS, parse_profile,
 };
 pub use summary::{SummaryError, parse_torchsummary};

@@ -196,6 +196,8 @@ fn probe_profile(family: Family) -> Profile {
         activation: None,
         layers: Layers::default(),
         seq_length: None,
+        optimizer: None,
+        mixed_precision: None,
     }
 }
 

@@ -60,6 +60,7 @@ impl FromStr for Family {
 // Ranges of the profile's numbers. They are generous for any job that one
 // cluster trains and keep every product the features and the analytic bound
 // form far from overflow; the combined size is bounded by MAX_ESTIMATE_MIB.
+// `optimizer` and `mixedPrecision` are closed sets (serde rejects other values).
 
 /// Largest `batchSize`: 2^20, 32 × DLRM's 32,768 (the largest in CARMA's traces).
 pub const MAX_BATCH_SIZE: u32 = 1 << 20;
@@ -112,6 +113,32 @@ pub const TORCH_ACTIVATIONS: [&str; 29] = [
     "Threshold",
 ];
 
+/// The optimizer of a training job (`optimizer` in the annotation). It decides
+/// how many bytes of state each parameter keeps (see [`crate::analytic`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Optimizer {
+    /// Plain SGD: weights and gradients.
+    Sgd,
+    /// SGD with momentum (or Nesterov): one momentum buffer per parameter.
+    SgdMomentum,
+    /// Adam or AdamW: two moment buffers per parameter. The default when
+    /// `optimizer` is absent, because it keeps the most state.
+    #[serde(alias = "adamW", alias = "adamw")]
+    Adam,
+}
+
+impl Optimizer {
+    /// The name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Optimizer::Sgd => "sgd",
+            Optimizer::SgdMomentum => "sgdMomentum",
+            Optimizer::Adam => "adam",
+        }
+    }
+}
+
 /// Layer counts by type (`layers` in the annotation). Absent counts are 0,
 /// each at most [`MAX_LAYERS`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,7 +166,8 @@ pub struct Layers {
 /// JSON, camelCase, unknown keys rejected. Required: `family`, `batchSize`,
 /// `parameters`, `activations`. Optional: `depth` (derived from `layers` when
 /// absent, see [`Profile::effective_depth`]), `activation` (default `ReLU`),
-/// `layers` (counts default to 0) and `seqLength`.
+/// `layers` (counts default to 0), `seqLength`, `optimizer` (`sgd`,
+/// `sgdMomentum` or `adam`; default `adam`) and `mixedPrecision` (default `false`).
 ///
 /// ```
 /// let p = carma_estimator::parse_profile(
@@ -177,6 +205,13 @@ pub struct Profile {
     /// analytic bound for attention scores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq_length: Option<u32>,
+    /// The optimizer; [`Optimizer::Adam`] (the most state) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<Optimizer>,
+    /// Mixed-precision training (`torch.autocast` / AMP): activations are kept in
+    /// 16 bits. `false` (fp32) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed_precision: Option<bool>,
 }
 
 impl Profile {
@@ -201,6 +236,16 @@ impl Profile {
                 .saturating_add(l.layer_norm)
                 .saturating_add(l.dropout),
         }
+    }
+
+    /// The optimizer, [`Optimizer::Adam`] when absent.
+    pub fn effective_optimizer(&self) -> Optimizer {
+        self.optimizer.unwrap_or(Optimizer::Adam)
+    }
+
+    /// Whether activations are kept in 16 bits (`mixedPrecision`), `false` when absent.
+    pub fn is_mixed_precision(&self) -> bool {
+        self.mixed_precision.unwrap_or(false)
     }
 
     /// The activation function name, `ReLU` when absent.
@@ -271,7 +316,7 @@ impl Profile {
             return invalid(
                 "batchSize",
                 &format!(
-                    "with parameters {}, activations {} and seqLength {:?} the job needs at least {bound} MiB, more than the {MAX_ESTIMATE_MIB} MiB (1 PiB) any cluster has",
+                    "with parameters {}, activations {} and seqLength {:?} the analytic bound is {bound} MiB, more than the {MAX_ESTIMATE_MIB} MiB (1 PiB) any cluster has",
                     self.parameters, self.activations, self.seq_length
                 ),
             );

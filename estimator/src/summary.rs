@@ -210,6 +210,8 @@ pub fn parse_torchsummary(
         activation: Some(activation.to_string()),
         layers,
         seq_length: None,
+        optimizer: None,
+        mixed_precision: None,
     };
     profile.depth = Some(profile.effective_depth());
     tracing::debug!(rows, parameters, activations, %family, "parsed torchsummary table");
@@ -239,7 +241,7 @@ fn layer_type(name: &str) -> Option<&str> {
 }
 
 /// `1,234` → 1234.
-fn parse_count(s: &str) -> Option<u64> {
+pub(crate) fn parse_count(s: &str) -> Option<u64> {
     let s = s.trim();
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit() || b == b',') || s.starts_with(',') {
         return None;

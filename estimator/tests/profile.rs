@@ -286,3 +286,40 @@ fn out_of_range_values_are_named_with_their_range() {
         parse_profile(&json).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
+
+#[test]
+fn optimizer_and_mixed_precision_are_optional() {
+    use carma_estimator::Optimizer;
+    let base =
+        r#""family":"cnn","batchSize":32,"parameters":25600000,"activations":23000000,"depth":100"#;
+    let p = parse_profile(&format!("{{{base}}}")).unwrap();
+    assert_eq!((p.optimizer, p.mixed_precision), (None, None));
+    assert_eq!(p.effective_optimizer(), Optimizer::Adam);
+    assert!(!p.is_mixed_precision());
+    for (name, want) in [
+        ("sgd", Optimizer::Sgd),
+        ("sgdMomentum", Optimizer::SgdMomentum),
+        ("adam", Optimizer::Adam),
+        ("adamw", Optimizer::Adam),
+    ] {
+        let p = parse_profile(&format!(
+            r#"{{{base},"optimizer":"{name}","mixedPrecision":true}}"#
+        ))
+        .unwrap();
+        assert_eq!(p.optimizer, Some(want), "{name}");
+        assert_eq!(p.mixed_precision, Some(true));
+    }
+    // a smaller state and halved activations give a smaller bound
+    let lean = parse_profile(&format!(
+        r#"{{{base},"optimizer":"sgd","mixedPrecision":true}}"#
+    ))
+    .unwrap();
+    assert!(
+        carma_estimator::analytic_upper_bound_mib(&lean)
+            < carma_estimator::analytic_upper_bound_mib(&p)
+    );
+    let e = parse_profile(&format!(r#"{{{base},"optimizer":"lbfgs"}}"#)).unwrap_err();
+    assert!(e.to_string().contains("optimizer"), "{e}");
+    let e = parse_profile(&format!(r#"{{{base},"mixedPrecision":"yes"}}"#)).unwrap_err();
+    assert!(e.to_string().contains("mixedPrecision"), "{e}");
+}

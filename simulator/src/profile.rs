@@ -35,6 +35,8 @@ impl Architecture {
             activation: Some(self.activation.to_string()),
             layers: self.layers.clone(),
             seq_length: self.seq_length,
+            optimizer: None,
+            mixed_precision: None,
         }
     }
 }

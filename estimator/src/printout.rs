@@ -1,0 +1,569 @@
+//! Features from a PyTorch module printout annotated with parameter counts: the
+//! format of GPUMemNet's Transformer data (`print(model)` with `, <n> params` after
+//! every module).
+//!
+//! ```text
+//! XLNetForSequenceClassification(
+//!   (transformer): XLNetModel(
+//!     (word_embedding): Embedding(32000, 768), 24,576,000 params
+//!     (layer): ModuleList(
+//!       (0-11): 12 x XLNetLayer(
+//!         (ff): XLNetFeedForward(
+//!           (layer_1): Linear(in_features=768, out_features=3072, bias=True), 2,362,368 params
+//!           …
+//!       ), 7,678,464 params
+//!     ), 92,141,568 params
+//!   ), 116,718,336 params
+//! ), 117,310,466 params
+//! ```
+//!
+//! A printout has no output shapes, so the parser follows the hidden width
+//! through the modules in printed order and counts, per sample of `seq_len`
+//! tokens:
+//!
+//! * `Embedding(n, d)`: `seq × d`; `Linear` / `NonDynamicallyQuantizableLinear`
+//!   (`out_features`), Hugging Face `Conv1D` (`nf`), `Conv2d` (out channels):
+//!   `seq × out`; `LayerNorm` / `RMSNorm` (first dimension): `seq × d`;
+//!   `Dropout` and activation modules (`torch.nn` names, `*Activation`): `seq ×`
+//!   the current width; anything else (`Identity`, containers): nothing.
+//! * each attention block — the innermost module whose type name contains
+//!   `Attention`, or a `NonDynamicallyQuantizableLinear` (the output projection of
+//!   `nn.MultiheadAttention`) — adds its score tensors, which are not modules:
+//!   `3 × heads × seq²` (the raw scores, alive while the softmax runs; the softmax
+//!   output and the dropout output, both saved for backward), with `heads` = the
+//!   width at the block's end / 64 (the head size of BERT, GPT-2 and XLNet), at
+//!   least 1.
+//!
+//! Printed order is definition order, not execution order, so the widths are an
+//! approximation (an activation printed after the second feed-forward linear is
+//! counted at that linear's width).
+//!
+//! Layer counts follow GPUMemNet's transformer features: `attention` (the blocks
+//! above), `linear` (`Linear`, `LazyLinear`, `Conv1D`), `layerNorm`, `dropout`;
+//! `conv2d` as well. A repeated block `(0-11): 12 x Layer(…), n params` stands for
+//! 12 copies of one layer of `n` parameters (PyTorch prints one copy's repr).
+//!
+//! Parameters are the outermost module's count; every module's count must be at
+//! least the sum of its children's (a module can hold parameters of its own, as
+//! `XLNetRelativeAttention` does). Lines after the outermost module closes (a
+//! `Total params` footer, say) are ignored.
+
+use crate::profile::{Family, Layers, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Profile, ProfileError};
+use crate::summary::parse_count;
+
+/// Head size assumed to infer the number of attention heads from the width.
+pub const HEAD_DIM: u64 = 64;
+/// Score-sized tensors per head of an attention block (see the module docs).
+pub const SCORE_TENSORS: u128 = 3;
+
+/// Why a module printout was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrintoutError {
+    /// Empty input.
+    #[error("module printout is empty")]
+    Empty,
+    /// A line could not be read.
+    #[error("module printout line {line}: {reason}: `{text}`")]
+    BadLine {
+        /// 1-based line number.
+        line: usize,
+        /// The line, trimmed (at most 120 characters).
+        text: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The input ended with modules still open.
+    #[error("module printout ends inside `{module}` (opened on line {line}): it was cut")]
+    Unclosed {
+        /// The innermost open module's type.
+        module: String,
+        /// Where it was opened.
+        line: usize,
+    },
+    /// A module's count is below its children's.
+    #[error(
+        "module printout line {line}: `{module}` has {count} params but its children have {children}"
+    )]
+    ParamMismatch {
+        /// 1-based line of the module's count.
+        line: usize,
+        /// The module's type.
+        module: String,
+        /// Its count.
+        count: u64,
+        /// The sum of its children's counts.
+        children: u128,
+    },
+    /// Only the transformer family is read from printouts.
+    #[error(
+        "module printouts are read for the transformer family only (got `{0}`); use a torchsummary table"
+    )]
+    WrongFamily(Family),
+    /// No attention or layer-norm module: not a transformer.
+    #[error("module printout has no attention or LayerNorm module; it is not a transformer")]
+    NotTransformer,
+    /// Batch size or sequence length out of range.
+    #[error("{what} {value} is out of range: 1 to {max}")]
+    OutOfRange {
+        /// `batch size` or `sequence length`.
+        what: &'static str,
+        /// The value given.
+        value: u32,
+        /// The largest allowed.
+        max: u32,
+    },
+    /// The derived profile is unusable (e.g. zero parameters).
+    #[error("module printout yields an invalid profile: {0}")]
+    Profile(#[from] ProfileError),
+}
+
+/// Whether `text` looks like a module printout (its first non-blank line is
+/// `Name(`), as opposed to a torchsummary table.
+pub fn looks_like_printout(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .and_then(|l| l.strip_suffix('('))
+        .is_some_and(|name| !name.is_empty() && name.bytes().all(is_name_byte))
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'.'
+}
+
+/// Running totals; snapshots of them let a repeated block add its copies.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    activations: u128,
+    linear: u64,
+    attention: u64,
+    layer_norm: u64,
+    dropout: u64,
+    conv2d: u64,
+}
+
+impl Totals {
+    /// `self + (self - before) × extra`.
+    fn repeat(&mut self, before: &Totals, extra: u128) {
+        let more = |now: u128, then: u128| now.saturating_add((now - then).saturating_mul(extra));
+        let more64 = |now: u64, then: u64| {
+            u64::try_from(more(u128::from(now), u128::from(then))).unwrap_or(u64::MAX)
+        };
+        self.activations = more(self.activations, before.activations);
+        self.linear = more64(self.linear, before.linear);
+        self.attention = more64(self.attention, before.attention);
+        self.layer_norm = more64(self.layer_norm, before.layer_norm);
+        self.dropout = more64(self.dropout, before.dropout);
+        self.conv2d = more64(self.conv2d, before.conv2d);
+    }
+}
+
+/// A module whose `(` is still open.
+struct Open {
+    kind: String,
+    line: usize,
+    repeat: u32,
+    children_params: u128,
+    before: Totals,
+}
+
+/// One module line: `(key): [N x ]Type(args)[, n params]` or the root `Type(…`.
+struct ModuleLine<'a> {
+    repeat: u32,
+    kind: &'a str,
+    /// `Some(args)` for a module closed on its line, `None` for an opening one.
+    args: Option<&'a str>,
+    params: Option<u64>,
+}
+
+/// Parses a module printout into a transformer [`Profile`] at `batch_size` and
+/// `seq_len` tokens per sample (see the module docs).
+pub fn parse_printout(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+    seq_len: u32,
+) -> Result<Profile, PrintoutError> {
+    if family != Family::Transformer {
+        return Err(PrintoutError::WrongFamily(family));
+    }
+    for (what, value, max) in [
+        ("batch size", batch_size, MAX_BATCH_SIZE),
+        ("sequence length", seq_len, MAX_SEQ_LENGTH),
+    ] {
+        if !(1..=max).contains(&value) {
+            return Err(PrintoutError::OutOfRange { what, value, max });
+        }
+    }
+    let seq = u128::from(seq_len);
+    let mut stack: Vec<Open> = Vec::new();
+    let mut totals = Totals::default();
+    let mut width: Option<u64> = None;
+    let mut root_params: Option<u64> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let line = raw.trim();
+        if root_params.is_some() {
+            break; // footer after the outermost module
+        }
+        if line.is_empty() {
+            continue;
+        }
+        let bad = |reason: &str| PrintoutError::BadLine {
+            line: line_no,
+            text: line.chars().take(120).collect(),
+            reason: reason.to_string(),
+        };
+        if let Some(rest) = line.strip_prefix(')') {
+            let open = stack.pop().ok_or_else(|| bad("`)` closes no module"))?;
+            let count = params_suffix(rest)
+                .ok_or_else(|| bad("expected `)` followed by `, <n> params`"))?;
+            let own = close_module(open, count, line_no, &mut totals, width, seq)?;
+            match stack.last_mut() {
+                Some(parent) => parent.children_params += own,
+                None => root_params = Some(count),
+            }
+            continue;
+        }
+        let is_root = stack.is_empty();
+        let m = module_line(line, is_root).map_err(&bad)?;
+        match m.args {
+            None => stack.push(Open {
+                kind: m.kind.to_string(),
+                line: line_no,
+                repeat: m.repeat,
+                children_params: 0,
+                before: totals,
+            }),
+            Some(args) => {
+                let count = m
+                    .params
+                    .ok_or_else(|| bad("a module must end with `, <n> params`"))?;
+                let before = totals;
+                leaf(m.kind, args, seq, &mut width, &mut totals).map_err(&bad)?;
+                if m.repeat > 1 {
+                    totals.repeat(&before, u128::from(m.repeat - 1));
+                }
+                let own = u128::from(count) * u128::from(m.repeat);
+                match stack.last_mut() {
+                    Some(parent) => parent.children_params += own,
+                    None => root_params = Some(count),
+                }
+            }
+        }
+    }
+    if let Some(open) = stack.pop() {
+        return Err(PrintoutError::Unclosed {
+            module: open.kind,
+            line: open.line,
+        });
+    }
+    let parameters = root_params.ok_or(PrintoutError::Empty)?;
+    if totals.attention + totals.layer_norm == 0 {
+        return Err(PrintoutError::NotTransformer);
+    }
+    let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    let layers = Layers {
+        linear: count(totals.linear),
+        conv2d: count(totals.conv2d),
+        dropout: count(totals.dropout),
+        layer_norm: count(totals.layer_norm),
+        attention: count(totals.attention),
+        ..Layers::default()
+    };
+    let mut profile = Profile {
+        family,
+        batch_size,
+        parameters,
+        activations: u64::try_from(totals.activations).unwrap_or(u64::MAX),
+        depth: None,
+        activation: None,
+        layers,
+        seq_length: Some(seq_len),
+        optimizer: None,
+        mixed_precision: None,
+    };
+    profile.validate()?;
+    profile.depth = Some(profile.effective_depth());
+    tracing::debug!(
+        parameters,
+        activations = profile.activations,
+        "parsed module printout"
+    );
+    Ok(profile)
+}
+
+/// Ends a container: checks its count against its children, counts it as an
+/// attention block when it is the innermost one, multiplies a repeated block.
+/// Returns the parameters it adds to its parent.
+fn close_module(
+    open: Open,
+    count: u64,
+    line: usize,
+    totals: &mut Totals,
+    width: Option<u64>,
+    seq: u128,
+) -> Result<u128, PrintoutError> {
+    if open.children_params > u128::from(count) {
+        return Err(PrintoutError::ParamMismatch {
+            line,
+            module: open.kind,
+            count,
+            children: open.children_params,
+        });
+    }
+    if open.kind.contains("Attention") && totals.attention == open.before.attention {
+        add_attention(totals, width, seq);
+    }
+    if open.repeat > 1 {
+        totals.repeat(&open.before, u128::from(open.repeat - 1));
+    }
+    Ok(u128::from(count) * u128::from(open.repeat))
+}
+
+/// One attention block and its score tensors (see the module docs).
+fn add_attention(totals: &mut Totals, width: Option<u64>, seq: u128) {
+    let heads = u128::from((width.unwrap_or(0) / HEAD_DIM).max(1));
+    totals.attention = totals.attention.saturating_add(1);
+    totals.activations = totals.activations.saturating_add(
+        SCORE_TENSORS
+            .saturating_mul(heads)
+            .saturating_mul(seq * seq),
+    );
+}
+
+/// Counts one module closed on its line.
+fn leaf(
+    kind: &str,
+    args: &str,
+    seq: u128,
+    width: &mut Option<u64>,
+    t: &mut Totals,
+) -> Result<(), &'static str> {
+    let out: Option<u64> = match kind {
+        "Embedding" => Some(positional(args, 1).ok_or("Embedding needs `(num, dim)`")?),
+        "Linear" | "LazyLinear" | "NonDynamicallyQuantizableLinear" => {
+            Some(keyword(args, "out_features").ok_or("Linear needs `out_features=`")?)
+        }
+        "Conv1D" => keyword(args, "nf").or(*width), // older transformers print `Conv1D()`
+        "Conv2d" => Some(positional(args, 1).ok_or("Conv2d needs `(in, out, …)`")?),
+        k if k.ends_with("LayerNorm") || k.ends_with("RMSNorm") => {
+            Some(first_dim(args).ok_or("a norm layer needs its size first")?)
+        }
+        _ => None,
+    };
+    let is_activation = crate::profile::TORCH_ACTIVATIONS
+        .iter()
+        .any(|a| a.eq_ignore_ascii_case(kind))
+        || kind.ends_with("Activation");
+    let is_activation = is_activation && kind != "Identity"; // allocates nothing
+    let size = match out {
+        Some(w) => {
+            *width = Some(w);
+            Some(w)
+        }
+        None if kind.starts_with("Dropout") || is_activation => *width,
+        None => None,
+    };
+    if let Some(w) = size {
+        t.activations = t.activations.saturating_add(seq * u128::from(w));
+    }
+    let bump = |c: &mut u64| *c = c.saturating_add(1);
+    match kind {
+        "Linear" | "LazyLinear" | "Conv1D" => bump(&mut t.linear),
+        "Conv2d" => bump(&mut t.conv2d),
+        "NonDynamicallyQuantizableLinear" => add_attention(t, *width, seq),
+        k if k.ends_with("LayerNorm") || k.ends_with("RMSNorm") => bump(&mut t.layer_norm),
+        k if k.starts_with("Dropout") => bump(&mut t.dropout),
+        k if k.contains("Attention") => add_attention(t, *width, seq),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Splits a module line. The root has no `(key): ` prefix.
+fn module_line(line: &str, is_root: bool) -> Result<ModuleLine<'_>, &'static str> {
+    let mut rest = line;
+    let mut repeat = 1u32;
+    if !is_root {
+        let after = rest
+            .strip_prefix('(')
+            .ok_or("expected `(name): Module(…)` or `)`")?;
+        let (key, tail) = after
+            .split_once("): ")
+            .ok_or("expected `(name): Module(…)` or `)`")?;
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return Err("module name must be one word");
+        }
+        rest = tail;
+        if let Some((n, tail)) = rest.split_once(" x ")
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+        {
+            repeat = n.parse().map_err(|_| "repeat count is too large")?;
+            if repeat == 0 {
+                return Err("repeat count must be at least 1");
+            }
+            rest = tail;
+        }
+    }
+    let open = rest.find('(').ok_or("expected `Module(`")?;
+    let kind = &rest[..open];
+    if kind.is_empty() || !kind.bytes().all(is_name_byte) {
+        return Err("module type must be a name like `Linear`");
+    }
+    let body = &rest[open + 1..];
+    if body.is_empty() {
+        return Ok(ModuleLine {
+            repeat,
+            kind,
+            args: None,
+            params: None,
+        });
+    }
+    let close = matching_paren(body).ok_or("unbalanced parentheses")?;
+    let params =
+        params_suffix(&body[close + 1..]).ok_or("expected `, <n> params` after the module")?;
+    Ok(ModuleLine {
+        repeat,
+        kind,
+        args: Some(&body[..close]),
+        params: Some(params),
+    })
+}
+
+/// Index of the `)` that closes an already opened `(` in `s`.
+fn matching_paren(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, b) in s.bytes().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' if depth == 0 => return Some(i),
+            b')' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `, 1,536 params` → 1536.
+fn params_suffix(s: &str) -> Option<u64> {
+    let n = s.trim().strip_prefix(',')?.trim().strip_suffix("params")?;
+    parse_count(n)
+}
+
+/// The `i`-th comma-separated argument as a positive number.
+fn positional(args: &str, i: usize) -> Option<u64> {
+    positive(args.split(',').nth(i)?)
+}
+
+/// The value of `key=` as a positive number.
+fn keyword(args: &str, key: &str) -> Option<u64> {
+    args.split(',').find_map(|a| {
+        let (k, v) = a.split_once('=')?;
+        (k.trim() == key).then(|| positive(v)).flatten()
+    })
+}
+
+/// `(768,), eps=…` or `768, eps=…` → 768.
+fn first_dim(args: &str) -> Option<u64> {
+    let a = args.trim_start().trim_start_matches(['(', '[']);
+    positive(a.split([',', ')', ']']).next()?)
+}
+
+fn positive(s: &str) -> Option<u64> {
+    s.trim().parse::<u64>().ok().filter(|v| *v > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Profile, PrintoutError> {
+        parse_printout(text, Family::Transformer, 2, 10)
+    }
+
+    const TINY: &str = "Net(
+  (emb): Embedding(100, 128), 12,800 params
+  (layers): ModuleList(
+    (0-1): 2 x Block(
+      (attn): MultiheadAttention(
+        (out_proj): NonDynamicallyQuantizableLinear(in_features=128, out_features=128, bias=True), 16,512 params
+      ), 66,048 params
+      (norm): LayerNorm((128,), eps=1e-05, elementwise_affine=True), 256 params
+      (ff): Linear(in_features=128, out_features=512, bias=True), 66,048 params
+      (act): GELU(approximate='none'), 0 params
+      (drop): Dropout(p=0.1, inplace=False), 0 params
+    ), 132,352 params
+  ), 264,704 params
+), 277,504 params
+Total params: 1
+";
+
+    #[test]
+    fn tiny_model() {
+        let p = parse(TINY).unwrap();
+        assert_eq!(p.parameters, 277_504);
+        // seq 10: emb 1280; per block: out_proj 1280 + 3 × 2 heads × 100 scores,
+        // norm 1280, ff 5120, act 5120, drop 5120 → 18,520 × 2 blocks
+        assert_eq!(p.activations, 1280 + 2 * 18_520);
+        assert_eq!(p.layers.attention, 2);
+        assert_eq!(p.layers.linear, 2);
+        assert_eq!(p.layers.layer_norm, 2);
+        assert_eq!(p.layers.dropout, 2);
+        assert_eq!(p.seq_length, Some(10));
+        assert_eq!(p.depth, Some(8));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let cases = [
+            (
+                TINY.replace("), 66,048 params\n      (norm)", ")\n      (norm)"),
+                7,
+            ),
+            (TINY.replace("(act): GELU", "act: GELU"), 10),
+            (TINY.replace("277,504", "1,000"), 14),
+            (TINY.replace("Embedding(100, 128)", "Embedding(100)"), 2),
+            (TINY.replace("0-1): 2 x", "0-1): 0 x"), 4),
+        ];
+        for (text, line) in cases {
+            let e = parse(&text).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("line {line}:")), "{msg}");
+        }
+        let cut: Vec<&str> = TINY.lines().take(9).collect();
+        assert_eq!(
+            parse(&cut.join("\n")),
+            Err(PrintoutError::Unclosed {
+                module: "Block".into(),
+                line: 4
+            })
+        );
+        assert_eq!(parse("\n\n"), Err(PrintoutError::Empty));
+        assert!(matches!(
+            parse_printout(TINY, Family::Cnn, 2, 10),
+            Err(PrintoutError::WrongFamily(Family::Cnn))
+        ));
+        assert!(matches!(
+            parse_printout(TINY, Family::Transformer, 2, 0),
+            Err(PrintoutError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(params_suffix(", 1,536 params"), Some(1536));
+        assert_eq!(params_suffix(" 1,536 params"), None);
+        assert_eq!(first_dim("(768,), eps=1e-12"), Some(768));
+        assert_eq!(
+            keyword("in_features=3, out_features=7, bias=True", "out_features"),
+            Some(7)
+        );
+        assert_eq!(matching_paren("(a)b), x"), Some(4));
+        assert!(looks_like_printout("\n  Net(\n"));
+        assert!(!looks_like_printout(
+            "Layer (type)  Output Shape  Param #\n"
+        ));
+    }
+}

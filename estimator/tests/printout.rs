@@ -1,0 +1,75 @@
+//! The module-printout parser on the real XLNet-base printout in
+//! ../shared/data/model-printouts (GPUMemNet's Transformer format), and the
+//! analytic bound on it against the measured peak.
+
+mod common;
+
+use carma_estimator::{
+    EstimateSource, Estimator, Family, PrintoutError, looks_like_printout, parse_printout,
+};
+
+fn xlnet() -> String {
+    std::fs::read_to_string(common::shared_file(
+        "model-printouts/xlnet_base_cased_bs8_sl512.txt",
+    ))
+    .unwrap()
+}
+
+#[test]
+fn xlnet_base_features() {
+    let text = xlnet();
+    assert!(looks_like_printout(&text));
+    let p = parse_printout(&text, Family::Transformer, 8, 512).unwrap();
+    // the outermost module's count, not the footer's `Total params: 81,874,178`
+    assert_eq!(p.parameters, 117_310_466);
+    // per layer: attention, 2 LayerNorm, 2 Linear, 3 Dropout; plus the head
+    assert_eq!(p.layers.attention, 12);
+    assert_eq!(p.layers.layer_norm, 24);
+    assert_eq!(p.layers.linear, 24 + 2);
+    assert_eq!(p.layers.dropout, 36 + 2);
+    assert_eq!(p.depth, Some(12 + 24 + 26 + 38));
+    assert_eq!(p.seq_length, Some(512));
+    // seq 512 × (embedding 768 + per layer 5 × 768 + 3072 + GELU at 768 + dropout
+    // 768) + 12 layers × 3 × 12 heads × 512² scores + head: dropout, Linear,
+    // Tanh, dropout (768 each; the Identity counts nothing) and the 2 logits
+    let per_layer = 512 * (7 * 768 + 3072) + 3 * 12 * 512 * 512;
+    assert_eq!(
+        p.activations,
+        512 * 768 + 12 * per_layer + 512 * (768 + 768 + 768 + 768 + 2)
+    );
+}
+
+#[test]
+fn xlnet_base_bound_covers_the_measured_peak() {
+    // CARMA v2: xlnet_base_cased_2.rad, batch 8, measured 9,192 MiB per GPU.
+    let p = parse_printout(&xlnet(), Family::Transformer, 8, 512).unwrap();
+    let e = Estimator::new().unwrap().estimate(&p).unwrap();
+    assert_eq!(e.source, EstimateSource::AnalyticUpperBound);
+    assert!(e.mib >= 9192, "{}", e.mib);
+    // and not GPUMemNet's recorded 16,000
+    assert!(e.mib < 16_000, "{}", e.mib);
+}
+
+#[test]
+fn malformed_printouts_are_rejected_with_the_line() {
+    let text = xlnet();
+    let lines: Vec<&str> = text.lines().collect();
+    // cut inside the layers
+    let cut = lines[..40].join("\n");
+    assert!(matches!(
+        parse_printout(&cut, Family::Transformer, 8, 512),
+        Err(PrintoutError::Unclosed { .. })
+    ));
+    // a count edited below its children's
+    let edited = text.replace("), 7,678,464 params", "), 7,000,000 params");
+    let e = parse_printout(&edited, Family::Transformer, 8, 512).unwrap_err();
+    assert!(e.to_string().contains("line 18:"), "{e}");
+    // a garbled line
+    let garbled = text.replacen("(ff): XLNetFeedForward(", "(ff) XLNetFeedForward(", 1);
+    let e = parse_printout(&garbled, Family::Transformer, 8, 512).unwrap_err();
+    assert!(e.to_string().contains("line 10:"), "{e}");
+    // a plain print(model) without counts
+    let plain = "Net(\n  (fc): Linear(in_features=2, out_features=3, bias=True)\n)\n";
+    let e = parse_printout(plain, Family::Transformer, 8, 512).unwrap_err();
+    assert!(e.to_string().contains("line 2:"), "{e}");
+}
