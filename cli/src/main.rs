@@ -36,6 +36,8 @@ enum Command {
     Estimate(cmd::estimate::EstimateArgs),
     /// Replay a job trace on simulated GPUs and compare placement policies (no cluster, no GPU needed).
     Simulate(cmd::simulate::SimulateArgs),
+    /// Run CARMA on this machine without Kubernetes: a job queue daemon, submit, status, replay, report.
+    Local(cmd::local::LocalArgs),
     /// Print the CustomResourceDefinitions (TrainingTask, GpuNode) as YAML.
     Crds(cmd::crds::CrdsArgs),
     /// Print version and build information.
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Command::Operator(args) => cmd::operator::run(args),
         Command::Estimate(args) => cmd::estimate::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
+        Command::Local(args) => cmd::local::run(args),
         Command::Crds(args) => cmd::crds::run(args),
         Command::Version => {
             println!("carma {}", env!("CARGO_PKG_VERSION"));

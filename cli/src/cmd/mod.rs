@@ -4,6 +4,7 @@
 pub mod crds;
 pub mod device_plugin;
 pub mod estimate;
+pub mod local;
 pub mod operator;
 pub mod scheduler_extender;
 pub mod simulate;

@@ -1,0 +1,358 @@
+//! `carma local` (issue #16): CARMA on one GPU machine without Kubernetes.
+//!
+//! ```text
+//! carma local serve  --state-dir DIR --backend nvml|dcgm|simulated [--simulated-gpus 4x40GiB] [--policy P]
+//! carma local submit --state-dir DIR [--gpu-memory 4Gi | --profile F | --summary F ... | --rad F] [--gpus N] -- COMMAND...
+//! carma local status --state-dir DIR [--format json|table]
+//! carma local replay --state-dir DIR --trace philly_mix-90-tasks.sh [--workloads DIR] [--time-scale X]
+//! carma local report --state-dir DIR [--format table|json] [--out DIR]
+//! ```
+//!
+//! Bad input (flags, files, a missing state directory) prints what is wrong and exits 2.
+//! The library is `carma-local`; see `local/README.md`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Duration;
+
+use carma_core::Policy;
+use carma_device_plugin::SimulatedGpus;
+use carma_device_plugin::config::parse_duration;
+use carma_local::reservation::{MemorySource, resolve};
+use carma_local::spec::{JobSpec, new_job_id, now_ms, submit};
+use carma_local::{BackendChoice, LocalError, ServeConfig, StateDir};
+use clap::{Args, Subcommand, ValueEnum};
+
+use super::EXIT_BAD_INPUT;
+
+/// Arguments of `carma local`.
+#[derive(Debug, Args)]
+pub struct LocalArgs {
+    #[command(subcommand)]
+    command: LocalCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum LocalCommand {
+    /// Run the daemon of this machine: queue, placement, launch, out-of-memory recovery.
+    Serve(ServeArgs),
+    /// Submit a job (prints its id).
+    Submit(SubmitArgs),
+    /// Show jobs and GPUs.
+    Status(StatusArgs),
+    /// Submit a CARMA trace script's jobs at its gaps.
+    Replay(ReplayArgs),
+    /// Summarise a run like `carma simulate` does (table, JSON, HTML).
+    Report(ReportArgs),
+}
+
+/// Which GPU backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// NVML (the NVIDIA driver).
+    Nvml,
+    /// dcgm-exporter (with NVML where it loads).
+    Dcgm,
+    /// The device plugin's simulated GPUs (no GPU needed).
+    Simulated,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// State directory (created when missing).
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// GPU backend.
+    #[arg(long, value_enum, default_value_t = Backend::Nvml)]
+    backend: Backend,
+    /// Simulated GPUs, COUNTxSIZE (backend simulated).
+    #[arg(long, default_value = "4x40GiB", value_parser = |s: &str| SimulatedGpus::from_str(s).map_err(|e| e.to_string()))]
+    simulated_gpus: SimulatedGpus,
+    /// dcgm-exporter URL (backend dcgm).
+    #[arg(long, default_value = "http://127.0.0.1:9400/metrics")]
+    dcgm_endpoint: String,
+    /// Policy of jobs that name none: exclusive, ff, bf, magm, lug, rr.
+    #[arg(long, default_value = "magm", value_parser = parse_policy)]
+    policy: Policy,
+    /// Loop and sampling period (e.g. 1s, 200ms).
+    #[arg(long, default_value = "1s", value_parser = |s: &str| parse_duration("--interval", s).map_err(|e| e.to_string()))]
+    interval: Duration,
+    /// Samples per activity window (CARMA: 30); no sharing decision before it has filled.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    window: u32,
+    /// Warm-up lock: a GPU that just received a job takes no other until the job's memory shows
+    /// or this long passes.
+    #[arg(long, default_value = "30s", value_parser = |s: &str| parse_duration("--warm-up", s).map_err(|e| e.to_string()))]
+    warm_up: Duration,
+    /// Attempts per job, the first included (1 to 100).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    max_attempts: u32,
+    /// Out-of-memory crashes after which the next attempt runs exclusively.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    exclusive_after_ooms: u32,
+    /// First back-off before a retry, doubled per attempt (e.g. 10s, 0s).
+    #[arg(long, default_value = "10s", value_parser = parse_backoff)]
+    recovery_backoff: Duration,
+    /// Set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to each job's reservation (needs a running MPS daemon).
+    #[arg(long)]
+    mps: bool,
+    /// Exit once nothing is spooled, queued or running.
+    #[arg(long)]
+    exit_when_idle: bool,
+}
+
+#[derive(Debug, Args)]
+struct SubmitArgs {
+    /// State directory of the daemon.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Memory per GPU (e.g. 4Gi, 4GiB, 4096Mi): overrides any estimate.
+    #[arg(long, conflicts_with_all = ["profile", "summary", "rad"])]
+    gpu_memory: Option<String>,
+    /// The job's `carma.io/model-profile` JSON: GPUMemNet estimates its memory.
+    #[arg(long, conflicts_with_all = ["summary", "rad"])]
+    profile: Option<PathBuf>,
+    /// A `torchsummary` table of the job's model (needs --family and --batch-size).
+    #[arg(long, requires_all = ["family", "batch_size"], conflicts_with = "rad")]
+    summary: Option<PathBuf>,
+    /// Model family of --summary: mlp, cnn or transformer.
+    #[arg(long, requires = "summary")]
+    family: Option<String>,
+    /// Training batch size of --summary.
+    #[arg(long, requires = "summary")]
+    batch_size: Option<u32>,
+    /// A CARMA `.rad` task file: its command, GPU count and recorded GPUMemNet estimate.
+    #[arg(long)]
+    rad: Option<PathBuf>,
+    /// GPUs (default 1, or the .rad file's).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    gpus: Option<u32>,
+    /// Placement policy for this job (default: the daemon's).
+    #[arg(long, value_parser = parse_policy)]
+    policy: Option<Policy>,
+    /// Display name (default: the .rad file or the command).
+    #[arg(long)]
+    name: Option<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// For people.
+    Table,
+    /// For scripts.
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// State directory of the daemon.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+#[derive(Debug, Args)]
+struct ReplayArgs {
+    /// State directory of the daemon.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// CARMA trace script (`submit.py --task X.rad` / `sleep N` lines).
+    #[arg(long)]
+    trace: PathBuf,
+    /// Folder of the .rad files [default: workloads/ beside the trace].
+    #[arg(long)]
+    workloads: Option<PathBuf>,
+    /// Multiplier on the gaps (0.01: a hundred times faster; 0: all at once).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Run this shell command instead of each task's own (e.g. 'sleep 5' for a dry run).
+    #[arg(long)]
+    command: Option<String>,
+    /// Working directory of the jobs [default: the current directory].
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// State directory of the run.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Also write report.html and results.json into this folder.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    Policy::from_str(s).map_err(|e| e.to_string())
+}
+
+fn parse_backoff(s: &str) -> Result<Duration, String> {
+    if s.trim().trim_end_matches(['s', 'm']).trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration("--recovery-backoff", s).map_err(|e| e.to_string())
+}
+
+/// Run `carma local`.
+pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
+    let result = match args.command {
+        LocalCommand::Serve(a) => serve(a),
+        LocalCommand::Submit(a) => submit_job(a),
+        LocalCommand::Status(a) => status(a),
+        LocalCommand::Replay(a) => replay(a),
+        LocalCommand::Report(a) => report(a),
+    };
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) if e.is_bad_input() => {
+            eprintln!("carma local: {e}");
+            Ok(ExitCode::from(EXIT_BAD_INPUT))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn serve(a: ServeArgs) -> Result<(), LocalError> {
+    let backend = match a.backend {
+        Backend::Nvml => BackendChoice::Nvml,
+        Backend::Dcgm => BackendChoice::Dcgm {
+            endpoint: a.dcgm_endpoint,
+        },
+        Backend::Simulated => BackendChoice::Simulated(a.simulated_gpus),
+    };
+    let mut cfg = ServeConfig::new(a.state_dir, backend);
+    cfg.policy = a.policy;
+    cfg.interval = a.interval;
+    cfg.window = a.window as usize;
+    cfg.placement.warmup_ms = a.warm_up.as_millis() as u64;
+    cfg.recovery.max_attempts = a.max_attempts;
+    cfg.recovery.exclusive_after_ooms = a.exclusive_after_ooms;
+    cfg.recovery.backoff_base_ms = a.recovery_backoff.as_millis() as u64;
+    cfg.mps_memory_limit = a.mps;
+    cfg.exit_when_idle = a.exit_when_idle;
+    let rt =
+        super::runtime().map_err(|e| LocalError::bad_input(format!("cannot start tokio: {e}")))?;
+    rt.block_on(carma_local::serve(cfg, super::shutdown_signal()))
+}
+
+fn submit_job(a: SubmitArgs) -> Result<(), LocalError> {
+    let dir = StateDir::existing(&a.state_dir)?;
+    let rad = a
+        .rad
+        .as_deref()
+        .map(carma_local::rad::read_rad)
+        .transpose()?;
+    let (reservation, source) = match (&rad, &a.gpu_memory, &a.profile, &a.summary) {
+        (_, Some(q), _, _) => resolve(&MemorySource::Override(q.clone()))?,
+        (_, _, Some(p), _) => resolve(&MemorySource::Profile(p.clone()))?,
+        (_, _, _, Some(s)) => resolve(&MemorySource::Summary {
+            path: s.clone(),
+            family: a.family.clone().unwrap_or_default(),
+            batch_size: a.batch_size.unwrap_or(0),
+        })?,
+        (Some(r), _, _, _) => (r.reservation, "rad-gpumemnet".to_string()),
+        _ => resolve(&MemorySource::None)?,
+    };
+    let command = match (&rad, a.command.is_empty()) {
+        (_, false) => a.command.clone(),
+        (Some(r), true) => carma_local::replay::shell(&r.command),
+        (None, true) => {
+            return Err(LocalError::bad_input(
+                "no command: put it after `--` (e.g. `carma local submit --state-dir DIR -- python train.py`) or give --rad",
+            ));
+        }
+    };
+    let now = now_ms();
+    let name = a
+        .name
+        .or_else(|| rad.as_ref().map(|r| r.name.clone()))
+        .unwrap_or_else(|| command_name(&command));
+    let cwd = std::env::current_dir()
+        .map_err(|e| LocalError::bad_input(format!("cannot read the current directory: {e}")))?;
+    let spec = JobSpec {
+        id: new_job_id(now),
+        name,
+        command,
+        cwd,
+        gpus: a.gpus.or(rad.as_ref().map(|r| r.gpus)).unwrap_or(1),
+        reservation,
+        reservation_source: source,
+        policy: a.policy,
+        submitted_at_ms: now,
+    };
+    submit(&dir, &spec)?;
+    println!("{}", spec.id);
+    Ok(())
+}
+
+/// The program's base name, as a job's default display name.
+fn command_name(command: &[String]) -> String {
+    command
+        .first()
+        .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+        .unwrap_or_default()
+}
+
+fn status(a: StatusArgs) -> Result<(), LocalError> {
+    let dir = StateDir::existing(&a.state_dir)?;
+    let s = carma_local::status::status(&dir)?;
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default()),
+        Format::Table => print!("{}", carma_local::status::render_table(&s)),
+    }
+    Ok(())
+}
+
+fn replay(a: ReplayArgs) -> Result<(), LocalError> {
+    let dir = StateDir::existing(&a.state_dir)?;
+    let cwd = match a.cwd {
+        Some(c) => c,
+        None => std::env::current_dir().map_err(|e| {
+            LocalError::bad_input(format!("cannot read the current directory: {e}"))
+        })?,
+    };
+    let opts = carma_local::replay::ReplayOptions {
+        workloads: a
+            .workloads
+            .unwrap_or_else(|| carma_local::replay::default_workloads(&a.trace)),
+        trace: a.trace,
+        time_scale: a.time_scale,
+        command: a.command,
+        cwd,
+    };
+    let ids = carma_local::replay::replay(&dir, &opts)?;
+    let mut out = std::io::stdout().lock();
+    for id in ids {
+        let _ = writeln!(out, "{id}");
+    }
+    Ok(())
+}
+
+fn report(a: ReportArgs) -> Result<(), LocalError> {
+    let dir = StateDir::existing(&a.state_dir)?;
+    let r = carma_local::report::report(&dir)?;
+    match a.format {
+        Format::Table => print!("{}", r.table()),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&r.json()).unwrap_or_default()
+        ),
+    }
+    if let Some(out) = &a.out {
+        let written = r.write(out)?;
+        eprintln!("carma local: report written to {}", written.display());
+    }
+    Ok(())
+}
