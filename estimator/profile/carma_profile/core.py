@@ -1,0 +1,263 @@
+"""The `carma.io/model-profile` of a PyTorch model, by the estimator's definitions.
+
+Definitions (the same as `estimator/datagen/worker.py` + `csvio.py`, which produce the
+estimator's training data, and GPUMemNet's MLP data in `shared/data/gpumemnet`):
+
+* A *layer* is one call of a leaf module (a module without children) in a forward
+  pass, or of an attention module (`nn.MultiheadAttention`, or any module whose class
+  name contains `Attention`), which counts as one layer; the modules inside an
+  attention module are not layers of their own.
+* `activations`: the sum over layers of the layer's output size for one sample (the
+  first tensor of the output; the sequence dimension included). It is measured as
+  the difference between a forward pass with batch 2 and one with batch 1, so the
+  batch dimension may be anywhere and batch-independent outputs count 0.
+* `parameters`: every parameter of the model (`model.parameters()`, shared ones once).
+* `layers`: counts by class name, as the Rust estimator counts torchsummary rows:
+  `Linear`, `Conv2d*`, `BatchNorm*`/`SyncBatchNorm`, `Dropout*`/`AlphaDropout`,
+  `LayerNorm`, attention modules, `AdaptiveAvgPool*`.
+* `depth`: MLP linear; CNN conv2d + batchNorm + dropout + adaptiveAvgPool + linear;
+  Transformer linear + attention + layerNorm + dropout.
+* `activation`: the most frequent activation layer among the family's GPUMemNet list
+  (ties: the first one in forward order; `ReLU6` counts as `ReLU`); `ReLU` if none.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+# GPUMemNet's activation lists (estimator/src/features.rs, training/features.py).
+MLP_ACTIVATIONS = ["ELU", "GELU", "Identity", "LeakyReLU", "Mish", "PReLU",
+                   "ReLU", "SELU", "SiLU", "Softplus", "Tanh"]
+CNN_ACTIVATIONS = [a for a in MLP_ACTIVATIONS if a != "Identity"]
+FAMILIES = ("mlp", "cnn", "transformer")
+
+# Ranges of estimator/src/profile.rs.
+MAX_BATCH_SIZE = 1 << 20
+MAX_PARAMETERS = 10**12
+MAX_ACTIVATIONS = 10**12
+MAX_LAYERS = 100_000
+MAX_SEQ_LENGTH = 1 << 20
+
+LAYER_KEYS = ("linear", "conv2d", "batchNorm", "dropout", "layerNorm", "attention",
+              "adaptiveAvgPool")
+
+
+class ProfileError(ValueError):
+    """Bad input to `describe`, or a model whose profile would be invalid."""
+
+
+def layer_kind(class_name: str) -> str | None:
+    """The `layers` key a module class counts under, or None."""
+    n = class_name
+    if n in ("Linear", "LazyLinear"):
+        return "linear"
+    if "Attention" in n or n == "NonDynamicallyQuantizableLinear":
+        return "attention"
+    if n.startswith("Conv2d") or n == "LazyConv2d":
+        return "conv2d"
+    if n.startswith("BatchNorm") or n.startswith("SyncBatchNorm"):
+        return "batchNorm"
+    if n.startswith("Dropout") or n == "AlphaDropout":
+        return "dropout"
+    if n == "LayerNorm":
+        return "layerNorm"
+    if n.startswith("AdaptiveAvgPool"):
+        return "adaptiveAvgPool"
+    return None
+
+
+def activation_name(class_name: str, known: list[str]) -> str | None:
+    """The entry of `known` a module class is (`GELUActivation` is `GELU`), or None."""
+    n = class_name[:-len("Activation")] if class_name.endswith("Activation") else class_name
+    n = "ReLU" if n.lower() == "relu6" else n
+    return next((k for k in known if k.lower() == n.lower()), None)
+
+
+def depth_of(family: str, c: dict[str, int]) -> int:
+    if family == "mlp":
+        return c["linear"]
+    if family == "cnn":
+        return c["conv2d"] + c["batchNorm"] + c["dropout"] + c["adaptiveAvgPool"] + c["linear"]
+    return c["linear"] + c["attention"] + c["layerNorm"] + c["dropout"]
+
+
+def _positive_int(key: str, v: Any, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+        raise ProfileError(f"{key} must be an integer between 1 and {hi}, got {v!r}")
+    return v
+
+
+def _first_tensor(torch, out):
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            t = _first_tensor(torch, o)
+            if t is not None:
+                return t
+    return None
+
+
+def _layers(torch, model):
+    """(module, name) of every module that is a layer, skipping attention internals."""
+    inside: set[int] = set()
+    picked = []
+    for m in model.modules():
+        if id(m) in inside:
+            continue
+        name = type(m).__name__
+        attention = layer_kind(name) == "attention" and m is not model
+        if attention:
+            inside.update(id(c) for c in m.modules() if c is not m)
+        if attention or not any(True for _ in m.children()):
+            picked.append((m, name))
+    return picked
+
+
+def _trace(torch, model, make_input, batch: int):
+    """[(class name, output numel)] of every layer call, in forward order."""
+    rows: list[tuple[str, int]] = []
+
+    def hook(name):
+        def f(_m, _inp, out):
+            t = _first_tensor(torch, out)
+            rows.append((name, 0 if t is None else int(t.numel())))
+        return f
+
+    handles = [m.register_forward_hook(hook(name)) for m, name in _layers(torch, model)]
+    try:
+        x = make_input(batch)
+        with torch.no_grad():
+            if isinstance(x, dict):
+                model(**x)
+            elif isinstance(x, tuple):
+                model(*x)
+            else:
+                model(x)
+    except ProfileError:
+        raise
+    except Exception as e:  # the user's model: report which step failed
+        raise ProfileError(f"the forward pass with batch {batch} failed: {type(e).__name__}: {e}") from e
+    finally:
+        for h in handles:
+            h.remove()
+    return rows
+
+
+def _functional_activation(model, known: list[str]) -> str | None:
+    """An activation given as a function (nn.TransformerEncoderLayer's `activation`)."""
+    for m in model.modules():
+        f = getattr(m, "activation", None)
+        if callable(f) and not hasattr(f, "parameters"):
+            a = activation_name(getattr(f, "__name__", ""), known)
+            if a:
+                return a
+    return None
+
+
+def describe(model, batch_size: int, input_size=None, seq_len: int | None = None, *,
+             family: str | None = None, activation: str | None = None,
+             make_input: Callable[[int], Any] | None = None) -> dict:
+    """The `carma.io/model-profile` dict of `model` trained at `batch_size`.
+
+    The input is one of: `input_size` (the shape of one sample without the batch
+    dimension, e.g. `(3, 224, 224)`, float zeros), `seq_len` (token ids of that length,
+    zeros), or `make_input(batch)` returning the model's input (a tensor, a tuple of
+    positional arguments or a dict of keyword arguments); `seq_len` may be given with
+    `make_input` to record `seqLength`. `family` defaults to `transformer` when the
+    model has attention layers (or a `seq_len` and LayerNorm), else `cnn` when it has
+    Conv2d layers, else `mlp`. `activation` overrides the detected one.
+    Two forward passes (batch 1 and 2) run under `torch.no_grad()` in eval mode on
+    the model's device (`meta` works); the model's mode is restored afterwards.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise ProfileError("carma_profile needs PyTorch: pip install torch") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ProfileError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    batch_size = _positive_int("batch_size", batch_size, MAX_BATCH_SIZE)
+    if seq_len is not None:
+        seq_len = _positive_int("seq_len", seq_len, MAX_SEQ_LENGTH)
+    if family is not None and family not in FAMILIES:
+        raise ProfileError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    given = sum(x is not None for x in (input_size, make_input))
+    if given > 1 or (given == 0 and seq_len is None) or (input_size is not None and seq_len is not None):
+        raise ProfileError("give exactly one input: input_size, seq_len, or make_input")
+    p = next(model.parameters(), None)
+    device = p.device if p is not None else torch.device("cpu")
+    if make_input is None:
+        if input_size is not None:
+            shape = tuple(input_size) if isinstance(input_size, (tuple, list)) else (input_size,)
+            for d in shape:
+                _positive_int("input_size", d, MAX_ACTIVATIONS)
+            make_input = lambda b: torch.zeros((b, *shape), device=device)  # noqa: E731
+        else:
+            make_input = lambda b: torch.zeros((b, seq_len), dtype=torch.long, device=device)  # noqa: E731
+
+    was_training = model.training
+    model.eval()
+    try:
+        one = _trace(torch, model, make_input, 1)
+        two = _trace(torch, model, make_input, 2)
+    finally:
+        model.train(was_training)
+    if [n for n, _ in one] != [n for n, _ in two]:
+        raise ProfileError("the model calls different layers at batch 1 and batch 2; "
+                           "its layers cannot be counted from a forward pass")
+    activations = sum(b - a for (_, a), (_, b) in zip(one, two))
+    counts = Counter(layer_kind(n) for n, _ in two)
+    layers = {k: counts.get(k, 0) for k in LAYER_KEYS}
+
+    if family is None:
+        if layers["attention"] or (seq_len is not None and layers["layerNorm"]):
+            family = "transformer"
+        else:
+            family = "cnn" if layers["conv2d"] else "mlp"
+    _check_family(family, layers)
+    known = CNN_ACTIVATIONS if family == "cnn" else MLP_ACTIVATIONS
+    if activation is None:
+        acts = [a for a in (activation_name(n, known) for n, _ in two) if a]
+        freq = Counter(acts)
+        # most frequent; ties go to the first in forward order
+        activation = (max(acts, key=lambda a: (freq[a], -acts.index(a))) if acts
+                      else _functional_activation(model, known) or "ReLU")
+
+    profile = {
+        "family": family,
+        "batchSize": batch_size,
+        "parameters": sum(q.numel() for q in model.parameters()),
+        "activations": activations,
+        "depth": depth_of(family, layers),
+        "activation": activation,
+        "layers": layers,
+    }
+    if seq_len is not None:
+        profile["seqLength"] = seq_len
+    _check_ranges(profile)
+    return profile
+
+
+def _check_family(family: str, c: dict[str, int]) -> None:
+    why = None
+    if family == "mlp" and (c["conv2d"] or c["attention"]):
+        why = f"it has {c['conv2d']} Conv2d and {c['attention']} attention layers"
+    elif family == "cnn" and not c["conv2d"]:
+        why = "it has no Conv2d layer"
+    elif family == "transformer" and not (c["attention"] or c["layerNorm"]):
+        why = "it has no attention or LayerNorm layer"
+    if why:
+        raise ProfileError(f"the model does not fit family {family!r}: {why}")
+
+
+def _check_ranges(p: dict) -> None:
+    for key, hi in (("parameters", MAX_PARAMETERS), ("activations", MAX_ACTIVATIONS),
+                    ("depth", MAX_LAYERS)):
+        if not 1 <= p[key] <= hi:
+            raise ProfileError(f"the model's {key} is {p[key]}; the estimator accepts 1 to {hi}")
+    for k, v in p["layers"].items():
+        if v > MAX_LAYERS:
+            raise ProfileError(f"the model has {v} {k} layers; the estimator accepts at most {MAX_LAYERS}")
