@@ -1,11 +1,18 @@
-//! `carma estimate` (issue #3): a training job's GPU memory with GPUMemNet, or an
-//! evaluation of the shipped model on a GPUMemNet CSV.
+//! `carma estimate` (issues #3, #14): a training job's GPU memory with GPUMemNet or
+//! the analytic bound, an evaluation of the shipped model on a GPUMemNet CSV, or
+//! carma's reservations against CARMA's measured peaks.
 //!
 //! ```text
 //! carma estimate --profile job.json                      # `-` reads stdin
 //! carma estimate --summary resnet18.txt --family cnn --batch-size 64
+//! carma estimate --summary xlnet.txt --family transformer --batch-size 8 --seq-len 512
 //! carma estimate eval --dataset ../shared/data/gpumemnet/mlp_data_step2.csv
+//! carma estimate eval --peaks [--table]
 //! ```
+//!
+//! `--summary` takes a torchsummary table or an annotated module printout (told
+//! apart by their first line); `--optimizer` and `--mixed-precision` set the
+//! profile's optional fields for either.
 //!
 //! Output is JSON on stdout. Bad input (unreadable file, malformed profile,
 //! summary or CSV) prints a message naming the problem on stderr and exits 2.
@@ -16,12 +23,18 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use carma_estimator::{
-    Estimate, Estimator, Family, MAX_BATCH_SIZE, Profile, evaluate, parse_profile,
-    parse_torchsummary,
+    Estimate, Estimator, Family, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer, Profile, evaluate,
+    looks_like_printout, parse_printout, parse_profile, parse_torchsummary,
 };
 use serde_json::json;
 
 use super::EXIT_BAD_INPUT;
+
+#[path = "estimate_peaks.rs"]
+mod estimate_peaks;
+use estimate_peaks::{
+    DEFAULT_PRINTOUTS, DEFAULT_SUMMARIES, DEFAULT_WORKLOADS, evaluate_peaks, render_table,
+};
 
 /// Arguments of `carma estimate`.
 #[derive(Debug, clap::Args)]
@@ -35,8 +48,9 @@ pub struct EstimateArgs {
         conflicts_with = "summary"
     )]
     pub profile: Option<PathBuf>,
-    /// A `torchsummary` table of the job's model (`-` reads stdin); needs
-    /// `--family` and `--batch-size`.
+    /// A `torchsummary` table, or a PyTorch module printout annotated with
+    /// `, <n> params` per module (transformers; needs `--seq-len`), of the job's
+    /// model (`-` reads stdin); needs `--family` and `--batch-size`.
     #[arg(long, value_name = "FILE", requires_all = ["family", "batch_size"])]
     pub summary: Option<PathBuf>,
     /// Model family of the `--summary` table: mlp, cnn or transformer.
@@ -46,6 +60,17 @@ pub struct EstimateArgs {
     #[arg(long, requires = "summary",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH_SIZE)))]
     pub batch_size: Option<u32>,
+    /// Tokens per sample for a transformer `--summary` (1 to 1048576); required
+    /// for a module printout.
+    #[arg(long, requires = "summary",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SEQ_LENGTH)))]
+    pub seq_len: Option<u32>,
+    /// Optimizer of a `--summary` job: sgd, sgdMomentum or adam (default adam).
+    #[arg(long, requires = "summary", value_parser = parse_optimizer)]
+    pub optimizer: Option<Optimizer>,
+    /// The `--summary` job trains with mixed precision (16-bit activations).
+    #[arg(long, requires = "summary")]
+    pub mixed_precision: bool,
     /// Evaluate the shipped model instead of estimating one job.
     #[command(subcommand)]
     pub action: Option<EstimateAction>,
@@ -54,12 +79,50 @@ pub struct EstimateArgs {
 /// Subcommands of `carma estimate`.
 #[derive(Debug, clap::Subcommand)]
 pub enum EstimateAction {
-    /// Evaluate the shipped MLP model on a CSV in GPUMemNet's schema (step 1 or 2).
+    /// Evaluate the shipped MLP model on a CSV in GPUMemNet's schema (step 1 or 2),
+    /// or (`--peaks`) carma's reservations against CARMA's measured peaks.
     Eval {
         /// The CSV file.
-        #[arg(long, value_name = "FILE.csv")]
-        dataset: PathBuf,
+        #[arg(long, value_name = "FILE.csv", required_unless_present = "peaks")]
+        dataset: Option<PathBuf>,
+        /// Compare carma's reservation, the pre-#14 bound and GPUMemNet's recorded
+        /// estimate with the peaks in CARMA's task files.
+        #[arg(long, conflicts_with = "dataset")]
+        peaks: bool,
+        /// CARMA's `.rad` task files (with `--peaks`).
+        #[arg(long, value_name = "DIR", default_value = DEFAULT_WORKLOADS)]
+        workloads: PathBuf,
+        /// torchsummary tables named on the task files' line 3 (with `--peaks`).
+        #[arg(long, value_name = "DIR", default_value = DEFAULT_SUMMARIES)]
+        summaries: PathBuf,
+        /// Module printouts `<model>_bs<B>_sl<L>.txt` (with `--peaks`).
+        #[arg(long, value_name = "DIR", default_value = DEFAULT_PRINTOUTS)]
+        printouts: PathBuf,
+        /// Print a text table with summary lines instead of JSON (with `--peaks`).
+        #[arg(long)]
+        table: bool,
     },
+}
+
+fn parse_optimizer(s: &str) -> Result<Optimizer, String> {
+    match s
+        .trim()
+        .to_ascii_lowercase()
+        .replace(['-', '_'], "")
+        .as_str()
+    {
+        "sgd" => Ok(Optimizer::Sgd),
+        "sgdmomentum" | "momentum" => Ok(Optimizer::SgdMomentum),
+        "adam" | "adamw" => Ok(Optimizer::Adam),
+        _ => Err(format!("`{s}` is not sgd, sgdMomentum or adam")),
+    }
+}
+
+/// What `execute` produced: JSON, or text for `eval --peaks --table`.
+#[derive(Debug)]
+enum Output {
+    Json(serde_json::Value),
+    Text(String),
 }
 
 /// Input the user got wrong: reported with exit code 2.
@@ -71,7 +134,10 @@ pub fn run(args: EstimateArgs) -> anyhow::Result<ExitCode> {
     let estimator = Estimator::new().context("loading the embedded GPUMemNet models")?;
     match execute(&estimator, &args) {
         Ok(out) => {
-            let text = serde_json::to_string_pretty(&out)?;
+            let text = match out {
+                Output::Json(v) => serde_json::to_string_pretty(&v)?,
+                Output::Text(t) => t.trim_end().to_string(),
+            };
             match writeln!(std::io::stdout().lock(), "{text}") {
                 // a closed pipe (`| head`) is the reader's choice, not an error
                 Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
@@ -85,19 +151,42 @@ pub fn run(args: EstimateArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<serde_json::Value, BadInput> {
-    if let Some(EstimateAction::Eval { dataset }) = &args.action {
+fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInput> {
+    if let Some(EstimateAction::Eval {
+        dataset,
+        peaks,
+        workloads,
+        summaries,
+        printouts,
+        table,
+    }) = &args.action
+    {
+        if *table && !*peaks {
+            return Err(BadInput("--table goes with --peaks".into()));
+        }
+        if *peaks {
+            let report = evaluate_peaks(estimator, workloads, summaries, printouts)
+                .map_err(|e| BadInput(e.to_string()))?;
+            if *table {
+                return Ok(Output::Text(render_table(&report)));
+            }
+            let out = serde_json::to_value(&report).map_err(|e| BadInput(e.to_string()))?;
+            return Ok(Output::Json(out));
+        }
+        let dataset = dataset
+            .as_ref()
+            .ok_or_else(|| BadInput("eval needs --dataset FILE.csv or --peaks".into()))?;
         let eval = evaluate(estimator, dataset)
             .map_err(|e| BadInput(format!("{}: {e}", dataset.display())))?;
         let mut out = serde_json::to_value(&eval).map_err(|e| BadInput(e.to_string()))?;
         out["dataset"] = json!(dataset.display().to_string());
-        return Ok(out);
+        return Ok(Output::Json(out));
     }
     let profile = read_profile(args)?;
     let estimate = estimator
         .estimate(&profile)
         .map_err(|e| BadInput(e.to_string()))?;
-    Ok(render(&estimate))
+    Ok(Output::Json(render(&estimate)))
 }
 
 fn read_profile(args: &EstimateArgs) -> Result<Profile, BadInput> {
@@ -108,8 +197,21 @@ fn read_profile(args: &EstimateArgs) -> Result<Profile, BadInput> {
         }
         (None, Some(path), Some(family), Some(batch)) => {
             let text = read_input(path)?;
-            parse_torchsummary(&text, family, batch)
-                .map_err(|e| BadInput(format!("{}: {e}", path.display())))
+            let at = |e: &dyn std::fmt::Display| BadInput(format!("{}: {e}", path.display()));
+            let mut profile = if looks_like_printout(&text) {
+                let seq = args
+                    .seq_len
+                    .ok_or_else(|| at(&"a module printout needs --seq-len (tokens per sample)"))?;
+                parse_printout(&text, family, batch, seq).map_err(|e| at(&e))?
+            } else {
+                let mut p = parse_torchsummary(&text, family, batch).map_err(|e| at(&e))?;
+                p.seq_length = args.seq_len;
+                p
+            };
+            profile.optimizer = args.optimizer;
+            profile.mixed_precision = args.mixed_precision.then_some(true);
+            profile.validate().map_err(|e| at(&e))?;
+            Ok(profile)
         }
         (None, Some(_), _, _) => Err(BadInput("--summary needs --family and --batch-size".into())),
         _ => Err(BadInput(
@@ -155,6 +257,13 @@ mod tests {
         Cli::try_parse_from(std::iter::once("estimate").chain(argv.iter().copied())).map(|c| c.args)
     }
 
+    fn json(out: Output) -> serde_json::Value {
+        match out {
+            Output::Json(v) => v,
+            Output::Text(t) => panic!("expected JSON, got text:\n{t}"),
+        }
+    }
+
     fn temp(content: &str) -> tempfile::NamedTempFile {
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(f.path(), content).unwrap();
@@ -186,6 +295,39 @@ mod tests {
             parse(&["eval", "--dataset", "x.csv"]).unwrap().action,
             Some(EstimateAction::Eval { .. })
         ));
+        assert!(parse(&["eval"]).is_err());
+        assert!(parse(&["eval", "--dataset", "x.csv", "--peaks"]).is_err());
+        assert!(parse(&["eval", "--peaks", "--table"]).is_ok());
+        assert!(parse(&["--profile", "a", "--seq-len", "8"]).is_err());
+        let a = parse(&[
+            "--summary",
+            "b",
+            "--family",
+            "transformer",
+            "--batch-size",
+            "8",
+            "--seq-len",
+            "512",
+            "--optimizer",
+            "sgd-momentum",
+            "--mixed-precision",
+        ])
+        .unwrap();
+        assert_eq!(a.optimizer, Some(Optimizer::SgdMomentum));
+        assert!(a.mixed_precision && a.seq_len == Some(512));
+        assert!(
+            parse(&[
+                "--summary",
+                "b",
+                "--family",
+                "cnn",
+                "--batch-size",
+                "8",
+                "--optimizer",
+                "lbfgs"
+            ])
+            .is_err()
+        );
         // a parse error exits 2 as well (clap's usage-error code)
         assert_eq!(
             parse(&[]).unwrap_err().exit_code(),
@@ -199,11 +341,13 @@ mod tests {
         let f = temp(
             r#"{"family":"mlp","batchSize":64,"parameters":100000,"activations":2000,"depth":3}"#,
         );
-        let out = execute(
-            &est,
-            &parse(&["--profile", f.path().to_str().unwrap()]).unwrap(),
-        )
-        .unwrap();
+        let out = json(
+            execute(
+                &est,
+                &parse(&["--profile", f.path().to_str().unwrap()]).unwrap(),
+            )
+            .unwrap(),
+        );
         assert_eq!(out["estimate_mib"], 2000);
         assert_eq!(out["class"], "(1000,2000]");
         assert_eq!(out["source"], "gpumemnet-mlp");
@@ -225,7 +369,7 @@ mod tests {
             "32",
         ])
         .unwrap();
-        let out = execute(&est, &args).unwrap();
+        let out = json(execute(&est, &args).unwrap());
         assert_eq!(out["source"], "analytic-upper-bound");
         assert!(out["estimate_mib"].as_u64().unwrap() >= 1536);
     }
@@ -271,11 +415,13 @@ mod tests {
         let f = temp(
             "Depth,Activation Function,Total Activations,Total Parameters,Batch Size,Max GPU Memory (MiB)\n3,ReLU,2000,100000,64,1600\n5,GELU,30000,40000000,900,3500\n",
         );
-        let out = execute(
-            &est,
-            &parse(&["eval", "--dataset", f.path().to_str().unwrap()]).unwrap(),
-        )
-        .unwrap();
+        let out = json(
+            execute(
+                &est,
+                &parse(&["eval", "--dataset", f.path().to_str().unwrap()]).unwrap(),
+            )
+            .unwrap(),
+        );
         for key in [
             "rows",
             "accuracy",
@@ -286,5 +432,116 @@ mod tests {
             assert!(out.get(key).is_some(), "missing {key}: {out}");
         }
         assert_eq!(out["rows"], 2);
+    }
+}
+
+#[cfg(test)]
+mod printout_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: EstimateArgs,
+    }
+
+    fn run_with(argv: &[&str]) -> Result<serde_json::Value, BadInput> {
+        let args = Cli::try_parse_from(std::iter::once("estimate").chain(argv.iter().copied()))
+            .unwrap()
+            .args;
+        match execute(&Estimator::new().unwrap(), &args)? {
+            Output::Json(v) => Ok(v),
+            Output::Text(t) => panic!("{t}"),
+        }
+    }
+
+    fn xlnet() -> String {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/data/model-printouts/xlnet_base_cased_bs8_sl512.txt");
+        assert!(
+            p.is_file(),
+            "shared data not found: {} (the read-only ../shared next to the repository)",
+            p.display()
+        );
+        p.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn printout_summary_is_estimated_with_the_documented_keys() {
+        let path = xlnet();
+        let base = [
+            "--summary",
+            &path,
+            "--family",
+            "transformer",
+            "--batch-size",
+            "8",
+        ];
+        let BadInput(msg) = run_with(&base).unwrap_err();
+        assert!(msg.contains("--seq-len"), "{msg}");
+        let out = run_with(&[&base[..], &["--seq-len", "512"]].concat()).unwrap();
+        assert_eq!(out["source"], "analytic-upper-bound");
+        let mib = out["estimate_mib"].as_u64().unwrap();
+        // measured 9,192 MiB per GPU in CARMA's v2 profile
+        assert!((9192..16_000).contains(&mib), "{out}");
+        let lean = run_with(
+            &[
+                &base[..],
+                &[
+                    "--seq-len",
+                    "512",
+                    "--optimizer",
+                    "sgd",
+                    "--mixed-precision",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert!(lean["estimate_mib"].as_u64().unwrap() < mib, "{lean}");
+        let BadInput(msg) = run_with(&[
+            "--summary",
+            &path,
+            "--family",
+            "cnn",
+            "--batch-size",
+            "8",
+            "--seq-len",
+            "512",
+        ])
+        .unwrap_err();
+        assert!(msg.contains("transformer family only"), "{msg}");
+    }
+
+    #[test]
+    fn eval_peaks_prints_rows_and_tallies() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dirs = [DEFAULT_WORKLOADS, DEFAULT_SUMMARIES, DEFAULT_PRINTOUTS].map(|d| {
+            let p = root.join(d);
+            assert!(p.is_dir(), "shared data not found: {}", p.display());
+            p.to_string_lossy().into_owned()
+        });
+        let out = run_with(&[
+            "eval",
+            "--peaks",
+            "--workloads",
+            &dirs[0],
+            "--summaries",
+            &dirs[1],
+            "--printouts",
+            &dirs[2],
+        ])
+        .unwrap();
+        for key in [
+            "rows",
+            "carma",
+            "legacy",
+            "gpumemnet",
+            "carma_where_gpumemnet",
+        ] {
+            assert!(out.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(out["carma"]["underestimates"], 0);
     }
 }
