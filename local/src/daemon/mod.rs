@@ -186,7 +186,14 @@ impl Daemon {
     pub(crate) async fn step(&mut self) -> Result<()> {
         let now = now_ms();
         let running = self.running_jobs();
-        self.gpus = self.telemetry.sample(&running, now).await?;
+        match self.telemetry.sample(&running, now).await {
+            Ok(gpus) => self.gpus = gpus,
+            // The last readings stay, with their time: carma-core's staleness rule stops sharing
+            // on them once they are too old, and exclusive placement goes on.
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sample the GPUs; keeping the last readings")
+            }
+        }
         self.observe();
         // After the first sample: a job asking for more GPUs than there are is refused at once.
         self.ingest_spool()?;

@@ -1,0 +1,108 @@
+//! A job's whole life on simulated GPUs: submit, placement, launch with CUDA_VISIBLE_DEVICES,
+//! its declared memory in telemetry, success; and the status document's shape.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_on_its_gpu_and_its_declared_memory_shows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = state_dir(&tmp);
+    let out = tmp.path().join("visible");
+    let script = format!(
+        "echo 6000 > \"$CARMA_LOCAL_MEMORY_FILE\"; echo \"$CUDA_VISIBLE_DEVICES\" > {}; sleep 0.4",
+        out.display()
+    );
+    let id = submit_sh(&dir, &script, Some(8000), 1, None);
+    let daemon = start(config(&dir, "2x40GiB"));
+    let s = wait_for(&dir, Duration::from_secs(4), all_done).await;
+    daemon.abort();
+    let j = job(&s, &id);
+    assert_eq!(j["state"], "succeeded", "{j}");
+    assert_eq!(j["attempts"], 1);
+    assert_eq!(j["gpus"], serde_json::json!([0]));
+    assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "0");
+    // The device plugin's simulated model: 300 MiB + 55..90 % of the declared 6000 MiB.
+    let peak = j["peak_mib"].as_u64().expect("peak seen");
+    assert!((300 + 3300..=300 + 5400).contains(&peak), "peak {peak}");
+    assert!(j["energy_j"].as_f64().unwrap() > 0.0);
+    assert!(j["sm_activity_mean"].as_f64().unwrap() > 0.0);
+    // Its output went to the attempt folder.
+    assert!(dir.join("jobs").join(&id).join("1").join("stdout").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_has_the_documented_shape_and_states() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = state_dir(&tmp);
+    let ok = submit_sh(&dir, "sleep 0.2", Some(4096), 1, None);
+    let bad = submit_sh(&dir, "echo nope >&2; exit 3", Some(4096), 1, None);
+    // Before any daemon: both queued (in the spool).
+    let s = status(&dir);
+    assert_eq!(job(&s, &ok)["state"], "queued");
+    let daemon = start(config(&dir, "2x40GiB"));
+    let s = wait_for(&dir, Duration::from_secs(4), all_done).await;
+    daemon.abort();
+    for key in ["jobs", "gpus", "daemon"] {
+        assert!(s.get(key).is_some(), "missing {key}");
+    }
+    for j in s["jobs"].as_array().unwrap() {
+        for key in [
+            "id",
+            "state",
+            "attempts",
+            "gpus",
+            "exit_reason",
+            "peak_mib",
+            "energy_j",
+            "submitted_at_ms",
+            "started_at_ms",
+            "ended_at_ms",
+        ] {
+            assert!(j.get(key).is_some(), "job lacks {key}: {j}");
+        }
+        let state = j["state"].as_str().unwrap();
+        assert!(["queued", "running", "succeeded", "failed"].contains(&state));
+    }
+    assert_eq!(job(&s, &ok)["state"], "succeeded");
+    let b = job(&s, &bad);
+    assert_eq!(b["state"], "failed");
+    assert_eq!(
+        b["attempts"], 1,
+        "a plain failure is not retried by default: {b}"
+    );
+    let reason = b["exit_reason"].as_str().unwrap();
+    assert!(reason.contains("exit code 3"), "{reason}");
+    let gpus = s["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    assert_eq!(gpus[0]["simulated"], true);
+    assert_eq!(gpus[0]["memory_total_mib"], 40960);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_asking_for_more_gpus_than_the_machine_has_fails_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = state_dir(&tmp);
+    let big = submit_sh(&dir, "true", Some(1024), 3, None);
+    let small = submit_sh(&dir, "true", Some(1024), 1, None);
+    let daemon = start(config(&dir, "2x40GiB"));
+    let s = wait_for(&dir, Duration::from_secs(4), all_done).await;
+    daemon.abort();
+    let b = job(&s, &big);
+    assert_eq!(b["state"], "failed");
+    assert!(
+        b["exit_reason"]
+            .as_str()
+            .unwrap()
+            .contains("this machine has 2"),
+        "{b}"
+    );
+    assert_eq!(
+        job(&s, &small)["state"],
+        "succeeded",
+        "the queue is not blocked"
+    );
+}
