@@ -183,6 +183,40 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// A makespan no placement policy can beat on `tasks` under these models (seconds), from
+    /// the slowdown model's conservation of work: a GPU whose tasks sum to SM activity `D` runs
+    /// each at `(max(θ,s)/max(θ,D))^γ`, so with γ ≥ 1 its tasks advance at most
+    /// `max(θ, largest s)` units of SM-activity-seconds per second. The bound is the longest of:
+    /// the trace's work `Σ s · exclusive time · GPUs` over every GPU at that rate; and, for every
+    /// task, its arrival after the first task's plus its exclusive time, less the 1 s scheduling
+    /// grid (the first task starts within a grid step of its arrival on the empty cluster, and no
+    /// task runs faster than alone). Memory and the gate only lengthen it. `None` for γ < 1
+    /// (sharing then creates throughput and there is no such bound).
+    pub fn makespan_bound_s(&self, tasks: &[crate::task::Task]) -> Option<f64> {
+        if self.slowdown.exponent < 1.0 || tasks.is_empty() {
+            return None;
+        }
+        let activity = |t: &crate::task::Task| t.activity.scaled(self.activity_scale).sm_activity;
+        let rate = tasks
+            .iter()
+            .map(activity)
+            .fold(self.slowdown.threshold, f64::max);
+        let work: f64 = tasks
+            .iter()
+            .map(|t| activity(t) * t.exclusive_ms as f64 / 1000.0 * f64::from(t.gpus))
+            .sum();
+        let gpus = f64::from(self.cluster.nodes) * f64::from(self.cluster.gpus_per_node);
+        let first = tasks.iter().map(|t| t.arrival_ms).min().unwrap_or(0);
+        let tail = tasks
+            .iter()
+            .map(|t| (t.arrival_ms - first).saturating_add(t.exclusive_ms))
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(1000) as f64
+            / 1000.0;
+        Some((work / (gpus * rate)).max(tail))
+    }
+
     /// Reject values the models cannot work with.
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: String| Err(SimError::Config(m));

@@ -58,6 +58,9 @@ pub struct Comparison {
     pub tasks: usize,
     /// Exclusive GPU time of the whole trace, GPU-seconds.
     pub exclusive_gpu_s: f64,
+    /// No policy's makespan can be shorter than this under the run's models
+    /// ([`SimConfig::makespan_bound_s`]); `None` where the models give no such bound.
+    pub makespan_bound_s: Option<f64>,
     /// The configuration used.
     pub config: SimConfig,
     /// Reservations and how they were obtained.
@@ -108,6 +111,7 @@ pub fn compare(
         trace: trace.description.clone(),
         tasks: trace.tasks.len(),
         exclusive_gpu_s: trace.exclusive_gpu_s(),
+        makespan_bound_s: cfg.makespan_bound_s(&trace.tasks),
         config: cfg.clone(),
         plan,
         runs,

@@ -45,6 +45,18 @@ fn exclusive_by_hand(tasks: &[Task], nodes: usize, gpus_per_node: usize) -> (Mil
 
 fn check_invariants(run: &RunResult, cfg: &SimConfig, tasks: &[Task]) {
     let s = &run.summary;
+    // No policy beats the work bound (when every task finished: failures remove work).
+    if let Some(bound) = cfg.makespan_bound_s(tasks)
+        && run.tasks.iter().all(|o| o.finished)
+    {
+        assert!(
+            s.makespan_s >= bound - 1e-6,
+            "{}: makespan {} s below the work bound {} s",
+            s.policy,
+            s.makespan_s,
+            bound
+        );
+    }
     // Every task finishes or fails with a reason.
     for o in &run.tasks {
         assert!(

@@ -71,6 +71,7 @@ pub fn render_json(cmp: &Comparison) -> Value {
         },
         "gate": cmp.config.gate,
         "queue": cmp.config.queue.as_str(),
+        "makespan_bound_s": cmp.makespan_bound_s,
         "policies": policies,
     })
 }

@@ -121,6 +121,13 @@ pub fn render_table(cmp: &Comparison) -> String {
         cmp.trace,
         cmp.exclusive_gpu_s / 3600.0
     );
+    if let Some(bound) = cmp.makespan_bound_s {
+        let _ = writeln!(
+            out,
+            "  bound    no policy's makespan can be below {} under these models (SM-activity work ÷ GPUs' capacity)",
+            duration(bound)
+        );
+    }
     let _ = writeln!(
         out,
         "  cluster  {} node{} × {} GPUs × {} GiB · utilization gate {} · queue {} · reservations: {}",
