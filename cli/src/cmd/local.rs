@@ -356,3 +356,90 @@ fn report(a: ReportArgs) -> Result<(), LocalError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: LocalArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LocalArgs, String> {
+        Cli::try_parse_from(std::iter::once("local").chain(args.iter().copied()))
+            .map(|c| c.args)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag_and_what_is_expected() {
+        let e = parse(&["serve", "--state-dir", "/tmp/x", "--simulated-gpus", "4x"]).unwrap_err();
+        assert!(
+            e.contains("--simulated-gpus") && e.contains("COUNTxSIZE"),
+            "{e}"
+        );
+        let e = parse(&["serve", "--state-dir", "/tmp/x", "--policy", "fastest"]).unwrap_err();
+        assert!(e.contains("unknown policy \"fastest\""), "{e}");
+        let e = parse(&[
+            "submit",
+            "--state-dir",
+            "/tmp/x",
+            "--gpu-memory",
+            "4Gi",
+            "--rad",
+            "a.rad",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--rad"), "{e}");
+        assert!(
+            parse(&[
+                "serve",
+                "--state-dir",
+                "/tmp/x",
+                "--backend",
+                "simulated",
+                "--simulated-gpus",
+                "2x80GiB"
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_missing_state_dir_exits_2() {
+        let args = parse(&["status", "--state-dir", "/nonexistent/carma-local-state"]).unwrap();
+        assert_eq!(run(args).unwrap(), ExitCode::from(EXIT_BAD_INPUT));
+        let args = parse(&[
+            "submit",
+            "--state-dir",
+            "/nonexistent/carma-local-state",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(run(args).unwrap(), ExitCode::from(EXIT_BAD_INPUT));
+    }
+
+    #[test]
+    fn submit_without_a_command_or_rad_exits_2() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        let args = parse(&["submit", "--state-dir", dir, "--gpu-memory", "4Gi"]).unwrap();
+        assert_eq!(run(args).unwrap(), ExitCode::from(EXIT_BAD_INPUT));
+        let args = parse(&[
+            "submit",
+            "--state-dir",
+            dir,
+            "--gpu-memory",
+            "lots",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(run(args).unwrap(), ExitCode::from(EXIT_BAD_INPUT));
+    }
+}
