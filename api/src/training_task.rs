@@ -198,6 +198,9 @@ pub enum PlacementPolicy {
     Lug,
     /// Round robin, no memory test (relies on recovery).
     Rr,
+    /// carma's own: complementary packing by expected SM activity, idle GPUs kept for pods that
+    /// cannot share.
+    Pack,
 }
 
 impl From<PlacementPolicy> for Policy {
@@ -209,6 +212,7 @@ impl From<PlacementPolicy> for Policy {
             PlacementPolicy::Magm => Policy::Magm,
             PlacementPolicy::Lug => Policy::Lug,
             PlacementPolicy::Rr => Policy::Rr,
+            PlacementPolicy::Pack => Policy::Pack,
         }
     }
 }

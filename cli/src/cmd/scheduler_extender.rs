@@ -35,7 +35,7 @@ pub struct SchedulerExtenderArgs {
     pub cluster_snapshot: Option<PathBuf>,
 
     /// Placement policy of pods without a `carma.io/policy` annotation:
-    /// exclusive, ff, bf, magm, lug or rr.
+    /// exclusive, ff, bf, magm, lug, rr or pack.
     #[arg(long, env = "CARMA_POLICY", default_value = "magm")]
     pub policy: Policy,
 

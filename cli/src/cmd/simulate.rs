@@ -41,7 +41,7 @@ pub enum Switch {
 /// measurements, sharing slowdown, power and telemetry timing are models.
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
-    /// Policies to run: `all`, or a comma-separated list of exclusive, ff, bf, magm, lug, rr.
+    /// Policies to run: `all`, or a comma-separated list of exclusive, ff, bf, magm, lug, rr, pack.
     #[arg(long, default_value = "all", value_parser = parse_policies)]
     pub policy: PolicyList,
     /// CARMA's utilization gate (exclude busy GPUs from sharing).
