@@ -80,3 +80,17 @@ def test_rust_estimator_accepts_the_profile(carma_bin, args):
                          capture_output=True, text=True, timeout=60)
     assert est.returncode == 0, est.stderr
     assert json.loads(est.stdout)["estimate_mib"] > 0
+
+
+def test_without_torch_says_how_to_get_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    assert main([f"{MODELS}:mlp", "--batch-size", "8", "--input", "32"]) == 2
+    assert "PyTorch is not installed here: pip install torch" in capsys.readouterr().err
+
+
+def test_meta_flag_gives_the_same_profile(capsys):
+    args = [f"{MODELS}:MnistNet", "--batch-size", "64", "--input", "1,28,28"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*args, "--meta"]) == 0
+    assert json.loads(capsys.readouterr().out) == plain
