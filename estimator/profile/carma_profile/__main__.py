@@ -15,7 +15,11 @@ import json
 import sys
 from pathlib import Path
 
-from .core import FAMILIES, ProfileError, describe
+from .core import FAMILIES, OPTIMIZERS, ProfileError, describe
+
+# Keys the TrainingTask CRD (crds/trainingtasks.carma.io.yaml) has no field for yet:
+# they go into the pod annotation only.
+NOT_IN_CRD = ("optimizer", "mixedPrecision")
 
 
 class UsageError(Exception):
@@ -112,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="keyword argument for FACTORY (VALUE is JSON, else a string); repeatable")
     ap.add_argument("--family", choices=FAMILIES, help="override the detected family")
     ap.add_argument("--activation", help="override the detected activation function")
+    ap.add_argument("--optimizer", choices=[*OPTIMIZERS, "adamw"],
+                    help="the training step's optimizer (the estimator assumes adam when absent)")
+    ap.add_argument("--mixed-precision", action="store_true", default=None,
+                    help="the job trains with autocast/AMP (fp32 assumed when absent)")
     ap.add_argument("--meta", action="store_true",
                     help="build the model on PyTorch's meta device (no memory for weights: for large models)")
     ap.add_argument("--annotation", action="store_true", help="also print the pod annotation line")
@@ -127,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         factory = load_factory(args.model)
         model = build_model(factory, kwargs, args.model, args.meta)
         profile = describe(model, args.batch_size, input_size=input_size, seq_len=args.seq_len,
-                           family=args.family, activation=args.activation)
+                           family=args.family, activation=args.activation,
+                           optimizer=args.optimizer, mixed_precision=args.mixed_precision)
     except (UsageError, ProfileError) as e:
         print(f"carma_profile: error: {e}", file=sys.stderr)
         return 2
@@ -135,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.annotation:
         print(f"\ncarma.io/model-profile: '{json.dumps(profile, separators=(',', ':'))}'")
     if args.yaml:
-        print("\n" + as_yaml(profile))
+        left = [k for k in NOT_IN_CRD if k in profile]
+        if left:
+            print(f"carma_profile: note: the TrainingTask CRD has no {' or '.join(left)} field; "
+                  "the modelProfile block leaves it out (the pod annotation carries it)", file=sys.stderr)
+        print("\n" + as_yaml({k: v for k, v in profile.items() if k not in NOT_IN_CRD}))
     return 0
 
 

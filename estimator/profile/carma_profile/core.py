@@ -31,6 +31,7 @@ MLP_ACTIVATIONS = ["ELU", "GELU", "Identity", "LeakyReLU", "Mish", "PReLU",
                    "ReLU", "SELU", "SiLU", "Softplus", "Tanh"]
 CNN_ACTIVATIONS = [a for a in MLP_ACTIVATIONS if a != "Identity"]
 FAMILIES = ("mlp", "cnn", "transformer")
+OPTIMIZERS = ("sgd", "sgdMomentum", "adam")  # estimator/src/profile.rs (`adamw` is `adam`)
 
 # Ranges of estimator/src/profile.rs.
 MAX_BATCH_SIZE = 1 << 20
@@ -160,7 +161,8 @@ def _functional_activation(model, known: list[str]) -> str | None:
 
 def describe(model, batch_size: int, input_size=None, seq_len: int | None = None, *,
              family: str | None = None, activation: str | None = None,
-             make_input: Callable[[int], Any] | None = None) -> dict:
+             make_input: Callable[[int], Any] | None = None,
+             optimizer: str | None = None, mixed_precision: bool | None = None) -> dict:
     """The `carma.io/model-profile` dict of `model` trained at `batch_size`.
 
     The input is one of: `input_size` (the shape of one sample without the batch
@@ -169,7 +171,9 @@ def describe(model, batch_size: int, input_size=None, seq_len: int | None = None
     positional arguments or a dict of keyword arguments); `seq_len` may be given with
     `make_input` to record `seqLength`. `family` defaults to `transformer` when the
     model has attention layers (or a `seq_len` and LayerNorm), else `cnn` when it has
-    Conv2d layers, else `mlp`. `activation` overrides the detected one.
+    Conv2d layers, else `mlp`. `activation` overrides the detected one. `optimizer`
+    (sgd, sgdMomentum, adam) and `mixed_precision` describe the training step, not the
+    model: they are passed through when given (the estimator assumes adam and fp32).
     Two forward passes (batch 1 and 2) run under `torch.no_grad()` in eval mode on
     the model's device (`meta` works); the model's mode is restored afterwards.
     """
@@ -182,6 +186,12 @@ def describe(model, batch_size: int, input_size=None, seq_len: int | None = None
     batch_size = _positive_int("batch_size", batch_size, MAX_BATCH_SIZE)
     if seq_len is not None:
         seq_len = _positive_int("seq_len", seq_len, MAX_SEQ_LENGTH)
+    if optimizer is not None:
+        optimizer = "adam" if optimizer.lower() == "adamw" else optimizer
+        if optimizer not in OPTIMIZERS:
+            raise ProfileError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    if mixed_precision is not None and not isinstance(mixed_precision, bool):
+        raise ProfileError(f"mixed_precision must be True or False, got {mixed_precision!r}")
     if family is not None and family not in FAMILIES:
         raise ProfileError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
     given = sum(x is not None for x in (input_size, make_input))
@@ -237,6 +247,10 @@ def describe(model, batch_size: int, input_size=None, seq_len: int | None = None
     }
     if seq_len is not None:
         profile["seqLength"] = seq_len
+    if optimizer is not None:
+        profile["optimizer"] = optimizer
+    if mixed_precision is not None:
+        profile["mixedPrecision"] = mixed_precision
     _check_ranges(profile)
     return profile
 

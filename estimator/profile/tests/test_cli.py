@@ -94,3 +94,24 @@ def test_meta_flag_gives_the_same_profile(capsys):
     plain = json.loads(capsys.readouterr().out)
     assert main([*args, "--meta"]) == 0
     assert json.loads(capsys.readouterr().out) == plain
+
+
+def test_optimizer_and_mixed_precision_pass_through(capsys, carma_bin):
+    args = [f"{MODELS}:mlp", "--batch-size", "8", "--input", "32", "--optimizer", "adamw",
+            "--mixed-precision", "--annotation", "--yaml"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    blocks = out.split("\n\n")
+    profile = json.loads(blocks[0])
+    assert profile["optimizer"] == "adam" and profile["mixedPrecision"] is True
+    assert json.loads(yaml.safe_load(blocks[1])["carma.io/model-profile"]) == profile
+    # the CRD has no such fields: the TrainingTask block leaves them out and says so
+    block = yaml.safe_load("spec:\n" + blocks[2])["spec"]["modelProfile"]
+    assert "optimizer" not in block and "mixedPrecision" not in block
+    assert "no optimizer or mixedPrecision field" in err
+    est = subprocess.run([carma_bin, "estimate", "--profile", "-"], input=blocks[0],
+                         capture_output=True, text=True, timeout=60)
+    assert est.returncode == 0, est.stderr
+    with pytest.raises(SystemExit) as e:
+        main(args[:5] + ["--optimizer", "lbfgs"])
+    assert e.value.code == 2 and "invalid choice: 'lbfgs'" in capsys.readouterr().err

@@ -98,6 +98,8 @@ def test_activation_choice():
     ({"batch_size": 8, "input_size": (1024,), "family": "cnn"}, "no Conv2d"),
     ({"batch_size": 8, "input_size": (1024,), "family": "rnn"}, "family must be"),
     ({"batch_size": 8, "seq_len": 0}, "seq_len"),
+    ({"batch_size": 8, "input_size": (1024,), "optimizer": "lbfgs"}, "optimizer must be one of"),
+    ({"batch_size": 8, "input_size": (1024,), "mixed_precision": "yes"}, "mixed_precision"),
 ])
 def test_bad_input_names_the_problem(kwargs, message):
     with pytest.raises(ProfileError, match=message):
