@@ -183,7 +183,7 @@ pub fn render_table(status: &Value) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<4} {:>9} {:>9} {:>9} {:>6} {:>7}  JOBS",
+        "{:<4} {:>9} {:>9} {:>9} {:>6} {:>7}  JOBS   (SMACT: risk score; cold until the window fills)",
         "GPU", "TOTAL", "USED", "RESERVED", "SMACT", "POWER"
     );
     for g in status["gpus"].as_array().into_iter().flatten() {
@@ -202,7 +202,7 @@ pub fn render_table(status: &Value) -> String {
             g["reserved_mib"].to_string(),
             g["sm_activity_risk"]
                 .as_f64()
-                .map_or("warm".to_string(), |v| format!("{v:.2}")),
+                .map_or("cold".to_string(), |v| format!("{v:.2}")),
             g["power_w"]
                 .as_f64()
                 .map_or("-".to_string(), |v| format!("{v:.0}")),

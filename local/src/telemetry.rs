@@ -9,7 +9,8 @@
 //!
 //! **The simulated backend** is the device plugin's: on each GPU, each running job uses
 //! `300 MiB + (55 % … 90 %) × D` MiB (a slow wave), where `D` is the job's *declared* memory: the
-//! whole number of MiB the job last wrote into `$CARMA_LOCAL_MEMORY_FILE`, or else its reservation.
+//! whole number of MiB the job last wrote into `$CARMA_LOCAL_MEMORY_FILE`, or else its reservation
+//! (the whole GPU for a job that reserves whole GPUs).
 //! SM activity, occupancy, DRAM activity, power (`55 W + 300 W × SM activity`) and energy are the
 //! device plugin's scripted model, labelled simulated everywhere they are shown.
 
@@ -65,7 +66,8 @@ pub struct JobOnGpus {
     pub id: String,
     /// Its GPUs' UUIDs.
     pub uuids: Vec<String>,
-    /// MiB booked per GPU.
+    /// MiB it asked for per GPU (the booked MiB for a whole-GPU job): the simulated backend's
+    /// default for its memory use.
     pub reserved_mib: u64,
     /// Its launcher's pid (= its process group), once known.
     pub launcher_pid: Option<u32>,

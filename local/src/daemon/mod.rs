@@ -232,7 +232,12 @@ impl Daemon {
                 Some(JobOnGpus {
                     id: j.spec.id.clone(),
                     uuids: a.uuids.clone(),
-                    reserved_mib: a.reserved_mib,
+                    // What a simulated job uses unless it declares otherwise: what it asked
+                    // for, not the whole GPU an exclusive placement books.
+                    reserved_mib: match a.reservation {
+                        carma_core::Reservation::Mib(m) => m.min(a.reserved_mib),
+                        _ => a.reserved_mib,
+                    },
                     launcher_pid: a.pid,
                     dir: self.dir.attempt(&j.spec.id, a.number),
                 })

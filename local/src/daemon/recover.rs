@@ -44,7 +44,11 @@ impl Daemon {
                 )?;
                 continue;
             }
-            tracing::info!(job = %id, attempt = attempt.number, ?pid, finished, "re-adopted a running attempt");
+            if finished {
+                tracing::info!(job = %id, attempt = attempt.number, "an attempt ended while no daemon ran");
+            } else {
+                tracing::info!(job = %id, attempt = attempt.number, ?pid, "re-adopted a running attempt");
+            }
             self.ledger.insert_unchecked(PlacementRecord {
                 pod: id.clone(),
                 node: NODE.to_string(),

@@ -18,7 +18,9 @@ impl Report {
     }
 
     fn what(&self) -> String {
-        if self.telemetry_simulated() {
+        if self.backend == "unknown" {
+            "no GPU telemetry recorded (no daemon has served this state directory yet)".to_string()
+        } else if self.telemetry_simulated() {
             "real processes; GPU telemetry SIMULATED (the device plugin's simulated backend: memory from what jobs declare, modelled activity, power and energy)".to_string()
         } else {
             format!(
@@ -60,7 +62,11 @@ impl Report {
         v["local"] = json!({
             "backend": self.backend,
             "processes": "real",
-            "telemetry": if self.telemetry_simulated() { "simulated" } else { "measured" },
+            "telemetry": match self.backend.as_str() {
+                "unknown" => "none",
+                "simulated" => "simulated",
+                _ => "measured",
+            },
             "jobs": self.jobs,
         });
         v

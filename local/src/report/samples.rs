@@ -93,7 +93,8 @@ impl Samples {
         Averages {
             sm_activity: avg(&sm),
             memory_used: avg(&mem),
-            energy_j: energy.values().map(|(lo, hi)| hi - lo).sum(),
+            // `+ 0.0`: an empty f64 sum is −0.0, which would print as such.
+            energy_j: energy.values().map(|(lo, hi)| hi - lo).sum::<f64>() + 0.0,
         }
     }
 
