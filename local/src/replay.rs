@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use carma_simulator::trace::carma::parse_script;
+use carma_simulator::trace::carma::{parse_durations, parse_script};
 
 use crate::error::{LocalError, Result};
 use crate::layout::StateDir;
@@ -21,8 +21,12 @@ pub struct ReplayOptions {
     pub workloads: PathBuf,
     /// Multiplier on every gap (0.01 = a hundred times faster; 0 = all at once).
     pub time_scale: f64,
-    /// Run this shell command instead of each task's own (e.g. `sleep 1` for a dry run).
+    /// Run this shell command instead of each task's own (e.g. `sleep {seconds}` for a dry run).
+    /// Placeholders: `{rad}` the task file's name, `{peak_mib}` its measured peak per GPU,
+    /// `{seconds}` its exclusive run time from `durations` times `time_scale`.
     pub command: Option<String>,
+    /// CARMA's `rad,exclusive_minutes` CSV (needed for `{seconds}`).
+    pub durations: Option<PathBuf>,
     /// Working directory of the jobs.
     pub cwd: PathBuf,
 }
@@ -44,6 +48,30 @@ pub fn replay(dir: &StateDir, opts: &ReplayOptions) -> Result<Vec<String>> {
         .iter()
         .map(|s| read_rad(&opts.workloads.join(&s.rad)))
         .collect::<Result<Vec<_>>>()?;
+    let durations = match &opts.durations {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                LocalError::bad_input(format!("--durations {}: {e}", path.display()))
+            })?;
+            parse_durations(path, &text).map_err(|e| LocalError::bad_input(e.to_string()))?
+        }
+        None => Default::default(),
+    };
+    if opts
+        .command
+        .as_deref()
+        .is_some_and(|c| c.contains("{seconds}"))
+        && let Some(missing) = subs.iter().find(|s| !durations.contains_key(&s.rad))
+    {
+        return Err(LocalError::bad_input(format!(
+            "--command uses {{seconds}} but {} has no run time{}",
+            missing.rad,
+            opts.durations.as_ref().map_or(
+                " (give --durations task-durations.csv)".to_string(),
+                |d| format!(" in {}", d.display())
+            )
+        )));
+    }
     let start = Instant::now();
     let mut ids = Vec::with_capacity(tasks.len());
     for (sub, task) in subs.iter().zip(tasks) {
@@ -55,7 +83,21 @@ pub fn replay(dir: &StateDir, opts: &ReplayOptions) -> Result<Vec<String>> {
         let spec = JobSpec {
             id: new_job_id(now),
             name: task.name.clone(),
-            command: shell(opts.command.as_deref().unwrap_or(&task.command)),
+            command: shell(&match &opts.command {
+                Some(template) => template
+                    .replace("{rad}", &task.name)
+                    .replace("{peak_mib}", &task.peak_mib.to_string())
+                    .replace(
+                        "{seconds}",
+                        &format!(
+                            "{:.3}",
+                            durations.get(&sub.rad).copied().unwrap_or(0.0)
+                                * 60.0
+                                * opts.time_scale
+                        ),
+                    ),
+                None => task.command.clone(),
+            }),
             cwd: opts.cwd.clone(),
             gpus: task.gpus,
             reservation: task.reservation,

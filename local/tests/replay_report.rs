@@ -25,6 +25,7 @@ fn carmas_90_task_trace_is_submitted_with_its_task_files() {
             workloads: traces.join("workloads"),
             time_scale: 0.0,
             command: Some("true".into()),
+            durations: None,
             cwd: tmp.path().to_path_buf(),
         },
     )
@@ -63,13 +64,20 @@ async fn a_replayed_trace_runs_at_its_gaps_and_reports_like_simulate() {
          python src/submit.py --task workloads/resnet18_cifar100_20e_1.rad\n",
     )
     .unwrap();
+    // 0.1 minute × 0.001 → 6 ms; 1.5 minutes → 90 ms.
+    std::fs::write(
+        tmp.path().join("durations.csv"),
+        "rad,exclusive_minutes\nresnet18_cifar100_20e_1.rad,0.1\nBERT_base.rad,1.5\n",
+    )
+    .unwrap();
     let daemon = start(config(&dir, "2x40GiB"));
     let started = Instant::now();
     let opts = ReplayOptions {
         trace,
         workloads: work,
         time_scale: 0.001,
-        command: Some("sleep 0.1".into()),
+        command: Some("echo {peak_mib} > \"$CARMA_LOCAL_MEMORY_FILE\"; sleep {seconds}".into()),
+        durations: Some(tmp.path().join("durations.csv")),
         cwd: tmp.path().to_path_buf(),
     };
     let ids = tokio::task::spawn_blocking(move || replay(&state, &opts))

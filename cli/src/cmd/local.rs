@@ -173,9 +173,14 @@ struct ReplayArgs {
     /// Multiplier on the gaps (0.01: a hundred times faster; 0: all at once).
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
-    /// Run this shell command instead of each task's own (e.g. 'sleep 5' for a dry run).
+    /// Run this shell command instead of each task's own. Placeholders: {rad}, {peak_mib} (the
+    /// task's measured peak per GPU), {seconds} (its exclusive run time × --time-scale; needs
+    /// --durations). E.g. 'echo {peak_mib} > "$CARMA_LOCAL_MEMORY_FILE"; sleep {seconds}'.
     #[arg(long)]
     command: Option<String>,
+    /// CARMA's `rad,exclusive_minutes` CSV (for {seconds}).
+    #[arg(long)]
+    durations: Option<PathBuf>,
     /// Working directory of the jobs [default: the current directory].
     #[arg(long)]
     cwd: Option<PathBuf>,
@@ -330,6 +335,7 @@ fn replay(a: ReplayArgs) -> Result<(), LocalError> {
         trace: a.trace,
         time_scale: a.time_scale,
         command: a.command,
+        durations: a.durations,
         cwd,
     };
     let ids = carma_local::replay::replay(&dir, &opts)?;
