@@ -41,6 +41,7 @@ mod model;
 mod printout;
 mod profile;
 mod summary;
+mod torchinfo;
 
 pub use analytic::analytic_upper_bound_mib;
 pub use estimator::{
@@ -57,3 +58,4 @@ pub use profile::{
     TORCH_ACTIVATIONS, parse_profile,
 };
 pub use summary::{SummaryError, parse_torchsummary};
+pub use torchinfo::{looks_like_torchinfo, parse_torchinfo};

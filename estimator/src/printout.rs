@@ -220,7 +220,7 @@ pub fn parse_printout(
                 .ok_or_else(|| bad("expected `)` followed by `, <n> params`"))?;
             let own = close_module(open, count, line_no, &mut totals, width, seq)?;
             match stack.last_mut() {
-                Some(parent) => parent.children_params += own,
+                Some(parent) => parent.children_params = parent.children_params.saturating_add(own),
                 None => root_params = Some(count),
             }
             continue;
@@ -246,7 +246,9 @@ pub fn parse_printout(
                 }
                 let own = u128::from(count) * u128::from(m.repeat);
                 match stack.last_mut() {
-                    Some(parent) => parent.children_params += own,
+                    Some(parent) => {
+                        parent.children_params = parent.children_params.saturating_add(own)
+                    }
                     None => root_params = Some(count),
                 }
             }

@@ -10,8 +10,8 @@
 //! carma estimate eval --peaks [--table]
 //! ```
 //!
-//! `--summary` takes a torchsummary table or an annotated module printout (told
-//! apart by their first line); `--optimizer` and `--mixed-precision` set the
+//! `--summary` takes a torchsummary or torchinfo table, or an annotated module
+//! printout (told apart by their headers and first line); `--optimizer` and `--mixed-precision` set the
 //! profile's optional fields for either.
 //!
 //! Output is JSON on stdout. Bad input (unreadable file, malformed profile,
@@ -24,7 +24,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use carma_estimator::{
     Estimate, Estimator, Family, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer, Profile, evaluate,
-    looks_like_printout, parse_printout, parse_profile, parse_torchsummary,
+    looks_like_printout, looks_like_torchinfo, parse_printout, parse_profile, parse_torchinfo,
+    parse_torchsummary,
 };
 use serde_json::json;
 
@@ -48,7 +49,7 @@ pub struct EstimateArgs {
         conflicts_with = "summary"
     )]
     pub profile: Option<PathBuf>,
-    /// A `torchsummary` table, or a PyTorch module printout annotated with
+    /// A `torchsummary` or `torchinfo` table, or a PyTorch module printout annotated with
     /// `, <n> params` per module (transformers; needs `--seq-len`), of the job's
     /// model (`-` reads stdin); needs `--family` and `--batch-size`.
     #[arg(long, value_name = "FILE", requires_all = ["family", "batch_size"])]
@@ -204,7 +205,12 @@ fn read_profile(args: &EstimateArgs) -> Result<Profile, BadInput> {
                     .ok_or_else(|| at(&"a module printout needs --seq-len (tokens per sample)"))?;
                 parse_printout(&text, family, batch, seq).map_err(|e| at(&e))?
             } else {
-                let mut p = parse_torchsummary(&text, family, batch).map_err(|e| at(&e))?;
+                let mut p = if looks_like_torchinfo(&text) {
+                    parse_torchinfo(&text, family, batch)
+                } else {
+                    parse_torchsummary(&text, family, batch)
+                }
+                .map_err(|e| at(&e))?;
                 p.seq_length = args.seq_len;
                 p
             };
@@ -512,6 +518,20 @@ mod printout_tests {
         ])
         .unwrap_err();
         assert!(msg.contains("transformer family only"), "{msg}");
+    }
+
+    #[test]
+    fn torchinfo_tables_are_read() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            f.path(),
+            "Layer (type:depth-idx)   Output Shape   Param #\n====\nNet  [4, 10]  --\n├─Conv2d: 1-1  [4, 8, 6, 6]  80\n├─Linear: 1-2  [4, 10]  2,890\n====\nTotal params: 2,970\n",
+        )
+        .unwrap();
+        let path = f.path().to_string_lossy().into_owned();
+        let out = run_with(&["--summary", &path, "--family", "cnn", "--batch-size", "4"]).unwrap();
+        assert_eq!(out["source"], "analytic-upper-bound");
+        assert!(out["estimate_mib"].as_u64().unwrap() >= 1536);
     }
 
     #[test]
