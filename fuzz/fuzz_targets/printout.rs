@@ -1,11 +1,13 @@
-//! Annotated PyTorch module printouts (`carma estimate --summary` for transformers): the first
-//! two bytes pick the batch size, the next two the sequence length; a printout that parses is
-//! estimated.
+//! Annotated PyTorch module printouts and torchinfo tables (`carma estimate --summary`): the
+//! first byte picks the parser (even: printout, odd: torchinfo), the next two the batch size,
+//! the two after them the sequence length; a description that parses is estimated.
 #![no_main]
 
 use std::sync::OnceLock;
 
-use carma_estimator::{Estimator, Family, looks_like_printout, parse_printout};
+use carma_estimator::{
+    Estimator, Family, looks_like_printout, looks_like_torchinfo, parse_printout, parse_torchinfo,
+};
 use libfuzzer_sys::fuzz_target;
 
 fn estimator() -> &'static Estimator {
@@ -14,7 +16,7 @@ fn estimator() -> &'static Estimator {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let [b0, b1, s0, s1, rest @ ..] = data else {
+    let [which, b0, b1, s0, s1, rest @ ..] = data else {
         return;
     };
     let batch = u32::from(u16::from_le_bytes([*b0, *b1]));
@@ -22,8 +24,15 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
-    let _ = looks_like_printout(text);
-    if let Ok(profile) = parse_printout(text, Family::Transformer, batch, seq) {
+    let parsed = if which % 2 == 0 {
+        let _ = looks_like_printout(text);
+        parse_printout(text, Family::Transformer, batch, seq).ok()
+    } else {
+        let _ = looks_like_torchinfo(text);
+        let family = Family::ALL[usize::from(*which / 2) % Family::ALL.len()];
+        parse_torchinfo(text, family, batch).ok()
+    };
+    if let Some(profile) = parsed {
         let _ = estimator().estimate(&profile);
     }
 });
