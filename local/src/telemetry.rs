@@ -25,6 +25,7 @@ use carma_device_plugin::backends::dcgm::DcgmBackend;
 use carma_device_plugin::backends::nvml::NvmlBackend;
 use carma_device_plugin::backends::simulated::SimulatedBackend;
 use carma_device_plugin::backends::{GpuBackend, GpuSample, PodOnGpu, SampleContext};
+use carma_device_plugin::config::SimulatedMetrics;
 use carma_device_plugin::windows::GpuWindows;
 use serde::{Deserialize, Serialize};
 
@@ -44,8 +45,9 @@ pub enum BackendChoice {
         /// e.g. `http://127.0.0.1:9400/metrics`.
         endpoint: String,
     },
-    /// The device plugin's simulated GPUs.
-    Simulated(SimulatedGpus),
+    /// The device plugin's simulated GPUs, mimicking `metrics`' metric set (`Gpm`: all three
+    /// activity metrics and a process list; `Nvml`: no occupancy; `Dcgm`: no process list).
+    Simulated(SimulatedGpus, SimulatedMetrics),
 }
 
 impl BackendChoice {
@@ -54,7 +56,7 @@ impl BackendChoice {
         match self {
             BackendChoice::Nvml => "nvml",
             BackendChoice::Dcgm { .. } => "dcgm",
-            BackendChoice::Simulated(_) => "simulated",
+            BackendChoice::Simulated(..) => "simulated",
         }
     }
 }
@@ -71,6 +73,8 @@ pub struct JobOnGpus {
     pub reserved_mib: u64,
     /// Its launcher's pid (= its process group), once known.
     pub launcher_pid: Option<u32>,
+    /// When its attempt was launched.
+    pub launched_at_ms: Millis,
     /// Its attempt folder (where it may declare its memory).
     pub dir: AttemptDir,
 }
@@ -90,6 +94,8 @@ pub struct GpuReading {
     pub energy_j: Option<f64>,
     /// MiB attributed to each job on this GPU.
     pub jobs_mib: BTreeMap<String, u64>,
+    /// Whether the backend lists processes (dcgm-exporter alone does not: no attribution).
+    pub processes_listed: bool,
     /// Where the activity figures come from (`dcgm`, `gpm`, `nvml-util`, `simulated`).
     pub activity_source: Option<String>,
 }
@@ -119,15 +125,14 @@ impl Telemetry {
                     .ok();
                 Arc::new(DcgmBackend::new(endpoint, nvml)?)
             }
-            BackendChoice::Simulated(spec) => Arc::new(SimulatedBackend::new(
-                "local",
-                *spec,
-                interval.as_secs_f64(),
-            )),
+            BackendChoice::Simulated(spec, metrics) => Arc::new(
+                SimulatedBackend::new("local", *spec, interval.as_secs_f64())
+                    .with_metrics(*metrics),
+            ),
         };
         Ok(Self {
             backend,
-            simulated: matches!(choice, BackendChoice::Simulated(_)),
+            simulated: matches!(choice, BackendChoice::Simulated(..)),
             window: window.max(1),
             stale_after: (interval * 3).max(Duration::from_secs(3)),
             windows: BTreeMap::new(),
@@ -173,6 +178,7 @@ impl Telemetry {
                 power_w: s.power_watts,
                 energy_j: s.energy_joules,
                 jobs_mib,
+                processes_listed: s.processes_listed,
                 activity_source: risks.source.map(|s| s.as_str().to_string()),
             });
         }

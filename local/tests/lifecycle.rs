@@ -106,3 +106,34 @@ async fn a_job_asking_for_more_gpus_than_the_machine_has_fails_at_once() {
         "the queue is not blocked"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_process_list_jobs_still_share_once_their_warm_up_has_passed() {
+    use carma_device_plugin::config::SimulatedMetrics;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = state_dir(&tmp);
+    let first = submit_sh(&dir, "sleep 1.2", Some(4096), 1, None);
+    let mut cfg = config(&dir, "1x40GiB");
+    // dcgm-exporter alone: activity metrics, no process list.
+    cfg.backend =
+        carma_local::BackendChoice::Simulated("1x40GiB".parse().unwrap(), SimulatedMetrics::Dcgm);
+    let daemon = start(cfg);
+    wait_for(&dir, Duration::from_secs(2), |s| {
+        job(s, &first)["state"] == "running"
+    })
+    .await;
+    let second = submit_sh(&dir, "sleep 0.1", Some(4096), 1, None);
+    // The second job shares the GPU with the first (magm) once the window is warm and the first
+    // job's warm-up (300 ms) has passed, although no process list ever shows the first job.
+    let s = wait_for(&dir, Duration::from_secs(3), |s| {
+        job(s, &second)["state"] == "succeeded"
+    })
+    .await;
+    assert_eq!(job(&s, &first)["state"], "running", "they shared the GPU");
+    assert_eq!(job(&s, &second)["gpus"], serde_json::json!([0]));
+    assert!(
+        job(&s, &second)["peak_mib"].is_null(),
+        "no attribution without a process list"
+    );
+    daemon.abort();
+}

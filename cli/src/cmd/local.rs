@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use carma_core::Policy;
 use carma_device_plugin::SimulatedGpus;
-use carma_device_plugin::config::parse_duration;
+use carma_device_plugin::config::{SimulatedMetrics, parse_duration};
 use carma_local::reservation::{MemorySource, resolve};
 use carma_local::spec::{JobSpec, new_job_id, now_ms, submit};
 use carma_local::{BackendChoice, LocalError, ServeConfig, StateDir};
@@ -70,6 +70,10 @@ struct ServeArgs {
     /// Simulated GPUs, COUNTxSIZE (backend simulated).
     #[arg(long, default_value = "4x40GiB", value_parser = |s: &str| SimulatedGpus::from_str(s).map_err(|e| e.to_string()))]
     simulated_gpus: SimulatedGpus,
+    /// Metric set the simulated GPUs mimic: gpm (all, with a process list), nvml (no SM
+    /// occupancy) or dcgm (no process list).
+    #[arg(long, default_value = "gpm", value_parser = |s: &str| SimulatedMetrics::from_str(s).map_err(|e| e.to_string()))]
+    simulated_metrics: SimulatedMetrics,
     /// dcgm-exporter URL (backend dcgm).
     #[arg(long, default_value = "http://127.0.0.1:9400/metrics")]
     dcgm_endpoint: String,
@@ -235,7 +239,7 @@ fn serve(a: ServeArgs) -> Result<(), LocalError> {
         Backend::Dcgm => BackendChoice::Dcgm {
             endpoint: a.dcgm_endpoint,
         },
-        Backend::Simulated => BackendChoice::Simulated(a.simulated_gpus),
+        Backend::Simulated => BackendChoice::Simulated(a.simulated_gpus, a.simulated_metrics),
     };
     let mut cfg = ServeConfig::new(a.state_dir, backend);
     cfg.policy = a.policy;

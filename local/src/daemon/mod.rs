@@ -194,7 +194,7 @@ impl Daemon {
                 tracing::warn!(error = %e, "cannot sample the GPUs; keeping the last readings")
             }
         }
-        self.observe();
+        self.observe(now);
         // After the first sample: a job asking for more GPUs than there are is refused at once.
         self.ingest_spool()?;
         self.poll_attempts()?;
@@ -239,6 +239,7 @@ impl Daemon {
                         _ => a.reserved_mib,
                     },
                     launcher_pid: a.pid,
+                    launched_at_ms: a.launched_at_ms,
                     dir: self.dir.attempt(&j.spec.id, a.number),
                 })
             })
@@ -247,7 +248,7 @@ impl Daemon {
 
     /// Fold the latest readings into each running job's totals; a job whose memory shows on all its
     /// GPUs is no longer in flight for the ledger.
-    fn observe(&mut self) {
+    fn observe(&mut self, now: Millis) {
         let mut energy_delta: HashMap<String, f64> = HashMap::new();
         for r in &self.gpus {
             if let Some(e) = r.energy_j
@@ -267,6 +268,13 @@ impl Daemon {
                 };
                 match r.jobs_mib.get(&job.id) {
                     Some(mib) => totals.peak_mib = Some(totals.peak_mib.unwrap_or(0).max(*mib)),
+                    // Without a process list (dcgm-exporter alone) nothing can show the job: once
+                    // its warm-up has passed, its memory is taken to be in telemetry's figures.
+                    None if !r.processes_listed
+                        && now
+                            >= job
+                                .launched_at_ms
+                                .saturating_add(self.cfg.placement.warmup_ms) => {}
                     None => seen_everywhere = false,
                 }
                 if let Some(sm) = r.sm_activity_now {
@@ -286,7 +294,7 @@ impl Daemon {
 
     /// `gpus.json` for `status`, one `telemetry.jsonl` line for `report`.
     fn write_views(&self, now: Millis) -> Result<()> {
-        let simulated = matches!(self.cfg.backend, BackendChoice::Simulated(_));
+        let simulated = matches!(self.cfg.backend, BackendChoice::Simulated(..));
         let gpus: Vec<serde_json::Value> = self
             .gpus
             .iter()

@@ -15,7 +15,7 @@ use serde_json::Value;
 /// A fast daemon configuration: 50 ms ticks, 3-sample windows, 300 ms warm-up, no back-off.
 pub fn config(dir: &Path, gpus: &str) -> ServeConfig {
     let spec: SimulatedGpus = gpus.parse().expect("GPU spec");
-    let mut cfg = ServeConfig::new(dir, BackendChoice::Simulated(spec));
+    let mut cfg = ServeConfig::new(dir, BackendChoice::Simulated(spec, Default::default()));
     cfg.interval = Duration::from_millis(50);
     cfg.window = 3;
     cfg.placement.warmup_ms = 300;
