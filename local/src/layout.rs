@@ -24,18 +24,24 @@ pub struct StateDir {
 
 impl StateDir {
     /// An existing state directory; an error naming it when it does not exist.
+    ///
+    /// The path is made absolute: job launchers run in the job's own working directory and name
+    /// their attempt folder by this path, and a daemon restarted from elsewhere must find them.
     pub fn existing(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
         if !root.is_dir() {
             return Err(LocalError::MissingStateDir(root));
         }
+        let root = fs::canonicalize(&root).map_err(|e| LocalError::io(&root, e))?;
         Ok(Self { root })
     }
 
     /// The state directory, created with its spool and jobs folders when missing.
     pub fn create(root: impl Into<PathBuf>) -> Result<Self> {
-        let dir = Self { root: root.into() };
-        for d in [dir.root.clone(), dir.spool(), dir.jobs()] {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(|e| LocalError::io(&root, e))?;
+        let dir = Self::existing(root)?;
+        for d in [dir.spool(), dir.jobs()] {
             fs::create_dir_all(&d).map_err(|e| LocalError::io(&d, e))?;
         }
         Ok(dir)

@@ -137,3 +137,46 @@ async fn without_a_process_list_jobs_still_share_once_their_warm_up_has_passed()
     );
     daemon.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_state_dir_works_whatever_the_jobs_working_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    // A state directory named relative to this process's working directory (the crate root).
+    let name = format!("target/carma-local-test-{}", std::process::id());
+    let rel = std::path::PathBuf::from(&name);
+    let state = carma_local::StateDir::create(&rel).unwrap();
+    assert!(state.root().is_absolute());
+    let now = carma_local::spec::now_ms();
+    let spec = carma_local::JobSpec {
+        id: carma_local::spec::new_job_id(now),
+        name: "rel".into(),
+        command: vec!["true".into()],
+        cwd: elsewhere.clone(),
+        gpus: 1,
+        reservation: carma_core::Reservation::Mib(1024),
+        reservation_source: "override".into(),
+        policy: None,
+        submitted_at_ms: now,
+    };
+    carma_local::spec::submit(&state, &spec).unwrap();
+    let daemon = start(config(&rel, "1x40GiB"));
+    let s = wait_for(state.root(), Duration::from_secs(3), all_done).await;
+    daemon.abort();
+    assert_eq!(job(&s, &spec.id)["state"], "succeeded");
+    assert!(
+        state
+            .root()
+            .join("jobs")
+            .join(&spec.id)
+            .join("1")
+            .join("exit")
+            .exists()
+    );
+    assert!(
+        !elsewhere.join("target").exists(),
+        "nothing written relative to the job's directory"
+    );
+    let _ = std::fs::remove_dir_all(state.root());
+}
