@@ -143,8 +143,9 @@ async fn a_relative_state_dir_works_whatever_the_jobs_working_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let elsewhere = tmp.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
-    // A state directory named relative to this process's working directory (the crate root).
-    let name = format!("target/carma-local-test-{}", std::process::id());
+    // A state directory named relative to this process's working directory (the crate root), inside
+    // the workspace's (ignored) target folder.
+    let name = format!("../target/carma-local-test-{}", std::process::id());
     let rel = std::path::PathBuf::from(&name);
     let state = carma_local::StateDir::create(&rel).unwrap();
     assert!(state.root().is_absolute());
