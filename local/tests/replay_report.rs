@@ -116,9 +116,22 @@ async fn a_replayed_trace_runs_at_its_gaps_and_reports_like_simulate() {
     assert!(p["makespan_s"].as_f64().unwrap() > 0.2);
     assert!(p["energy_kwh"].as_f64().unwrap() > 0.0);
     assert_eq!(json["local"]["jobs"].as_array().unwrap().len(), 3);
+    let gpus = json["local"]["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    assert!(
+        gpus.iter()
+            .any(|g| g["peak_used_mib"].as_u64().unwrap() > 0)
+    );
     let html = r.write(&tmp.path().join("report")).unwrap();
     let text = std::fs::read_to_string(html).unwrap();
     assert!(text.contains("carma local"));
     assert!(!text.contains("Nothing here was measured"));
-    assert!(tmp.path().join("report/results.json").exists());
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("report/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        results["runs"][0]["gpus"].as_array().unwrap().len(),
+        2,
+        "timelines kept"
+    );
 }

@@ -26,6 +26,7 @@ use crate::jobs::{Job, JobState, JobTable};
 use crate::journal::Journal;
 use crate::layout::StateDir;
 use crate::spec::now_ms;
+pub use samples::GpuTotals;
 use samples::Samples;
 
 /// A local run as the simulator's report writers take it.
@@ -39,6 +40,8 @@ pub struct Report {
     pub backend: String,
     /// Per-job detail (as in `status`).
     pub jobs: Vec<serde_json::Value>,
+    /// Per-GPU totals over the makespan.
+    pub gpus: Vec<GpuTotals>,
 }
 
 /// Build the report of the run in `dir`.
@@ -189,6 +192,7 @@ pub fn report(dir: &StateDir) -> Result<Report> {
         },
         backend,
         jobs: jobs.iter().map(|j| crate::status::job_json(j)).collect(),
+        gpus: samples.per_gpu(window.0, window.1),
     })
 }
 

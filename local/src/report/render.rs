@@ -68,6 +68,7 @@ impl Report {
                 _ => "measured",
             },
             "jobs": self.jobs,
+            "gpus": self.gpus,
         });
         v
     }
@@ -85,7 +86,10 @@ impl Report {
             );
         let html_path = out.join("report.html");
         write_atomic(&html_path, html.as_bytes())?;
-        let json = serde_json::to_vec_pretty(&self.json()).unwrap_or_default();
+        // As `carma simulate --out`: the whole comparison (with timelines), plus the local detail.
+        let mut results = serde_json::to_value(&self.comparison).unwrap_or_default();
+        results["local"] = self.json()["local"].clone();
+        let json = serde_json::to_vec_pretty(&results).unwrap_or_default();
         write_atomic(&out.join("results.json"), &json)?;
         Ok(html_path)
     }

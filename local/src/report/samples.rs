@@ -26,6 +26,26 @@ struct GpuLine {
     jobs: usize,
 }
 
+/// One GPU over a time window.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GpuTotals {
+    /// GPU index.
+    pub index: u32,
+    /// Memory, MiB.
+    pub total_mib: u64,
+    /// Highest used memory seen, MiB.
+    pub peak_used_mib: u64,
+    /// Mean SM activity (samples, 0..1).
+    pub sm_activity_mean: f64,
+    /// Energy counter increase, J.
+    pub energy_j: f64,
+    /// Samples.
+    pub samples: usize,
+}
+
+/// Totals so far, SM activity sum and count, lowest and highest energy counter.
+type Accumulator = (GpuTotals, f64, usize, Option<(f64, f64)>);
+
 /// Every sample the daemon wrote.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Samples(Vec<Line>);
@@ -96,6 +116,44 @@ impl Samples {
             // `+ 0.0`: an empty f64 sum is −0.0, which would print as such.
             energy_j: energy.values().map(|(lo, hi)| hi - lo).sum::<f64>() + 0.0,
         }
+    }
+
+    /// Per-GPU totals over samples in `[from, to]`.
+    pub(super) fn per_gpu(&self, from: u64, to: u64) -> Vec<GpuTotals> {
+        let mut by: BTreeMap<u32, Accumulator> = BTreeMap::new();
+        for l in self.0.iter().filter(|l| l.t_ms >= from && l.t_ms <= to) {
+            for g in &l.gpus {
+                let (t, sm_sum, sm_n, energy) = by.entry(g.index).or_insert_with(|| {
+                    let t = GpuTotals {
+                        index: g.index,
+                        total_mib: g.total_mib,
+                        peak_used_mib: 0,
+                        sm_activity_mean: 0.0,
+                        energy_j: 0.0,
+                        samples: 0,
+                    };
+                    (t, 0.0, 0, None)
+                });
+                t.samples += 1;
+                t.peak_used_mib = t.peak_used_mib.max(g.used_mib);
+                if let Some(v) = g.sm_activity {
+                    *sm_sum += v;
+                    *sm_n += 1;
+                }
+                if let Some(e) = g.energy_j {
+                    let (lo, hi) = energy.get_or_insert((e, e));
+                    *lo = lo.min(e);
+                    *hi = hi.max(e);
+                }
+            }
+        }
+        by.into_values()
+            .map(|(mut t, sm_sum, sm_n, energy)| {
+                t.sm_activity_mean = if sm_n > 0 { sm_sum / sm_n as f64 } else { 0.0 };
+                t.energy_j = energy.map_or(0.0, |(lo, hi)| hi - lo);
+                t
+            })
+            .collect()
     }
 
     /// One timeline per GPU, times relative to `t0`.
