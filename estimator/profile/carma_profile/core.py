@@ -4,15 +4,18 @@ Definitions (the same as `estimator/datagen/worker.py` + `csvio.py`, which produ
 estimator's training data, and GPUMemNet's MLP data in `shared/data/gpumemnet`):
 
 * A *layer* is one call of a leaf module (a module without children) in a forward
-  pass, or of an attention module (`nn.MultiheadAttention`, or any module whose class
-  name contains `Attention`), which counts as one layer; the modules inside an
-  attention module are not layers of their own.
-* `activations`: the sum over layers of the layer's output size for one sample (the
+  pass, or of an attention block: the innermost module whose class name contains
+  `Attention` (`nn.MultiheadAttention`, Hugging Face's `BertSelfAttention`, ...),
+  as the Rust printout parser counts them. The layers a block calls are layers too;
+  a block that calls none (`nn.MultiheadAttention`, whose projections are not called
+  as modules) adds its own output, as the datagen counts it.
+* `activations`: the sum over layer calls of the output size for one sample (the
   first tensor of the output; the sequence dimension included). It is measured as
   the difference between a forward pass with batch 2 and one with batch 1, so the
   batch dimension may be anywhere and batch-independent outputs count 0.
 * `parameters`: every parameter of the model (`model.parameters()`, shared ones once).
-* `layers`: counts by class name, as the Rust estimator counts torchsummary rows:
+* `layers`: the modules called (each once, however often it is called), counted by
+  class name as the Rust estimator counts torchsummary rows and printout modules:
   `Linear`, `Conv2d*`, `BatchNorm*`/`SyncBatchNorm`, `Dropout*`/`AlphaDropout`,
   `LayerNorm`, attention modules, `AdaptiveAvgPool*`.
 * `depth`: MLP linear; CNN conv2d + batchNorm + dropout + adaptiveAvgPool + linear;
@@ -31,6 +34,10 @@ MLP_ACTIVATIONS = ["ELU", "GELU", "Identity", "LeakyReLU", "Mish", "PReLU",
                    "ReLU", "SELU", "SiLU", "Softplus", "Tanh"]
 CNN_ACTIVATIONS = [a for a in MLP_ACTIVATIONS if a != "Identity"]
 FAMILIES = ("mlp", "cnn", "transformer")
+# torch.nn activation names the Rust profile accepts (estimator/src/profile.rs).
+TORCH_ACTIVATIONS = ("CELU ELU GELU GLU Hardshrink Hardsigmoid Hardswish Hardtanh Identity LeakyReLU "
+                     "LogSigmoid LogSoftmax Mish PReLU RReLU ReLU ReLU6 SELU SiLU Sigmoid Softmax "
+                     "Softmax2d Softmin Softplus Softshrink Softsign Tanh Tanhshrink Threshold").split()
 OPTIMIZERS = ("sgd", "sgdMomentum", "adam")  # estimator/src/profile.rs (`adamw` is `adam`)
 
 # Ranges of estimator/src/profile.rs.
@@ -51,7 +58,7 @@ class ProfileError(ValueError):
 def layer_kind(class_name: str) -> str | None:
     """The `layers` key a module class counts under, or None."""
     n = class_name
-    if n in ("Linear", "LazyLinear"):
+    if n in ("Linear", "LazyLinear", "Conv1D"):  # Conv1D: Hugging Face GPT-2's linear
         return "linear"
     if "Attention" in n or n == "NonDynamicallyQuantizableLinear":
         return "attention"
@@ -102,33 +109,51 @@ def _first_tensor(torch, out):
     return None
 
 
-def _layers(torch, model):
-    """(module, name) of every module that is a layer, skipping attention internals."""
-    inside: set[int] = set()
-    picked = []
+def _is_attention(m) -> bool:
+    return "Attention" in type(m).__name__
+
+
+def _layers(model):
+    """(module, is attention block) of every module that is a layer: the leaves, and
+    the innermost modules whose class name contains `Attention` (not the projection
+    inside `nn.MultiheadAttention`, which is part of its block)."""
+    picked, projections = [], set()
     for m in model.modules():
-        if id(m) in inside:
-            continue
-        name = type(m).__name__
-        attention = layer_kind(name) == "attention" and m is not model
-        if attention:
-            inside.update(id(c) for c in m.modules() if c is not m)
-        if attention or not any(True for _ in m.children()):
-            picked.append((m, name))
+        if _is_attention(m) and not any(_is_attention(c) for c in m.modules() if c is not m):
+            picked.append((m, True))
+            projections.update(id(c) for c in m.modules()
+                               if type(c).__name__ == "NonDynamicallyQuantizableLinear")
+    picked += [(m, False) for m in model.modules()
+               if not any(True for _ in m.children()) and not _is_attention(m)
+               and id(m) not in projections]
     return picked
 
 
 def _trace(torch, model, make_input, batch: int):
-    """[(class name, output numel)] of every layer call, in forward order."""
-    rows: list[tuple[str, int]] = []
+    """[(class name, output numel, module id)] of every layer call, in forward order (an
+    attention block's row comes after the layers it called, and has numel 0 when it
+    called any)."""
+    rows: list[tuple[str, int, int]] = []
+    open_blocks: list[int] = []
 
-    def hook(name):
-        def f(_m, _inp, out):
-            t = _first_tensor(torch, out)
-            rows.append((name, 0 if t is None else int(t.numel())))
-        return f
+    def leaf(m, _inp, out):
+        t = _first_tensor(torch, out)
+        rows.append((type(m).__name__, 0 if t is None else int(t.numel()), id(m)))
 
-    handles = [m.register_forward_hook(hook(name)) for m, name in _layers(torch, model)]
+    def block_start(_m, _inp):
+        open_blocks.append(len(rows))
+
+    def block_end(m, _inp, out):
+        t = _first_tensor(torch, out)
+        called_layers = len(rows) > open_blocks.pop()
+        rows.append((type(m).__name__, 0 if t is None or called_layers else int(t.numel()), id(m)))
+
+    handles = []
+    for m, block in _layers(model):
+        if block:
+            handles += [m.register_forward_pre_hook(block_start), m.register_forward_hook(block_end)]
+        else:
+            handles.append(m.register_forward_hook(leaf))
     try:
         x = make_input(batch)
         with torch.no_grad():
@@ -186,6 +211,8 @@ def describe(model, batch_size: int, input_size=None, seq_len: int | None = None
     batch_size = _positive_int("batch_size", batch_size, MAX_BATCH_SIZE)
     if seq_len is not None:
         seq_len = _positive_int("seq_len", seq_len, MAX_SEQ_LENGTH)
+    if activation is not None and activation.strip().lower() not in {a.lower() for a in TORCH_ACTIVATIONS}:
+        raise ProfileError(f"activation {activation!r} is not a torch.nn activation (e.g. ReLU, GELU, SiLU)")
     if optimizer is not None:
         optimizer = "adam" if optimizer.lower() == "adamw" else optimizer
         if optimizer not in OPTIMIZERS:
@@ -215,11 +242,12 @@ def describe(model, batch_size: int, input_size=None, seq_len: int | None = None
         two = _trace(torch, model, make_input, 2)
     finally:
         model.train(was_training)
-    if [n for n, _ in one] != [n for n, _ in two]:
+    if [(n, i) for n, _, i in one] != [(n, i) for n, _, i in two]:
         raise ProfileError("the model calls different layers at batch 1 and batch 2; "
                            "its layers cannot be counted from a forward pass")
-    activations = sum(b - a for (_, a), (_, b) in zip(one, two))
-    counts = Counter(layer_kind(n) for n, _ in two)
+    activations = sum(b[1] - a[1] for a, b in zip(one, two))
+    called = list({i: n for n, _, i in two}.values())  # each module once, first-call order
+    counts = Counter(layer_kind(n) for n in called)
     layers = {k: counts.get(k, 0) for k in LAYER_KEYS}
 
     if family is None:
@@ -230,7 +258,7 @@ def describe(model, batch_size: int, input_size=None, seq_len: int | None = None
     _check_family(family, layers)
     known = CNN_ACTIVATIONS if family == "cnn" else MLP_ACTIVATIONS
     if activation is None:
-        acts = [a for a in (activation_name(n, known) for n, _ in two) if a]
+        acts = [a for a in (activation_name(n, known) for n in called) if a]
         freq = Counter(acts)
         # most frequent; ties go to the first in forward order
         activation = (max(acts, key=lambda a: (freq[a], -acts.index(a))) if acts

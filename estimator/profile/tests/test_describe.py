@@ -98,6 +98,7 @@ def test_activation_choice():
     ({"batch_size": 8, "input_size": (1024,), "family": "cnn"}, "no Conv2d"),
     ({"batch_size": 8, "input_size": (1024,), "family": "rnn"}, "family must be"),
     ({"batch_size": 8, "seq_len": 0}, "seq_len"),
+    ({"batch_size": 8, "input_size": (1024,), "activation": "Swishy"}, "not a torch.nn activation"),
     ({"batch_size": 8, "input_size": (1024,), "optimizer": "lbfgs"}, "optimizer must be one of"),
     ({"batch_size": 8, "input_size": (1024,), "mixed_precision": "yes"}, "mixed_precision"),
 ])
@@ -115,3 +116,54 @@ def test_cnn_family_rejects_attention_in_mlp():
     m = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2 * 4 * 4, 2))
     with pytest.raises(ProfileError, match="family 'mlp'.*1 Conv2d"):
         describe(m, 8, input_size=(1, 6, 6), family="mlp")
+
+
+class TwiceAndUnused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.1)
+        self.unused = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(self.fc(self.drop(x)))
+
+
+def test_modules_count_once_and_calls_add_activations():
+    p = describe(TwiceAndUnused(), 4, input_size=8)
+    assert p["layers"]["dropout"] == 1 and p["layers"]["linear"] == 1  # `unused` is not called
+    assert p["activations"] == 8 * 3  # dropout twice, linear once
+
+
+class SelfAttention(nn.Module):
+    """A Hugging Face-style block: projections are modules the block calls."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        probs = self.drop((self.q(x) @ self.k(x).transpose(1, 2)).softmax(-1))
+        return probs @ self.v(x)
+
+
+class Block(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.emb = nn.Embedding(100, d)
+        self.attn = SelfAttention(d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, tokens):
+        return self.norm(self.attn(self.emb(tokens)))
+
+
+def test_an_attention_block_counts_once_with_the_layers_it_calls():
+    seq = 6
+    p = describe(Block(), 2, seq_len=seq)
+    assert p["family"] == "transformer"
+    assert p["layers"]["attention"] == 1 and p["layers"]["linear"] == 3
+    assert p["layers"]["dropout"] == 1 and p["layers"]["layerNorm"] == 1
+    # embedding, q, k, v, the dropout of the scores, norm; the block's own output is not added
+    assert p["activations"] == seq * 16 + 3 * seq * 16 + seq * seq + seq * 16
