@@ -5,8 +5,6 @@ import json
 import re
 import subprocess
 
-import torch
-
 from carma_profile import describe
 from carma_profile.core import layer_kind
 from models import MnistNet
