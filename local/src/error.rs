@@ -23,6 +23,9 @@ pub enum LocalError {
         /// Its lock file.
         lock: PathBuf,
     },
+    /// The state directory was removed or replaced while the daemon served it.
+    #[error("state directory {} was removed or replaced while this daemon served it; stopping (jobs keep running)", .0.display())]
+    StateDirReplaced(PathBuf),
     /// A file or directory operation failed.
     #[error("{}: {source}", .path.display())]
     Io {

@@ -146,6 +146,17 @@ pub fn append_line(path: &Path, line: &str, durable: bool) -> Result<()> {
     Ok(())
 }
 
+/// Whether `held` (the daemon's open lock file) is still the file at `dir`'s lock path: removing or
+/// replacing the state directory under a running daemon would let a second daemon lock a new file
+/// and serve the same paths.
+pub fn lock_still_held(dir: &StateDir, held: &File) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (fs::metadata(dir.lock()), held.metadata()) {
+        (Ok(on_disk), Ok(ours)) => on_disk.dev() == ours.dev() && on_disk.ino() == ours.ino(),
+        _ => false,
+    }
+}
+
 /// Take the daemon's lock on `dir`: an error when another daemon holds it. The lock lasts as long
 /// as the returned file is open (the kernel drops it when the process dies, however it dies).
 pub fn lock(dir: &StateDir) -> Result<File> {

@@ -81,3 +81,23 @@ fn a_torn_journal_line_is_cut_and_the_rest_kept() {
     .unwrap();
     assert_eq!(j.read().unwrap().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_whose_state_dir_is_removed_stops_instead_of_sharing_it_with_a_new_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = state_dir(&tmp);
+    let daemon = start(config(&dir, "1x40GiB"));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Moved away in one step (as `rm -rf` would remove it, but without racing the daemon's writes).
+    std::fs::rename(&dir, tmp.path().join("moved")).unwrap();
+    let e = tokio::time::timeout(std::time::Duration::from_secs(2), daemon)
+        .await
+        .expect("the daemon stops")
+        .unwrap()
+        .unwrap_err();
+    // Caught by the lock check at the next pass, or by the pass the removal interrupted.
+    assert!(
+        matches!(e, LocalError::StateDirReplaced(_) | LocalError::Io { .. }),
+        "{e}"
+    );
+}

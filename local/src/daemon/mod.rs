@@ -20,10 +20,10 @@ use carma_core::{Ledger, Millis, PlacementConfig, Policy, RecoveryConfig};
 use carma_operator::OomPatterns;
 use serde_json::json;
 
-use crate::error::Result;
+use crate::error::{LocalError, Result};
 use crate::jobs::{JobState, JobTable};
 use crate::journal::{AttemptUsage, Event, Journal};
-use crate::layout::{StateDir, append_line, lock, write_atomic};
+use crate::layout::{StateDir, append_line, lock, lock_still_held, write_atomic};
 use crate::spec::{now_ms, read_spool};
 use crate::telemetry::{BackendChoice, GpuReading, JobOnGpus, Telemetry};
 
@@ -110,7 +110,7 @@ pub(crate) struct Daemon {
     waiting: BTreeMap<String, String>,
     rr_cursor: usize,
     gpus: Vec<GpuReading>,
-    _lock: File,
+    lock: File,
 }
 
 /// Serve `cfg.state_dir` until `shutdown` completes (or, with `exit_when_idle`, until idle).
@@ -168,7 +168,7 @@ impl Daemon {
             waiting: BTreeMap::new(),
             rr_cursor: 0,
             gpus: Vec::new(),
-            _lock: lock,
+            lock,
         };
         d.recover()?;
         Ok(d)
@@ -184,6 +184,9 @@ impl Daemon {
     /// One pass of the loop.
     #[tracing::instrument(skip_all)]
     pub(crate) async fn step(&mut self) -> Result<()> {
+        if !lock_still_held(&self.dir, &self.lock) {
+            return Err(LocalError::StateDirReplaced(self.dir.root().to_path_buf()));
+        }
         let now = now_ms();
         let running = self.running_jobs();
         match self.telemetry.sample(&running, now).await {
