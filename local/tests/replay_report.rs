@@ -126,6 +126,7 @@ async fn a_replayed_trace_runs_at_its_gaps_and_reports_like_simulate() {
     let text = std::fs::read_to_string(html).unwrap();
     assert!(text.contains("carma local"));
     assert!(!text.contains("Nothing here was measured"));
+    assert!(!text.contains("<h2>Models</h2>") && text.contains("<h2>What this is</h2>"));
     let results: serde_json::Value =
         serde_json::from_slice(&std::fs::read(tmp.path().join("report/results.json")).unwrap())
             .unwrap();

@@ -84,6 +84,17 @@ impl Report {
                 "<b>Simulated results.</b> Virtual time on modelled GPUs: run times and peak memory are CARMA's measurements; slowdown while sharing, power and telemetry timing come from the documented models. Nothing here was measured on a GPU.",
                 &format!("<b>carma local.</b> {}", self.what()),
             );
+        // The simulator's closing "Models" section describes its models, which a local run does
+        // not use: it is replaced by what this run is.
+        let html = match html.find("<h2>Models</h2>") {
+            Some(at) => format!(
+                "{}<h2>What this is</h2>\n<p class=\"note\">{}. Jobs ran as real processes under `carma local serve`; \
+                 times are wall-clock; per-GPU timelines are the daemon's samples (telemetry.jsonl).</p>\n</body></html>\n",
+                &html[..at],
+                self.what()
+            ),
+            None => html,
+        };
         let html_path = out.join("report.html");
         write_atomic(&html_path, html.as_bytes())?;
         // As `carma simulate --out`: the whole comparison (with timelines), plus the local detail.
