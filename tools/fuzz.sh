@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-all=(quantity torchsummary carma_trace cluster_snapshot pod_annotations extender_verbs)
+all=(quantity torchsummary printout carma_trace cluster_snapshot pod_annotations extender_verbs)
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
 work=${CARMA_FUZZ_DIR:-$HOME/.cache/carma-fuzz}

@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 /// Default limit on telemetry age: three of the device plugin's 30 s heartbeats missed.
 pub const DEFAULT_MAX_TELEMETRY_AGE_MS: u64 = 90_000;
 
+/// Default wait after which `pack` lets a pod crowd a busy GPU: two hours.
+pub const DEFAULT_PACK_AGING_MS: u64 = 120 * 60_000;
+
 /// Every threshold the placement rules use. Defaults are CARMA's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -33,6 +36,9 @@ pub struct PlacementConfig {
     /// idle GPUs continues): a node whose device plugin stopped publishing is not trusted with
     /// collocation. `None`: telemetry never ages.
     pub max_telemetry_age_ms: Option<u64>,
+    /// `pack` only: a pod that has waited this long may crowd a busy GPU beyond the SM activity
+    /// cap (least loaded first) instead of waiting for a GPU where its expected activity fits.
+    pub pack_aging_ms: u64,
 }
 
 impl Default for PlacementConfig {
@@ -47,6 +53,7 @@ impl Default for PlacementConfig {
             warmup_ms: 30_000,
             honor_reservations: true,
             max_telemetry_age_ms: Some(DEFAULT_MAX_TELEMETRY_AGE_MS),
+            pack_aging_ms: DEFAULT_PACK_AGING_MS,
         }
     }
 }

@@ -227,6 +227,11 @@ pub struct Demand {
     /// counts as a pod that fills the GPU.
     #[serde(default)]
     pub expected_sm_activity: Option<f64>,
+    /// How long the pod has waited for GPUs so far (ms). `pack` lets a pod that has waited
+    /// [`PlacementConfig::pack_aging_ms`](crate::PlacementConfig) crowd a busy GPU, so no pod
+    /// waits without bound for a GPU where it fits.
+    #[serde(default)]
+    pub waited_ms: crate::Millis,
 }
 
 impl Demand {
@@ -239,6 +244,7 @@ impl Demand {
             exclusive: false,
             idle_only: false,
             expected_sm_activity: None,
+            waited_ms: 0,
         }
     }
 

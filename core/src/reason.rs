@@ -125,6 +125,22 @@ pub enum GpuRejection {
         /// Reservation of the pod.
         need_mib: u64,
     },
+    /// `pack`: the pod's expected SM activity does not fit beside the GPU's load under the cap.
+    #[error(
+        "GPU {index} ({uuid}) is loaded to SM activity {load:.2}; this pod's expected {expected:.2} on top would pass the cap {cap:.2} (policy pack waits for a GPU where it fits, or an idle one)"
+    )]
+    ActivityCapExceeded {
+        /// GPU UUID.
+        uuid: String,
+        /// GPU index.
+        index: u32,
+        /// The larger of the measured SM activity risk score and the activity booked with its pods.
+        load: f64,
+        /// The pod's expected SM activity (1 when unknown).
+        expected: f64,
+        /// Cap on SM activity.
+        cap: f64,
+    },
     /// The utilization gate: the GPU is already busy.
     #[error("GPU {index} ({uuid}) fails the utilization gate ({gate}): {}", gate_text(*.sm_activity, *.sm_activity_cap, *.sm_occupancy, *.sm_occupancy_cap, *.dram_activity, *.dram_activity_cap))]
     UtilizationGate {
@@ -222,6 +238,7 @@ impl GpuRejection {
             GpuRejection::ReplicasTaken { .. } => "replicas-taken",
             GpuRejection::InsufficientMemory { .. } => "insufficient-memory",
             GpuRejection::OverReserved { .. } => "over-reserved",
+            GpuRejection::ActivityCapExceeded { .. } => "activity-cap",
             GpuRejection::UtilizationGate { .. } => "utilization-gate",
             GpuRejection::TelemetryWarmingUp { .. } => "telemetry-warming-up",
             GpuRejection::NoActivityTelemetry { .. } => "no-activity-telemetry",

@@ -1,15 +1,17 @@
 //! `pack`, carma's own policy: complementary packing by expected SM activity, idle GPUs kept for
-//! pods that cannot share, crowded sharing last. CARMA's figures: 40 GiB A100s, gate cap 0.80.
+//! pods that cannot share, crowding up to full activity last, aging. CARMA's figures: 40 GiB
+//! A100s, gate cap 0.80.
 
 use carma_core::placement::pack::IDLE_SCORE;
 use carma_core::{
-    Demand, Gpu, Ledger, Node, PlacementConfig, PlacementRecord, Policy, Reservation, place_on_node,
+    Demand, Gpu, Ledger, Node, NodeRejection, PlacementConfig, PlacementRecord, Policy,
+    Reservation, place_on_node,
 };
 
 const A100: u64 = 40960;
 const NOW: u64 = 1_000_000;
 
-/// A GPU running one settled pod that reserved `reserved` MiB, with measured activity `smact`;
+/// A GPU running one settled pod (8000 MiB used), with measured activity `smact`;
 /// with `smact == None` it is idle.
 fn gpu(index: u32, smact: Option<f64>) -> Gpu {
     let mut g = Gpu::idle(format!("GPU-{index}"), index, A100);
@@ -98,26 +100,45 @@ fn a_heavy_or_unknown_pod_takes_an_idle_gpu_rather_than_crowd_one() {
 }
 
 #[test]
-fn without_an_idle_gpu_the_least_loaded_is_crowded_and_scores_below_idle() {
-    let n = node("a", vec![gpu(0, Some(0.6)), gpu(1, Some(0.4))]);
+fn without_an_idle_gpu_a_pod_crowds_the_least_loaded_gpu_up_to_full_activity_and_no_further() {
+    let cfg = PlacementConfig::default();
+    // 0.25 + 0.7 = 0.95: past the cap but within 100 %; 0.6 + 0.7 would be 1.3.
+    let n = node("a", vec![gpu(0, Some(0.6)), gpu(1, Some(0.25))]);
     let ledger = ledger_for(&[&n], 0.0);
-    let p = place_on_node(
-        &n,
-        &ledger,
-        &demand(Some(0.7)),
-        &PlacementConfig::default(),
-        NOW,
-        0,
-    )
-    .unwrap();
+    let p = place_on_node(&n, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap();
     assert_eq!(p.indices, vec![1]);
     assert!(p.score < IDLE_SCORE, "score {}", p.score);
+    // Both GPUs too loaded: the pod waits, and each GPU says why.
+    let n = node("a", vec![gpu(0, Some(0.6)), gpu(1, Some(0.4))]);
+    let ledger = ledger_for(&[&n], 0.0);
+    let err = place_on_node(&n, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap_err();
+    let NodeRejection::NotEnoughGpus { rejections, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(rejections.len(), 2);
+    assert!(
+        rejections.iter().all(|r| r.code() == "activity-cap"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("would pass the cap"), "{err}");
+    // Every CARMA policy places it (the gate reads telemetry alone).
+    let mut magm = demand(Some(0.7));
+    magm.policy = Policy::Magm;
+    assert!(place_on_node(&n, &ledger, &magm, &cfg, NOW, 0).is_ok());
+    // A pod that has waited `pack_aging_ms` crowds the least loaded GPU.
+    let mut aged = demand(Some(0.7));
+    aged.waited_ms = cfg.pack_aging_ms;
+    let p = place_on_node(&n, &ledger, &aged, &cfg, NOW, 0).unwrap();
+    assert_eq!(p.indices, vec![1]);
+    aged.waited_ms -= 1;
+    assert!(place_on_node(&n, &ledger, &aged, &cfg, NOW, 0).is_err());
 }
 
 #[test]
 fn booked_activity_counts_while_telemetry_lags_behind() {
     // Telemetry still shows 0.1, but the pod there was booked at 0.6: 0.6 + 0.3 is over the cap.
     let n = node("a", vec![gpu(0, Some(0.1)), gpu(1, None)]);
+    assert!(0.6 + 0.3 > PlacementConfig::default().sm_activity_cap);
     let cfg = PlacementConfig::default();
     let lagging = ledger_for(&[&n], 0.6);
     let p = place_on_node(&n, &lagging, &demand(Some(0.3)), &cfg, NOW, 0).unwrap();

@@ -86,14 +86,20 @@ fn demand() -> impl Strategy<Value = Demand> {
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.1),
         prop::option::of(0u32..=1000),
+        prop::bool::weighted(0.2),
     )
-        .prop_map(|(gpus, reservation, policy, exclusive, idle_only, milli)| {
-            let mut d = Demand::new(gpus, reservation, policy);
-            d.exclusive = exclusive;
-            d.idle_only = idle_only;
-            d.expected_sm_activity = milli.map(|m| f64::from(m) / 1000.0);
-            d
-        })
+        .prop_map(
+            |(gpus, reservation, policy, exclusive, idle_only, milli, aged)| {
+                let mut d = Demand::new(gpus, reservation, policy);
+                d.exclusive = exclusive;
+                d.idle_only = idle_only;
+                d.expected_sm_activity = milli.map(|m| f64::from(m) / 1000.0);
+                if aged {
+                    d.waited_ms = PlacementConfig::default().pack_aging_ms;
+                }
+                d
+            },
+        )
 }
 
 proptest! {

@@ -115,7 +115,13 @@ async fn the_simulator_decides_as_the_extender_does() {
                 ann.push((ANNOTATION_EXCLUSIVE, "true".to_string()));
             }
             let ann: Vec<(&str, &str)> = ann.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let pod = pod_json("ml", &format!("p-{round}-{k}"), &uid, gpus, &ann);
+            let mut pod = pod_json("ml", &format!("p-{round}-{k}"), &uid, gpus, &ann);
+            // `pack` lets a pod that has waited `pack_aging_ms` since its creation crowd a GPU:
+            // half the pods were created just now, half long ago (the synthetic pod's time).
+            let aged = rng.next(2) == 0;
+            if !aged {
+                pod["metadata"]["creationTimestamp"] = json!(chrono::Utc::now().to_rfc3339());
+            }
 
             // The extender, driven as kube-scheduler drives it.
             let args = serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": names}))
@@ -157,6 +163,7 @@ async fn the_simulator_decides_as_the_extender_does() {
             let demand = Demand {
                 exclusive,
                 expected_sm_activity: activity,
+                waited_ms: if aged { cfg.pack_aging_ms } else { 0 },
                 ..Demand::new(gpus, Reservation::Mib(mib), policy)
             };
             let by_simulator =

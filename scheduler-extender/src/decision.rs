@@ -45,6 +45,9 @@ pub struct Decision {
     /// The pod is a recovery attempt (priority class `carma-recovery`): CARMA's recovery-first rule
     /// never holds it back.
     pub recovery: bool,
+    /// When the pod was created (ms since the Unix epoch): `pack` ages a pod by how long it has
+    /// waited since (`Demand::waited_ms`, set per request).
+    pub created_at_ms: Option<carma_core::Millis>,
 }
 
 impl Decision {
@@ -243,10 +246,16 @@ impl Decisions {
                 exclusive: request.exclusive,
                 idle_only: false,
                 expected_sm_activity: request.sm_activity.or(prior),
+                waited_ms: 0,
             },
             source,
             class,
             recovery: crate::recovery_queue::is_recovery(pod),
+            created_at_ms: pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .and_then(|t| u64::try_from(t.0.as_millisecond()).ok()),
         })
     }
 }

@@ -142,12 +142,15 @@ impl Extender {
 
     /// The pod's demand under CARMA's recovery-first rule: idle GPUs only while another pod's
     /// recovery attempt waits for GPUs.
-    fn demand_now(&self, d: &Decision, uid: &str) -> Demand {
-        recovery_first(
+    /// `pack` also reads how long the pod has waited since it was created.
+    fn demand_now(&self, d: &Decision, uid: &str, now: carma_core::Millis) -> Demand {
+        let mut demand = recovery_first(
             d.demand.clone(),
             self.recovery.waiting_besides(uid),
             d.recovery,
-        )
+        );
+        demand.waited_ms = d.created_at_ms.map_or(0, |at| now.saturating_sub(at));
+        demand
     }
 
     /// `filter`: keep the nodes that can take the pod, with a reason for every other.
@@ -174,11 +177,11 @@ impl Extender {
             }
             Ok(d) if !d.needs_gpus() => passed.iter_mut().for_each(|p| *p = true),
             Ok(d) => {
-                let demand = self.demand_now(d, Self::uid_of(&args.pod));
+                let now = now_ms();
+                let demand = self.demand_now(d, Self::uid_of(&args.pod), now);
                 let verdicts = {
                     let view = self.cluster.read();
-                    self.verdicts
-                        .judge(&view, &names, &demand, &self.cfg, now_ms())
+                    self.verdicts.judge(&view, &names, &demand, &self.cfg, now)
                 };
                 let mut counts: Vec<(&'static str, u64)> = Vec::new();
                 for (i, v) in verdicts.into_iter().enumerate() {
@@ -259,11 +262,11 @@ impl Extender {
         if !d.needs_gpus() || !self.cluster.is_ready() {
             return zero(&names);
         }
-        let demand = self.demand_now(d, Self::uid_of(&args.pod));
+        let now = now_ms();
+        let demand = self.demand_now(d, Self::uid_of(&args.pod), now);
         let verdicts = {
             let view = self.cluster.read();
-            self.verdicts
-                .judge(&view, &names, &demand, &self.cfg, now_ms())
+            self.verdicts.judge(&view, &names, &demand, &self.cfg, now)
         };
         names
             .iter()
@@ -383,7 +386,7 @@ impl Extender {
         let now = now_ms();
         let placement = {
             let mut state = self.cluster.write();
-            let demand = self.demand_now(&decision, uid);
+            let demand = self.demand_now(&decision, uid, now);
             let placement = match state.place(&args.node, &demand, &self.cfg, now) {
                 Ok(p) => p,
                 Err(r) => {

@@ -94,10 +94,12 @@ struct DemandKey {
     idle_only: bool,
     /// Expected SM activity in thousandths (`pack` orders and scores by it).
     activity_milli: Option<u16>,
+    /// `pack`: the pod has waited long enough to crowd a busy GPU.
+    aged: bool,
 }
 
-impl From<&Demand> for DemandKey {
-    fn from(d: &Demand) -> Self {
+impl DemandKey {
+    fn of(d: &Demand, cfg: &PlacementConfig) -> Self {
         Self {
             gpus: d.gpus,
             reservation: match d.reservation {
@@ -109,6 +111,7 @@ impl From<&Demand> for DemandKey {
             exclusive: d.exclusive,
             idle_only: d.idle_only,
             activity_milli: carma_core::placement::pack::activity_key(d),
+            aged: d.policy == Policy::Pack && carma_core::placement::pack::aged(d, cfg),
         }
     }
 }
@@ -139,12 +142,13 @@ impl Verdicts {
         self.demands.lock().clear();
     }
 
-    fn slots_for(&self, demand: &Demand) -> Arc<Mutex<Slots>> {
+    fn slots_for(&self, demand: &Demand, cfg: &PlacementConfig) -> Arc<Mutex<Slots>> {
+        let key = DemandKey::of(demand, cfg);
         let mut demands = self.demands.lock();
-        if demands.len() >= DEMANDS_KEPT && !demands.contains_key(&DemandKey::from(demand)) {
+        if demands.len() >= DEMANDS_KEPT && !demands.contains_key(&key) {
             demands.clear();
         }
-        Arc::clone(demands.entry(DemandKey::from(demand)).or_default())
+        Arc::clone(demands.entry(key).or_default())
     }
 
     /// The verdict of every node in `names` for `demand` at `now`, in order.
@@ -156,7 +160,7 @@ impl Verdicts {
         cfg: &PlacementConfig,
         now: Millis,
     ) -> Vec<Verdict> {
-        let slots = self.slots_for(demand);
+        let slots = self.slots_for(demand, cfg);
         let mut slots = slots.lock();
         if slots.len() < state.slot_count() {
             slots.resize(state.slot_count(), None);
@@ -474,6 +478,7 @@ mod tests {
                 0 => None,
                 _ => Some(rng.next(1001) as f64 / 1000.0),
             },
+            waited_ms: [0, PlacementConfig::default().pack_aging_ms][rng.next(2)],
         }
     }
 

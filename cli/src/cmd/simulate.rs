@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn flag_parsers() {
-        assert_eq!(parse_policies("all").unwrap().0.len(), 6);
+        assert_eq!(parse_policies("all").unwrap().0.len(), Policy::ALL.len());
         assert_eq!(
             parse_policies("magm, ff,magm").unwrap().0,
             vec![Policy::Magm, Policy::Ff]

@@ -156,6 +156,13 @@ fn rejection(
                 margin_mib: margin,
             }
         }
+        SharedFailure::ActivityCap => GpuRejection::ActivityCapExceeded {
+            uuid,
+            index,
+            load: pack::load(s),
+            expected: pack::booked_activity(demand),
+            cap: cfg.sm_activity_cap,
+        },
         SharedFailure::OverReserved => GpuRejection::OverReserved {
             uuid,
             index,

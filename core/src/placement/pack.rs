@@ -1,23 +1,23 @@
 //! `pack`, carma's own policy (not one of CARMA's): complementary packing.
 //!
 //! CARMA's policies give every pod idle GPUs first and order shared GPUs by one figure (index,
-//! memory or SM activity). `pack` uses what carma also knows: each pod's *expected* SM activity
-//! (from its model class or an annotation) and the activity booked with the pods already on a GPU.
-//! A GPU's load is the larger of its measured SM activity risk score and the sum booked there
-//! (telemetry shows a new pod's activity only after its warm-up and sample window; telemetry wins
-//! when a pod keeps the GPU busier than expected). Candidates that pass every sharing rule are
-//! taken in three tiers:
+//! memory or SM activity); the gate then reads telemetry that shows a new pod's activity only after
+//! its warm-up and sample window, so two busy jobs can land on one GPU and slow each other down
+//! until both end. `pack` uses what carma also knows: each pod's *expected* SM activity (from its
+//! model class or the `carma.io/sm-activity` annotation) and the activity booked with the pods
+//! already on a GPU. A GPU's load is the larger of its measured SM activity risk score and the sum
+//! booked there (telemetry wins when a pod keeps the GPU busier than expected). Beyond every other
+//! sharing rule, a busy GPU takes the pod only when load plus the pod's expected activity stays
+//! within the gate's SM activity cap (otherwise the pod waits: crowded GPUs stay crowded until
+//! their jobs end, as nothing migrates). The candidates, in order:
 //!
-//! 1. **complementary** — load plus the pod's expected activity stays within the gate's SM
-//!    activity cap, so neither slows the other: the tightest such fit first (highest combined
-//!    activity, then least usable memory), which keeps other GPUs idle;
+//! 1. **complementary** busy GPUs — the tightest fit first (highest combined activity, then least
+//!    usable memory), so that other GPUs stay idle;
 //! 2. **idle** GPUs, in index order — kept for pods that cannot share (and taken whole by pods
-//!    that must not share, exactly as exclusive-first);
-//! 3. **crowded** — sharing beyond the cap, least loaded first (throughput is shared, not lost).
+//!    that must not share, exactly as exclusive-first).
 //!
-//! A pod of unknown activity counts as filling its GPU: it never packs complementarily.
-//! Node scores rank the tiers across nodes: complementary 7..10 (tighter is higher), idle 6,
-//! crowded 0..5 (less crowded is higher).
+//! A pod of unknown activity counts as filling its GPU: it takes idle GPUs only.
+//! Node scores rank the two across nodes: complementary 7..10 (tighter is higher), idle 6.
 
 use super::summary::{Fit, GpuSummary};
 use crate::config::PlacementConfig;
@@ -56,10 +56,33 @@ pub(super) fn packs(demand: &Demand, mut totals_mib: impl Iterator<Item = u64>) 
         && !totals_mib.any(|t| matches!(demand.reservation, Reservation::Mib(m) if m >= t))
 }
 
+/// The GPU's SM activity load: the larger of its measured risk score and the activity booked
+/// with its pods.
+pub(super) fn load(s: &GpuSummary) -> f64 {
+    s.sm_activity.unwrap_or(0.0).max(s.booked_sm_activity)
+}
+
 /// The GPU's load with the pod on it.
 fn combined(s: &GpuSummary, demand: &Demand) -> f64 {
-    s.sm_activity.unwrap_or(0.0).max(s.booked_sm_activity) + booked_activity(demand)
+    load(s) + booked_activity(demand)
 }
+
+/// Whether `demand` may join the GPU `s`: it is idle, or the pod's expected activity fits beside
+/// its load under the cap.
+pub(super) fn fits_beside(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> bool {
+    s.is_idle()
+        || aged(demand, cfg)
+        || combined(s, demand) <= cfg.sm_activity_cap.max(CROWDING_LIMIT) + EPSILON
+}
+
+/// Whether the pod has waited long enough to crowd any busy GPU that passes the other rules.
+pub fn aged(demand: &Demand, cfg: &PlacementConfig) -> bool {
+    demand.waited_ms >= cfg.pack_aging_ms
+}
+
+/// Combined SM activity up to which a busy GPU may still be crowded (last of the tiers): SM
+/// activity cannot pass 100 %, beyond it jobs only take turns.
+const CROWDING_LIMIT: f64 = 1.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Tier {
@@ -78,7 +101,8 @@ fn tier(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> Tier {
     }
 }
 
-/// Sort candidates into the tiers, each in its own order (stable: ties keep index order).
+/// Sort candidates (every one [`fits_beside`] its GPU) into the tiers, each in its own order
+/// (stable: ties keep index order).
 pub(super) fn order(fits: &mut [Fit<'_>], demand: &Demand, cfg: &PlacementConfig) {
     fits.sort_by(|a, b| {
         let (ta, tb) = (tier(a.gpu, demand, cfg), tier(b.gpu, demand, cfg));
@@ -100,16 +124,21 @@ pub(super) fn score(chosen: &[Fit<'_>], demand: &Demand, cfg: &PlacementConfig) 
         .map(|f| tier(f.gpu, demand, cfg))
         .max()
         .unwrap_or(Tier::Idle);
-    let loads = chosen.iter().map(|f| combined(f.gpu, demand));
     let cap = cfg.sm_activity_cap.max(EPSILON);
     match worst {
         Tier::Complementary => {
-            let tightness = loads.fold(f64::INFINITY, f64::min).min(cap) / cap;
-            7 + (3.0 * tightness.clamp(0.0, 1.0)).round() as u8
+            let tightest = chosen
+                .iter()
+                .map(|f| combined(f.gpu, demand))
+                .fold(f64::INFINITY, f64::min);
+            7 + (3.0 * (tightest.min(cap) / cap).clamp(0.0, 1.0)).round() as u8
         }
         Tier::Idle => IDLE_SCORE,
         Tier::Crowded => {
-            let excess = loads.fold(0.0, f64::max) - cap;
+            let excess = chosen
+                .iter()
+                .map(|f| combined(f.gpu, demand) - cap)
+                .fold(0.0, f64::max);
             (5.0 * (1.0 - excess.clamp(0.0, 1.0))).round() as u8
         }
     }

@@ -109,6 +109,8 @@ pub(super) enum SharedFailure {
     OverReserved,
     /// Stale telemetry or the gate's rule.
     Gate,
+    /// `pack`: the pod's expected activity does not fit under the cap beside the GPU's load.
+    ActivityCap,
 }
 
 /// A GPU that passes every sharing rule, with what the policies order and score by.
@@ -167,6 +169,9 @@ pub(super) fn judge_shared<'a>(
     }
     if now >= s.stale_from || !s.gate_open {
         return Err(SharedFailure::Gate);
+    }
+    if demand.policy == Policy::Pack && !super::pack::fits_beside(s, demand, cfg) {
+        return Err(SharedFailure::ActivityCap);
     }
     Ok(fit)
 }

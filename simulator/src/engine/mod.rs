@@ -141,6 +141,8 @@ struct DemandKey {
     share: bool,
     /// The demand's expected SM activity in thousandths.
     activity_milli: Option<u16>,
+    /// `pack`: the task waited long enough to crowd a GPU.
+    aged: bool,
 }
 
 /// Outcomes remembered per node.
@@ -502,6 +504,7 @@ impl<'a> Engine<'a> {
             exclusive: s.exclusive,
             idle_only: false,
             expected_sm_activity: self.expected_activity[id],
+            waited_ms: self.now.saturating_sub(s.ready_at),
         }
     }
 
@@ -518,6 +521,8 @@ impl<'a> Engine<'a> {
             exclusive: demand.exclusive,
             share,
             activity_milli: carma_core::placement::pack::activity_key(&demand),
+            aged: demand.policy == Policy::Pack
+                && carma_core::placement::pack::aged(&demand, &self.pcfg),
         };
         let mut best: Option<(usize, NodePlacement)> = None;
         let mut wake: Option<Millis> = None;
@@ -623,6 +628,7 @@ impl<'a> Engine<'a> {
                         .saturating_add((remaining_s * 1000.0).ceil() as Millis),
                 ),
                 GpuRejection::UtilizationGate { uuid, .. }
+                | GpuRejection::ActivityCapExceeded { uuid, .. }
                 | GpuRejection::TelemetryWarmingUp { uuid, .. } => self
                     .gpu_by_uuid
                     .get(uuid)
