@@ -211,8 +211,11 @@ def describe(model, batch_size: int, input_size=None, seq_len: int | None = None
     batch_size = _positive_int("batch_size", batch_size, MAX_BATCH_SIZE)
     if seq_len is not None:
         seq_len = _positive_int("seq_len", seq_len, MAX_SEQ_LENGTH)
-    if activation is not None and activation.strip().lower() not in {a.lower() for a in TORCH_ACTIVATIONS}:
-        raise ProfileError(f"activation {activation!r} is not a torch.nn activation (e.g. ReLU, GELU, SiLU)")
+    if activation is not None:
+        match = [a for a in TORCH_ACTIVATIONS if a.lower() == str(activation).strip().lower()]
+        if not match:
+            raise ProfileError(f"activation {activation!r} is not a torch.nn activation (e.g. ReLU, GELU, SiLU)")
+        activation = match[0]
     if optimizer is not None:
         optimizer = "adam" if optimizer.lower() == "adamw" else optimizer
         if optimizer not in OPTIMIZERS:

@@ -85,7 +85,7 @@ def test_activation_choice():
     assert describe(m, 2, input_size=4)["activation"] == "Mish"
     m = nn.Sequential(nn.Linear(4, 4), nn.Hardswish(), nn.Linear(4, 1))
     assert describe(m, 2, input_size=4)["activation"] == "ReLU"  # not in GPUMemNet's list
-    assert describe(m, 2, input_size=4, activation="SiLU")["activation"] == "SiLU"
+    assert describe(m, 2, input_size=4, activation=" silu ")["activation"] == "SiLU"
 
 
 @pytest.mark.parametrize("kwargs, message", [
