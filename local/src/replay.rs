@@ -103,6 +103,7 @@ pub fn replay(dir: &StateDir, opts: &ReplayOptions) -> Result<Vec<String>> {
             reservation: task.reservation,
             reservation_source: "rad-gpumemnet".to_string(),
             policy: None,
+            expected_sm_activity: None,
             submitted_at_ms: now,
         };
         submit(dir, &spec)?;

@@ -6,6 +6,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use carma_core::Reservation;
+use carma_estimator::activity::expected_sm_activity;
 use carma_estimator::{Estimator, Family, parse_profile, parse_torchsummary};
 
 use crate::error::{LocalError, Result};
@@ -41,8 +42,29 @@ pub fn parse_memory(text: &str) -> Result<u64> {
         .map_err(|e| LocalError::bad_input(format!("--gpu-memory {text:?}: {e}")))
 }
 
+/// What `submit` learns from a memory source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// Memory per GPU.
+    pub reservation: Reservation,
+    /// Where it comes from (`override`, `gpumemnet-mlp`, `analytic-upper-bound`, `none`).
+    pub source: String,
+    /// carma-estimator's expected SM activity, for a profile or summary (for `pack`).
+    pub expected_sm_activity: Option<f64>,
+}
+
 /// The reservation for `source` and where it comes from.
 pub fn resolve(source: &MemorySource) -> Result<(Reservation, String)> {
+    resolve_full(source).map(|r| (r.reservation, r.source))
+}
+
+/// [`resolve`], with the expected SM activity where a model profile is known.
+pub fn resolve_full(source: &MemorySource) -> Result<Resolved> {
+    let plain = |reservation, source: &str| Resolved {
+        reservation,
+        source: source.to_string(),
+        expected_sm_activity: None,
+    };
     let read = |p: &PathBuf, flag: &str| {
         fs::read_to_string(p)
             .map_err(|e| LocalError::bad_input(format!("{flag} {}: {e}", p.display())))
@@ -51,15 +73,19 @@ pub fn resolve(source: &MemorySource) -> Result<(Reservation, String)> {
         Estimator::new().map_err(|e| LocalError::bad_input(format!("cannot load GPUMemNet: {e}")))
     };
     match source {
-        MemorySource::Override(q) => Ok((Reservation::Mib(parse_memory(q)?), "override".into())),
-        MemorySource::None => Ok((Reservation::WholeGpu, "none".into())),
+        MemorySource::Override(q) => Ok(plain(Reservation::Mib(parse_memory(q)?), "override")),
+        MemorySource::None => Ok(plain(Reservation::WholeGpu, "none")),
         MemorySource::Profile(path) => {
             let profile = parse_profile(&read(path, "--profile")?)
                 .map_err(|e| LocalError::bad_input(format!("--profile {}: {e}", path.display())))?;
             let e = estimator()?
                 .estimate(&profile)
                 .map_err(|e| LocalError::bad_input(format!("--profile {}: {e}", path.display())))?;
-            Ok((Reservation::Mib(e.mib), e.source.as_str().to_string()))
+            Ok(Resolved {
+                reservation: Reservation::Mib(e.mib),
+                source: e.source.as_str().to_string(),
+                expected_sm_activity: Some(expected_sm_activity(&profile)),
+            })
         }
         MemorySource::Summary {
             path,
@@ -74,7 +100,11 @@ pub fn resolve(source: &MemorySource) -> Result<(Reservation, String)> {
             let e = estimator()?
                 .estimate(&profile)
                 .map_err(|e| LocalError::bad_input(format!("--summary {}: {e}", path.display())))?;
-            Ok((Reservation::Mib(e.mib), e.source.as_str().to_string()))
+            Ok(Resolved {
+                reservation: Reservation::Mib(e.mib),
+                source: e.source.as_str().to_string(),
+                expected_sm_activity: Some(expected_sm_activity(&profile)),
+            })
         }
     }
 }

@@ -33,6 +33,11 @@ pub struct JobSpec {
     pub reservation_source: String,
     /// Placement policy; `None`: the daemon's.
     pub policy: Option<Policy>,
+    /// Expected SM activity alone (0..1), read only by the `pack` policy: `--sm-activity`, or
+    /// carma-estimator's model-class prior for a `--profile`/`--summary` job; `None`: unknown
+    /// (pack then counts the job as filling its GPU).
+    #[serde(default)]
+    pub expected_sm_activity: Option<f64>,
     /// When it was submitted (milliseconds since the Unix epoch).
     pub submitted_at_ms: Millis,
 }

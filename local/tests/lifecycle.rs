@@ -159,6 +159,7 @@ async fn a_relative_state_dir_works_whatever_the_jobs_working_directory() {
         reservation: carma_core::Reservation::Mib(1024),
         reservation_source: "override".into(),
         policy: None,
+        expected_sm_activity: None,
         submitted_at_ms: now,
     };
     carma_local::spec::submit(&state, &spec).unwrap();

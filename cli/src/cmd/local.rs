@@ -20,7 +20,7 @@ use std::time::Duration;
 use carma_core::Policy;
 use carma_device_plugin::SimulatedGpus;
 use carma_device_plugin::config::{SimulatedMetrics, parse_duration};
-use carma_local::reservation::{MemorySource, resolve};
+use carma_local::reservation::{MemorySource, Resolved, resolve_full};
 use carma_local::spec::{JobSpec, new_job_id, now_ms, submit};
 use carma_local::{BackendChoice, LocalError, ServeConfig, StateDir};
 use clap::{Args, Subcommand, ValueEnum};
@@ -77,7 +77,7 @@ struct ServeArgs {
     /// dcgm-exporter URL (backend dcgm).
     #[arg(long, default_value = "http://127.0.0.1:9400/metrics")]
     dcgm_endpoint: String,
-    /// Policy of jobs that name none: exclusive, ff, bf, magm, lug, rr.
+    /// Policy of jobs that name none: CARMA's exclusive, ff, bf, magm, lug, rr, or carma's pack.
     #[arg(long, default_value = "magm", value_parser = parse_policy)]
     policy: Policy,
     /// Loop and sampling period (e.g. 1s, 200ms).
@@ -136,6 +136,10 @@ struct SubmitArgs {
     /// Placement policy for this job (default: the daemon's).
     #[arg(long, value_parser = parse_policy)]
     policy: Option<Policy>,
+    /// Expected SM activity of the job alone, 0 to 1 (read only by the `pack` policy; a
+    /// --profile or --summary job gets carma-estimator's model-class prior otherwise).
+    #[arg(long, value_parser = parse_activity)]
+    sm_activity: Option<f64>,
     /// Display name (default: the .rad file or the command).
     #[arg(long)]
     name: Option<String>,
@@ -207,6 +211,13 @@ fn parse_policy(s: &str) -> Result<Policy, String> {
     Policy::from_str(s).map_err(|e| e.to_string())
 }
 
+fn parse_activity(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: expected a number from 0 to 1")),
+    }
+}
+
 fn parse_backoff(s: &str) -> Result<Duration, String> {
     if s.trim().trim_end_matches(['s', 'm']).trim() == "0" {
         return Ok(Duration::ZERO);
@@ -263,16 +274,20 @@ fn submit_job(a: SubmitArgs) -> Result<(), LocalError> {
         .as_deref()
         .map(carma_local::rad::read_rad)
         .transpose()?;
-    let (reservation, source) = match (&rad, &a.gpu_memory, &a.profile, &a.summary) {
-        (_, Some(q), _, _) => resolve(&MemorySource::Override(q.clone()))?,
-        (_, _, Some(p), _) => resolve(&MemorySource::Profile(p.clone()))?,
-        (_, _, _, Some(s)) => resolve(&MemorySource::Summary {
+    let resolved = match (&rad, &a.gpu_memory, &a.profile, &a.summary) {
+        (_, Some(q), _, _) => resolve_full(&MemorySource::Override(q.clone()))?,
+        (_, _, Some(p), _) => resolve_full(&MemorySource::Profile(p.clone()))?,
+        (_, _, _, Some(s)) => resolve_full(&MemorySource::Summary {
             path: s.clone(),
             family: a.family.clone().unwrap_or_default(),
             batch_size: a.batch_size.unwrap_or(0),
         })?,
-        (Some(r), _, _, _) => (r.reservation, "rad-gpumemnet".to_string()),
-        _ => resolve(&MemorySource::None)?,
+        (Some(r), _, _, _) => Resolved {
+            reservation: r.reservation,
+            source: "rad-gpumemnet".to_string(),
+            expected_sm_activity: None,
+        },
+        _ => resolve_full(&MemorySource::None)?,
     };
     let command = match (&rad, a.command.is_empty()) {
         (_, false) => a.command.clone(),
@@ -296,9 +311,10 @@ fn submit_job(a: SubmitArgs) -> Result<(), LocalError> {
         command,
         cwd,
         gpus: a.gpus.or(rad.as_ref().map(|r| r.gpus)).unwrap_or(1),
-        reservation,
-        reservation_source: source,
+        reservation: resolved.reservation,
+        reservation_source: resolved.source,
         policy: a.policy,
+        expected_sm_activity: a.sm_activity.or(resolved.expected_sm_activity),
         submitted_at_ms: now,
     };
     submit(&dir, &spec)?;
@@ -405,6 +421,17 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.contains("--rad"), "{e}");
+        let e = parse(&[
+            "submit",
+            "--state-dir",
+            "/tmp/x",
+            "--sm-activity",
+            "1.5",
+            "--",
+            "true",
+        ])
+        .unwrap_err();
+        assert!(e.contains("from 0 to 1"), "{e}");
         assert!(
             parse(&[
                 "serve",

@@ -55,6 +55,7 @@ impl Daemon {
                 job.spec.policy.unwrap_or(self.cfg.policy),
             );
             demand.exclusive = job.exclusive;
+            demand.expected_sm_activity = job.spec.expected_sm_activity;
             let demand = recovery_first(demand, recovery_waiting, is_recovery);
             match place_on_node(
                 &node,

@@ -47,6 +47,7 @@ pub fn submit_sh(
         reservation: mib.map_or(Reservation::WholeGpu, Reservation::Mib),
         reservation_source: "override".into(),
         policy,
+        expected_sm_activity: None,
         submitted_at_ms: now,
     };
     let state = StateDir::create(dir).unwrap();
