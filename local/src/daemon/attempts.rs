@@ -18,6 +18,8 @@ impl Daemon {
     /// Finish every running attempt whose launcher recorded an exit status, and declare lost an
     /// adopted one whose process vanished without one.
     pub(super) fn poll_attempts(&mut self) -> Result<()> {
+        self.exiting
+            .retain_mut(|child| matches!(child.try_wait(), Ok(None)));
         let running: Vec<(String, u32, Option<u32>)> = self
             .table
             .jobs()
@@ -39,7 +41,12 @@ impl Daemon {
                 None => None,
             };
             if let Some(code) = exit_status(&dir) {
-                self.children.remove(&id);
+                // The launcher writes the status just before it exits: reap it on a later pass.
+                if let Some(child) = self.children.remove(&id)
+                    && child_exit.is_none()
+                {
+                    self.exiting.push(child);
+                }
                 self.finish(&id, attempt, code)?;
             } else if let Some(code) = child_exit {
                 // The launcher itself failed before it could record the job's status.

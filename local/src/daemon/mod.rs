@@ -104,6 +104,8 @@ pub(crate) struct Daemon {
     telemetry: Telemetry,
     /// Attempts this daemon spawned, by job id (reaped with `try_wait`).
     children: HashMap<String, Child>,
+    /// Launchers whose job ended but which had not exited yet when seen (reaped later).
+    exiting: Vec<Child>,
     usage: HashMap<String, UsageTotals>,
     last_energy: HashMap<String, f64>,
     /// Why the head of each queue waits (for `status`).
@@ -163,6 +165,7 @@ impl Daemon {
             ledger: Ledger::new(),
             telemetry,
             children: HashMap::new(),
+            exiting: Vec::new(),
             usage: HashMap::new(),
             last_energy: HashMap::new(),
             waiting: BTreeMap::new(),
