@@ -134,6 +134,24 @@ pub struct ModelProfile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1048576))]
     pub seq_length: Option<u64>,
+    /// Optimizer, for the state it keeps per parameter (default: adam, which keeps the most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<TrainingOptimizer>,
+    /// Whether training runs in mixed precision (activations in 16-bit; default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed_precision: Option<bool>,
+}
+
+/// Optimizer of a profile, as the estimator names it.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum TrainingOptimizer {
+    /// Plain SGD.
+    Sgd,
+    /// SGD with momentum or Nesterov.
+    SgdMomentum,
+    /// Adam or AdamW.
+    Adam,
 }
 
 /// Model family of a profile.

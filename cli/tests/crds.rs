@@ -61,3 +61,24 @@ fn committed_crds_are_generated() {
         }
     }
 }
+
+#[test]
+fn a_modelprofile_with_optimizer_and_mixed_precision_reaches_the_estimator() {
+    // The operator writes spec.modelProfile into the pod's carma.io/model-profile annotation as
+    // JSON; the estimator must read every field the CRD accepts.
+    let spec: carma_api::training_task::ModelProfile = serde_json::from_value(serde_json::json!({
+        "family": "cnn", "batchSize": 128, "parameters": 25_557_032u64,
+        "activations": 37_560_000u64, "depth": 107, "optimizer": "sgdMomentum", "mixedPrecision": true
+    }))
+    .unwrap();
+    let json = serde_json::to_string(&spec).unwrap();
+    let profile = carma_estimator::parse_profile(&json).unwrap();
+    assert_eq!(
+        profile.optimizer,
+        Some(carma_estimator::Optimizer::SgdMomentum)
+    );
+    assert_eq!(profile.mixed_precision, Some(true));
+    let unknown = serde_json::json!({"family": "cnn", "batchSize": 1, "parameters": 1,
+        "activations": 1, "optimizer": "lamb"});
+    assert!(serde_json::from_value::<carma_api::training_task::ModelProfile>(unknown).is_err());
+}
