@@ -18,7 +18,7 @@ use crate::backends::dcgm::DcgmBackend;
 use crate::backends::nvml::NvmlBackend;
 use crate::backends::simulated::{SimulatedBackend, SimulatedControl};
 use crate::backends::{BackendError, GpuBackend};
-use crate::config::{BackendKind, Config};
+use crate::config::{BackendKind, Config, SimulatedGpus, SimulatedMetrics};
 use crate::devices::device_list;
 use crate::http::{Health, router};
 use crate::metrics::Metrics;
@@ -110,20 +110,35 @@ impl RunningPlugin {
 }
 
 /// How long a metric that stops arriving still counts: three missed samples, at least 3 s
-/// (dcgm-exporter refreshes its figures less often than carma samples).
-fn stale_after(interval: Duration) -> Duration {
+/// (dcgm-exporter refreshes its figures less often than carma samples). `carma local` uses it too.
+pub fn stale_after(interval: Duration) -> Duration {
     (interval * 3).max(Duration::from_secs(3))
 }
 
 /// A backend, and the same backend as simulated one when it is.
-type Backends = (Arc<dyn GpuBackend>, Option<Arc<SimulatedBackend>>);
+pub type Backends = (Arc<dyn GpuBackend>, Option<Arc<SimulatedBackend>>);
 
-/// Build the backend `config` names.
-fn build_backend(config: &Config) -> Result<Backends, BackendError> {
-    match config.backend {
+/// What [`open_backend`] opens.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendSpec<'a> {
+    /// Which backend.
+    pub kind: BackendKind,
+    /// Node name (the simulated backend's GPU UUIDs carry it).
+    pub node: &'a str,
+    /// dcgm-exporter's metrics URL (`dcgm` only).
+    pub dcgm_endpoint: Option<&'a str>,
+    /// The simulated GPUs and the metric set they mimic (`simulated` only).
+    pub simulated: (SimulatedGpus, SimulatedMetrics),
+    /// Sampling interval.
+    pub interval: Duration,
+}
+
+/// Open a telemetry backend: the device plugin's and `carma local`'s one way to do it.
+pub fn open_backend(spec: BackendSpec<'_>) -> Result<Backends, BackendError> {
+    match spec.kind {
         BackendKind::Nvml => Ok((Arc::new(NvmlBackend::new("/proc")?), None)),
         BackendKind::Dcgm => {
-            let endpoint = config.dcgm_endpoint.as_deref().ok_or_else(|| {
+            let endpoint = spec.dcgm_endpoint.ok_or_else(|| {
                 BackendError::Config("--backend dcgm needs --dcgm-endpoint".into())
             })?;
             let nvml = match NvmlBackend::new("/proc") {
@@ -138,17 +153,25 @@ fn build_backend(config: &Config) -> Result<Backends, BackendError> {
             Ok((Arc::new(DcgmBackend::new(endpoint, nvml)?), None))
         }
         BackendKind::Simulated => {
+            let (gpus, metrics) = spec.simulated;
             let sim = Arc::new(
-                SimulatedBackend::new(
-                    &config.node_name,
-                    config.simulated_gpus,
-                    config.sample_interval.as_secs_f64(),
-                )
-                .with_metrics(config.simulated_metrics),
+                SimulatedBackend::new(spec.node, gpus, spec.interval.as_secs_f64())
+                    .with_metrics(metrics),
             );
             Ok((sim.clone(), Some(sim)))
         }
     }
+}
+
+/// Build the backend `config` names.
+fn build_backend(config: &Config) -> Result<Backends, BackendError> {
+    open_backend(BackendSpec {
+        kind: config.backend,
+        node: &config.node_name,
+        dcgm_endpoint: config.dcgm_endpoint.as_deref(),
+        simulated: (config.simulated_gpus, config.simulated_metrics),
+        interval: config.sample_interval,
+    })
 }
 
 /// Start the device plugin: sample once, then serve kubelet, sample, publish and serve HTTP until

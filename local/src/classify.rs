@@ -12,17 +12,9 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodSpec, PodStatus,
 };
 
-/// The patterns `carma local` uses: the operator's defaults plus PyTorch's exception name
-/// `torch.OutOfMemoryError` (raised only for CUDA allocations; the operator's defaults match the
-/// message text that normally follows it).
+/// The patterns `carma local` uses: the operator's defaults.
 pub fn default_patterns() -> OomPatterns {
-    let mut p: Vec<String> = carma_operator::DEFAULT_OOM_PATTERNS
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    p.push("torch.OutOfMemoryError".to_string());
-    p.push("torch.cuda.OutOfMemoryError".to_string());
-    OomPatterns::new(p).unwrap_or_default()
+    OomPatterns::default()
 }
 
 /// The verdict on an attempt that exited with `exit_code` and printed `log_tail`.

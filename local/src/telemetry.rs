@@ -20,12 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use carma_core::{Gpu, Millis};
+use carma_device_plugin::BackendKind;
 use carma_device_plugin::SimulatedGpus;
-use carma_device_plugin::backends::dcgm::DcgmBackend;
-use carma_device_plugin::backends::nvml::NvmlBackend;
-use carma_device_plugin::backends::simulated::SimulatedBackend;
 use carma_device_plugin::backends::{GpuBackend, GpuSample, PodOnGpu, SampleContext};
 use carma_device_plugin::config::SimulatedMetrics;
+use carma_device_plugin::plugin::{BackendSpec, open_backend, stale_after};
 use carma_device_plugin::windows::GpuWindows;
 use serde::{Deserialize, Serialize};
 
@@ -113,28 +112,29 @@ pub struct Telemetry {
 impl Telemetry {
     /// Start `choice`, sampled every `interval`, with `window` samples per activity metric.
     pub fn start(choice: &BackendChoice, interval: Duration, window: usize) -> Result<Self> {
-        let backend: Arc<dyn GpuBackend> = match choice {
-            BackendChoice::Nvml => Arc::new(NvmlBackend::new("/proc")?),
-            BackendChoice::Dcgm { endpoint } => {
-                let nvml = NvmlBackend::new("/proc")
-                    .inspect_err(|e| {
-                        tracing::info!(
-                            "NVML not available ({e}); dcgm-exporter supplies inventory and memory"
-                        )
-                    })
-                    .ok();
-                Arc::new(DcgmBackend::new(endpoint, nvml)?)
-            }
-            BackendChoice::Simulated(spec, metrics) => Arc::new(
-                SimulatedBackend::new("local", *spec, interval.as_secs_f64())
-                    .with_metrics(*metrics),
+        let (kind, dcgm_endpoint, simulated) = match choice {
+            BackendChoice::Nvml => (BackendKind::Nvml, None, Default::default()),
+            BackendChoice::Dcgm { endpoint } => (
+                BackendKind::Dcgm,
+                Some(endpoint.as_str()),
+                Default::default(),
             ),
+            BackendChoice::Simulated(spec, metrics) => {
+                (BackendKind::Simulated, None, (*spec, *metrics))
+            }
         };
+        let (backend, _) = open_backend(BackendSpec {
+            kind,
+            node: "local",
+            dcgm_endpoint,
+            simulated,
+            interval,
+        })?;
         Ok(Self {
             backend,
             simulated: matches!(choice, BackendChoice::Simulated(..)),
             window: window.max(1),
-            stale_after: (interval * 3).max(Duration::from_secs(3)),
+            stale_after: stale_after(interval),
             windows: BTreeMap::new(),
         })
     }

@@ -17,8 +17,11 @@ use carma_api::AttemptOutcomeKind;
 /// joined by `&&` must all appear in that line. GPU wording only: a JVM `OutOfMemoryError`, a gRPC
 /// `RESOURCE_EXHAUSTED` or a Python `MemoryError` is a failure of another kind.
 pub const DEFAULT_OOM_PATTERNS: &[&str] = &[
-    // PyTorch's caching allocator (torch.OutOfMemoryError / RuntimeError).
+    // PyTorch's caching allocator (torch.OutOfMemoryError / RuntimeError); the exception's name
+    // alone too (PyTorch raises it only for device allocations), for logs cut before the message.
     "CUDA out of memory",
+    "torch.OutOfMemoryError",
+    "torch.cuda.OutOfMemoryError",
     // The CUDA runtime's cudaErrorMemoryAllocation, as PyTorch and CuPy print it.
     "CUDA error: out of memory",
     "cudaErrorMemoryAllocation",
@@ -417,6 +420,10 @@ mod tests {
             ),
             (
                 "RuntimeError: CUDA out of memory.",
+                AttemptOutcomeKind::GpuOutOfMemory,
+            ),
+            (
+                "Traceback (most recent call last):\ntorch.OutOfMemoryError",
                 AttemptOutcomeKind::GpuOutOfMemory,
             ),
             (
