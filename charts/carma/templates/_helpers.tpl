@@ -101,6 +101,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ mul (int .Values.placement.warmupSeconds) 1000 | toString | quote }}
 - name: CARMA_MAX_TELEMETRY_AGE_SECONDS
   value: {{ .Values.placement.maxTelemetryAgeSeconds | toString | quote }}
+- name: CARMA_PACK_AGING_SECONDS
+  value: {{ .Values.placement.packAgingSeconds | toString | quote }}
 {{- end }}
 
 {{/* Extender URL as kube-scheduler sees it. */}}

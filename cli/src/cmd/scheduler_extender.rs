@@ -114,6 +114,14 @@ pub struct Thresholds {
         default_value_t = carma_core::config::DEFAULT_MAX_TELEMETRY_AGE_MS / 1000
     )]
     pub max_telemetry_age_seconds: u64,
+    /// Policy `pack`: a pod that has waited this many seconds since its creation may crowd a busy
+    /// GPU beyond its SM activity instead of waiting for a GPU where it fits.
+    #[arg(
+        long,
+        env = "CARMA_PACK_AGING_SECONDS",
+        default_value_t = carma_core::config::DEFAULT_PACK_AGING_MS / 1000
+    )]
+    pub pack_aging_seconds: u64,
 }
 
 impl Thresholds {
@@ -128,6 +136,7 @@ impl Thresholds {
             warmup_ms: self.warmup_ms,
             max_telemetry_age_ms: (self.max_telemetry_age_seconds > 0)
                 .then(|| self.max_telemetry_age_seconds.saturating_mul(1000)),
+            pack_aging_ms: self.pack_aging_seconds.saturating_mul(1000),
             ..PlacementConfig::default()
         }
     }
