@@ -562,16 +562,7 @@ impl Inner {
         let Some(entry) = self.nodes.get_mut(&placement.node) else {
             return Err(carma_core::LedgerError::NoGpu(uid.to_string()));
         };
-        let record = PlacementRecord {
-            pod: uid.to_string(),
-            node: placement.node.clone(),
-            gpus: placement.gpus.clone(),
-            reserved_mib: placement.reserved_mib,
-            exclusive: placement.exclusive,
-            assigned_at: now,
-            visible: false,
-            expected_sm_activity: placement.expected_sm_activity,
-        };
+        let record = placement.record(uid, now);
         let gpus = &entry.node.gpus;
         self.ledger.assume(
             record.clone(),

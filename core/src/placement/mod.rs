@@ -63,6 +63,21 @@ impl NodePlacement {
     pub fn next_rr_cursor(&self) -> Option<usize> {
         self.indices.last().map(|i| *i as usize + 1)
     }
+
+    /// The ledger record that books this placement for `pod` at `now`, in flight until its memory
+    /// shows (the simulator, the extender and `carma local` all book with it).
+    pub fn record(&self, pod: impl Into<String>, now: Millis) -> crate::PlacementRecord {
+        crate::PlacementRecord {
+            pod: pod.into(),
+            node: self.node.clone(),
+            gpus: self.gpus.clone(),
+            reserved_mib: self.reserved_mib,
+            exclusive: self.exclusive,
+            assigned_at: now,
+            visible: false,
+            expected_sm_activity: self.expected_sm_activity,
+        }
+    }
 }
 
 /// Memory usable for a new pod: telemetry free minus the reserve minus in-flight.

@@ -2,7 +2,7 @@
 //! head placed by carma-core, booked in its ledger, journaled, then launched.
 
 use carma_core::placement::recovery_first;
-use carma_core::{Demand, Millis, Node, NodePlacement, PlacementRecord, place_on_node};
+use carma_core::{Demand, Millis, Node, NodePlacement, place_on_node};
 
 use super::Daemon;
 use crate::error::Result;
@@ -92,16 +92,7 @@ impl Daemon {
             .iter()
             .map(|r| (r.gpu.uuid.clone(), r.gpu.memory_total_mib))
             .collect();
-        let record = PlacementRecord {
-            pod: id.to_string(),
-            node: NODE.to_string(),
-            gpus: placement.gpus.clone(),
-            reserved_mib: placement.reserved_mib,
-            exclusive: placement.exclusive,
-            assigned_at: now,
-            visible: false,
-            expected_sm_activity: placement.expected_sm_activity,
-        };
+        let record = placement.record(id, now);
         let checked = placement.capacity_checked;
         let booked = self.ledger.assume(
             record,

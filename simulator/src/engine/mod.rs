@@ -32,8 +32,8 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use carma_core::placement::{recovery_first, verdict_expiry};
 use carma_core::{
     AttemptOutcome, AttemptRecord, Demand, Gpu, GpuRejection, Ledger, Millis, Node, NodePlacement,
-    NodeRejection, PlacementConfig, PlacementRecord, Policy, RecoveryDecision, Reservation,
-    decide_next, place_on_node,
+    NodeRejection, PlacementConfig, Policy, RecoveryDecision, Reservation, decide_next,
+    place_on_node,
 };
 use tracing::{debug, warn};
 
@@ -644,16 +644,7 @@ impl<'a> Engine<'a> {
     fn start(&mut self, id: usize, n: usize, p: NodePlacement) -> TryPlace {
         let attempt = self.state[id].attempts + 1;
         let pod = format!("{id}/{attempt}");
-        let record = PlacementRecord {
-            pod: pod.clone(),
-            node: p.node.clone(),
-            gpus: p.gpus.clone(),
-            reserved_mib: p.reserved_mib,
-            exclusive: p.exclusive,
-            assigned_at: self.now,
-            visible: false,
-            expected_sm_activity: p.expected_sm_activity,
-        };
+        let record = p.record(pod.clone(), self.now);
         let gpus = &self.gpus;
         let by_uuid = &self.gpu_by_uuid;
         // The ledger checks reservations against capacity only where placement
