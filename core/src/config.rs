@@ -36,8 +36,8 @@ pub struct PlacementConfig {
     /// idle GPUs continues): a node whose device plugin stopped publishing is not trusted with
     /// collocation. `None`: telemetry never ages.
     pub max_telemetry_age_ms: Option<u64>,
-    /// `pack` only: a pod that has waited this long may crowd a busy GPU beyond the SM activity
-    /// cap (least loaded first) instead of waiting for a GPU where its expected activity fits.
+    /// `pack` only: a pod that has waited this long may crowd a busy GPU past full SM activity
+    /// (least loaded first) instead of waiting for a GPU where its expected activity fits.
     pub pack_aging_ms: u64,
 }
 

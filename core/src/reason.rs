@@ -127,7 +127,7 @@ pub enum GpuRejection {
     },
     /// `pack`: the pod's expected SM activity does not fit beside the GPU's load under the cap.
     #[error(
-        "GPU {index} ({uuid}) is loaded to SM activity {load:.2}; this pod's expected {expected:.2} on top would pass the cap {cap:.2} (policy pack waits for a GPU where it fits, or an idle one)"
+        "GPU {index} ({uuid}) is loaded to SM activity {load:.2}; this pod's expected {expected:.2} on top would pass {limit:.2} (policy pack crowds a GPU only up to full activity: the pod waits for a GPU where it fits, an idle one, or until it has waited the aging time)"
     )]
     ActivityCapExceeded {
         /// GPU UUID.
@@ -138,8 +138,9 @@ pub enum GpuRejection {
         load: f64,
         /// The pod's expected SM activity (1 when unknown).
         expected: f64,
-        /// Cap on SM activity.
-        cap: f64,
+        /// The most combined activity `pack` lets a busy GPU reach: the larger of the gate's cap
+        /// and full activity (1).
+        limit: f64,
     },
     /// The utilization gate: the GPU is already busy.
     #[error("GPU {index} ({uuid}) fails the utilization gate ({gate}): {}", gate_text(*.sm_activity, *.sm_activity_cap, *.sm_occupancy, *.sm_occupancy_cap, *.dram_activity, *.dram_activity_cap))]

@@ -120,7 +120,7 @@ fn without_an_idle_gpu_a_pod_crowds_the_least_loaded_gpu_up_to_full_activity_and
         rejections.iter().all(|r| r.code() == "activity-cap"),
         "{err}"
     );
-    assert!(err.to_string().contains("would pass the cap"), "{err}");
+    assert!(err.to_string().contains("would pass 1.00"), "{err}");
     // Every CARMA policy places it (the gate reads telemetry alone).
     let mut magm = demand(Some(0.7));
     magm.policy = Policy::Magm;

@@ -1,9 +1,11 @@
 //! A prior for the SM activity a training job keeps busy when it runs alone, by model class.
 //!
-//! `pack` (carma's own placement policy) collocates pods whose expected activities add up to at
-//! most the gate's cap. Before a job runs, its profile is all carma knows; once it runs, the GPU's
-//! telemetry takes over. The prior is deliberately coarse — one figure per class, batch size
-//! ignored — because carma has no per-model measurements yet (CARMA published none):
+//! `pack` (carma's own placement policy) prefers to collocate pods whose expected activities add up
+//! to at most the gate's cap. Before a job runs, its profile is all carma knows; once it runs,
+//! `pack` reads the larger of the GPU's measured activity and the priors booked there: telemetry
+//! raises a GPU's load when a job is busier than expected, and never lowers it below the booked
+//! priors. The prior is deliberately coarse — one figure per class, batch size ignored — because
+//! carma has no per-model measurements yet (CARMA published none):
 //!
 //! | class | rule | prior |
 //! |---|---|---|

@@ -16,7 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use carma_api::{Assignment, GpuNode};
+use carma_api::{Assignment, GpuNode, PodRequest};
 use carma_core::placement::GpuSummary;
 use carma_core::{
     Demand, Ledger, Millis, Node, NodePlacement, NodeRejection, PlacementConfig, PlacementRecord,
@@ -370,9 +370,13 @@ impl ClusterState {
             exclusive: assignment.exclusive,
             assigned_at: u64::try_from(assignment.assigned_at.timestamp_millis()).unwrap_or(0),
             visible,
-            // Not in the assignment annotations: after a restart `pack` reads these pods' activity
-            // from telemetry alone.
-            expected_sm_activity: 0.0,
+            // As bind booked it: from the pod's own annotations (1 when unknown).
+            expected_sm_activity: carma_core::placement::pack::booked(
+                PodRequest::from_annotations(annotations)
+                    .ok()
+                    .as_ref()
+                    .and_then(crate::decision::expected_sm_activity),
+            ),
         };
         tracing::debug!(pod = %pod_key(pod), node, visible, "pod holds GPUs");
         inner.ledger.insert_unchecked(record.clone());

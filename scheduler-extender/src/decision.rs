@@ -200,8 +200,6 @@ impl Decisions {
         let request = PodRequest::from_annotations(annotations)?;
         let gpus = gpu_request(pod)?;
         let policy = request.policy.unwrap_or(self.default_policy);
-        // Expected SM activity for `pack`: the annotation, else the model-class prior.
-        let mut prior = None;
         let (reservation, source, class) = if gpus == 0 {
             (Reservation::WholeGpu, SOURCE_NO_GPU.to_string(), None)
         } else if request.exclusive && request.gpu_memory_mib.is_none() {
@@ -216,7 +214,6 @@ impl Decisions {
             (Reservation::Mib(mib), SOURCE_OVERRIDE.to_string(), None)
         } else if let Some(raw) = &request.model_profile {
             let profile = parse_profile(raw).map_err(|e| DecisionError::Profile(e.to_string()))?;
-            prior = Some(carma_estimator::activity::expected_sm_activity(&profile));
             match self.estimator.estimate(&profile) {
                 Ok(e) => (
                     Reservation::Mib(e.mib),
@@ -245,7 +242,7 @@ impl Decisions {
                 policy,
                 exclusive: request.exclusive,
                 idle_only: false,
-                expected_sm_activity: request.sm_activity.or(prior),
+                expected_sm_activity: expected_sm_activity(&request),
                 waited_ms: 0,
             },
             source,
@@ -258,6 +255,17 @@ impl Decisions {
                 .and_then(|t| u64::try_from(t.0.as_millisecond()).ok()),
         })
     }
+}
+
+/// The SM activity `pack` expects of a pod: its `carma.io/sm-activity` annotation, else the
+/// model-class prior of its profile (whatever its reservation comes from: a recovery attempt
+/// carries a `gpu-memory` override and still its profile); `None` when neither is usable.
+pub fn expected_sm_activity(request: &PodRequest) -> Option<f64> {
+    request.sm_activity.or_else(|| {
+        let raw = request.model_profile.as_ref()?;
+        let profile = parse_profile(raw).ok()?;
+        Some(carma_estimator::activity::expected_sm_activity(&profile))
+    })
 }
 
 /// `namespace/name` of a pod, for logs and messages.

@@ -110,7 +110,9 @@ impl DemandKey {
             policy: d.policy,
             exclusive: d.exclusive,
             idle_only: d.idle_only,
-            activity_milli: carma_core::placement::pack::activity_key(d),
+            activity_milli: (d.policy == Policy::Pack)
+                .then(|| carma_core::placement::pack::activity_key(d))
+                .flatten(),
             aged: d.policy == Policy::Pack && carma_core::placement::pack::aged(d, cfg),
         }
     }

@@ -180,6 +180,27 @@ async fn every_rule_has_its_reason_and_code() {
         "{reason}"
     );
 
+    // `pack`: a pod expected at 0.9 SM activity does not join a GPU already at 0.2.
+    let mut pk = pod_json(
+        "ml",
+        "pk",
+        "uid-pk",
+        1,
+        &[
+            (ANNOTATION_GPU_MEMORY, "8Gi"),
+            (ANNOTATION_POLICY, "pack"),
+            (ANNOTATION_SM_ACTIVITY, "0.9"),
+        ],
+    );
+    // Created just now: not aged (a pod waiting `packAgingSeconds` may crowd).
+    pk["metadata"]["creationTimestamp"] = json!(chrono::Utc::now().to_rfc3339());
+    let (_, out) = post(&r, "/filter", &args_names(&pk, &["fits"])).await;
+    let reason = out["FailedNodes"]["fits"].as_str().unwrap();
+    assert!(
+        reason.contains("loaded to SM activity 0.20") && reason.contains("would pass 1.00"),
+        "{reason}"
+    );
+
     let (_, metrics) = get(&r, "/metrics").await;
     for code in [
         "unhealthy",
@@ -190,6 +211,7 @@ async fn every_rule_has_its_reason_and_code() {
         "utilization-gate",
         "telemetry-warming-up",
         "not-idle",
+        "activity-cap",
     ] {
         assert!(
             metrics.contains(&format!(

@@ -183,36 +183,45 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
-    /// A makespan no placement policy can beat on `tasks` under these models (seconds), from
-    /// the slowdown model's conservation of work: a GPU whose tasks sum to SM activity `D` runs
-    /// each at `(max(θ,s)/max(θ,D))^γ`, so with γ ≥ 1 its tasks advance at most
-    /// `max(θ, largest s)` units of SM-activity-seconds per second. The bound is the longest of:
-    /// the trace's work `Σ s · exclusive time · GPUs` over every GPU at that rate; and, for every
-    /// task, its arrival after the first task's plus its exclusive time, less the 1 s scheduling
-    /// grid (the first task starts within a grid step of its arrival on the empty cluster, and no
-    /// task runs faster than alone). Memory and the gate only lengthen it. `None` for γ < 1
-    /// (sharing then creates throughput and there is no such bound).
+    /// A makespan no placement policy can beat on `tasks` under these models (seconds), for a
+    /// run in which every task finishes; tasks that need more GPUs than a node has are left out.
+    /// From the slowdown model's conservation of work: a GPU whose shown tasks sum to SM activity
+    /// `D` runs each at `(max(θ,s)/max(θ,D))^γ`, so with γ ≥ 1 they advance at most
+    /// `max(θ, largest s)` units of SM-activity-seconds per second. Until its memory and activity
+    /// show (`telemetry.lag_ms`) a task runs at full speed outside that budget, so each task's work
+    /// is counted without its first `lag_ms`. The bound is the longer of: that work over every GPU
+    /// at that rate; and, for every task, its arrival after the first task's plus its exclusive
+    /// time, less one scheduling step (the first task starts within a step of its arrival on the
+    /// empty cluster, and no task runs faster than alone). Memory and the gate only lengthen it.
+    /// `None` for γ < 1 (sharing then creates throughput and there is no such bound).
     pub fn makespan_bound_s(&self, tasks: &[crate::task::Task]) -> Option<f64> {
-        if self.slowdown.exponent < 1.0 || tasks.is_empty() {
+        let placeable: Vec<&crate::task::Task> = tasks
+            .iter()
+            .filter(|t| t.gpus <= self.cluster.gpus_per_node)
+            .collect();
+        if self.slowdown.exponent < 1.0 || placeable.is_empty() {
             return None;
         }
         let activity = |t: &crate::task::Task| t.activity.scaled(self.activity_scale).sm_activity;
-        let rate = tasks
+        let rate = placeable
             .iter()
-            .map(activity)
+            .map(|t| activity(t))
             .fold(self.slowdown.threshold, f64::max);
-        let work: f64 = tasks
+        let work: f64 = placeable
             .iter()
-            .map(|t| activity(t) * t.exclusive_ms as f64 / 1000.0 * f64::from(t.gpus))
+            .map(|t| {
+                let shown_ms = t.exclusive_ms.saturating_sub(self.telemetry.lag_ms);
+                activity(t) * shown_ms as f64 / 1000.0 * f64::from(t.gpus)
+            })
             .sum();
         let gpus = f64::from(self.cluster.nodes) * f64::from(self.cluster.gpus_per_node);
-        let first = tasks.iter().map(|t| t.arrival_ms).min().unwrap_or(0);
-        let tail = tasks
+        let first = placeable.iter().map(|t| t.arrival_ms).min().unwrap_or(0);
+        let tail = placeable
             .iter()
             .map(|t| (t.arrival_ms - first).saturating_add(t.exclusive_ms))
             .max()
             .unwrap_or(0)
-            .saturating_sub(1000) as f64
+            .saturating_sub(self.telemetry.interval_ms) as f64
             / 1000.0;
         Some((work / (gpus * rate)).max(tail))
     }

@@ -392,3 +392,36 @@ fn the_kube_queue_lets_small_tasks_pass_a_blocked_large_one() {
         "kube: at once on the free GPU: {starts:?}"
     );
 }
+
+/// Two busy tasks on one GPU: the second runs at full speed until its activity shows (the
+/// telemetry lag), outside the GPU's shared capacity. The work bound must leave that lag out.
+#[test]
+fn the_work_bound_holds_when_a_task_runs_unshared_during_its_telemetry_lag() {
+    let w = catalog::by_key("resnet50-b128").unwrap();
+    let tasks: Vec<Task> = (0..2)
+        .map(|id| {
+            let mut t = Task::from_workload(id, w, 0);
+            t.exclusive_ms = 1_000_000;
+            t
+        })
+        .collect();
+    let cfg = SimConfig {
+        cluster: carma_simulator::config::ClusterSpec {
+            nodes: 1,
+            gpus_per_node: 1,
+            gpu_memory_mib: 40_960,
+        },
+        ..SimConfig::default()
+    };
+    let reservations = vec![Reservation::Mib(w.peak_mib); 2];
+    let bound = cfg.makespan_bound_s(&tasks).unwrap();
+    for policy in [Policy::Magm, Policy::Lug, Policy::Pack] {
+        let run = simulate(&tasks, &reservations, "oracle", policy, &cfg).unwrap();
+        assert!(run.tasks.iter().all(|o| o.finished), "{policy}");
+        assert!(
+            run.summary.makespan_s >= bound - 1e-6,
+            "{policy}: makespan {} s below the bound {bound} s",
+            run.summary.makespan_s
+        );
+    }
+}

@@ -115,7 +115,7 @@ pub struct Thresholds {
     )]
     pub max_telemetry_age_seconds: u64,
     /// Policy `pack`: a pod that has waited this many seconds since its creation may crowd a busy
-    /// GPU beyond its SM activity instead of waiting for a GPU where it fits.
+    /// GPU past full SM activity instead of waiting for a GPU where its expected activity fits.
     #[arg(
         long,
         env = "CARMA_PACK_AGING_SECONDS",

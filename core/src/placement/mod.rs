@@ -176,7 +176,7 @@ fn rejection(
             index,
             load: pack::load(s),
             expected: pack::booked_activity(demand),
-            cap: cfg.sm_activity_cap,
+            limit: pack::crowding_limit(cfg),
         },
         SharedFailure::OverReserved => GpuRejection::OverReserved {
             uuid,

@@ -6,18 +6,22 @@
 //! until both end. `pack` uses what carma also knows: each pod's *expected* SM activity (from its
 //! model class or the `carma.io/sm-activity` annotation) and the activity booked with the pods
 //! already on a GPU. A GPU's load is the larger of its measured SM activity risk score and the sum
-//! booked there (telemetry wins when a pod keeps the GPU busier than expected). Beyond every other
-//! sharing rule, a busy GPU takes the pod only when load plus the pod's expected activity stays
-//! within the gate's SM activity cap (otherwise the pod waits: crowded GPUs stay crowded until
-//! their jobs end, as nothing migrates). The candidates, in order:
+//! booked there (telemetry raises it when a pod keeps the GPU busier than expected; it never falls
+//! below the booked sum). Beyond every other sharing rule, a busy GPU takes the pod only while load
+//! plus the pod's expected activity stays within full activity ([`crowding_limit`]); otherwise the
+//! pod waits — crowded GPUs stay crowded until their jobs end, as nothing migrates — until it has
+//! waited [`PlacementConfig::pack_aging_ms`], after which it may crowd any busy GPU. The
+//! candidates, in order:
 //!
-//! 1. **complementary** busy GPUs — the tightest fit first (highest combined activity, then least
-//!    usable memory), so that other GPUs stay idle;
+//! 1. **complementary** busy GPUs — load plus the pod within the gate's cap; the tightest fit first
+//!    (highest combined activity, then least usable memory), so that other GPUs stay idle;
 //! 2. **idle** GPUs, in index order — kept for pods that cannot share (and taken whole by pods
-//!    that must not share, exactly as exclusive-first).
+//!    that must not share, exactly as exclusive-first);
+//! 3. **crowded** busy GPUs — past the cap; the least loaded first.
 //!
-//! A pod of unknown activity counts as filling its GPU: it takes idle GPUs only.
-//! Node scores rank the two across nodes: complementary 7..10 (tighter is higher), idle 6.
+//! A pod of unknown activity counts as filling its GPU: it takes idle GPUs, or crowds once aged.
+//! Node scores rank the tiers across nodes: complementary 7..10 (tighter is higher), idle 6,
+//! crowded 0..5 (less crowded is higher).
 
 use super::summary::{Fit, GpuSummary};
 use crate::config::PlacementConfig;
@@ -46,6 +50,16 @@ pub fn booked_activity(demand: &Demand) -> f64 {
     activity_key(demand).map_or(UNKNOWN_ACTIVITY, |k| f64::from(k) / 1000.0)
 }
 
+/// What a pod of expected activity `expected` books (1 when unknown): the figure a record rebuilt
+/// from a running pod's annotations carries, as [`booked_activity`] gave it at placement.
+pub fn booked(expected: Option<f64>) -> f64 {
+    let demand = Demand {
+        expected_sm_activity: expected,
+        ..Demand::new(1, crate::model::Reservation::Unknown, Policy::Pack)
+    };
+    booked_activity(&demand)
+}
+
 /// Whether `demand` is placed by packing on a node whose GPUs have `totals_mib` memory; otherwise
 /// (not `pack`, a pod that must not share or may take idle GPUs only, or a reservation that fills
 /// a GPU) exclusive-first applies as for every policy.
@@ -70,9 +84,12 @@ fn combined(s: &GpuSummary, demand: &Demand) -> f64 {
 /// Whether `demand` may join the GPU `s`: it is idle, or the pod's expected activity fits beside
 /// its load under the cap.
 pub(super) fn fits_beside(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> bool {
-    s.is_idle()
-        || aged(demand, cfg)
-        || combined(s, demand) <= cfg.sm_activity_cap.max(CROWDING_LIMIT) + EPSILON
+    s.is_idle() || aged(demand, cfg) || combined(s, demand) <= crowding_limit(cfg) + EPSILON
+}
+
+/// The most combined SM activity `pack` lets a busy GPU reach for a pod that has not aged.
+pub(super) fn crowding_limit(cfg: &PlacementConfig) -> f64 {
+    cfg.sm_activity_cap.max(CROWDING_LIMIT)
 }
 
 /// Whether the pod has waited long enough to crowd any busy GPU that passes the other rules.

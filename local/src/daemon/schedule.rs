@@ -56,6 +56,7 @@ impl Daemon {
             );
             demand.exclusive = job.exclusive;
             demand.expected_sm_activity = job.spec.expected_sm_activity;
+            demand.waited_ms = now.saturating_sub(job.queued_at_ms);
             let demand = recovery_first(demand, recovery_waiting, is_recovery);
             match place_on_node(
                 &node,

@@ -520,6 +520,7 @@ impl<'a> Engine<'a> {
             reservation: demand.reservation,
             exclusive: demand.exclusive,
             share,
+            // Every policy: the remembered placement books the demand's activity.
             activity_milli: carma_core::placement::pack::activity_key(&demand),
             aged: demand.policy == Policy::Pack
                 && carma_core::placement::pack::aged(&demand, &self.pcfg),
@@ -553,7 +554,17 @@ impl<'a> Engine<'a> {
                 "needs {} GPUs on one node; nodes have {}",
                 demand.gpus, self.cfg.cluster.gpus_per_node
             )),
-            None => TryPlace::Blocked(wake),
+            None => {
+                // `pack`: a task that has not aged yet may crowd once it has; try again then.
+                let ages_at = (demand.policy == Policy::Pack
+                    && !carma_core::placement::pack::aged(&demand, &self.pcfg))
+                .then(|| {
+                    self.state[id]
+                        .ready_at
+                        .saturating_add(self.pcfg.pack_aging_ms)
+                });
+                TryPlace::Blocked(earliest(wake, ages_at))
+            }
         }
     }
 

@@ -124,7 +124,7 @@ pub fn render_table(cmp: &Comparison) -> String {
     if let Some(bound) = cmp.makespan_bound_s {
         let _ = writeln!(
             out,
-            "  bound    no policy's makespan can be below {} under these models (SM-activity work ÷ GPUs' capacity)",
+            "  bound    no policy's makespan can be below {} under these models when every task finishes (SM-activity work ÷ GPUs' capacity)",
             duration(bound)
         );
     }
