@@ -17,11 +17,6 @@ from pathlib import Path
 
 from .core import FAMILIES, OPTIMIZERS, ProfileError, describe
 
-# Keys the TrainingTask CRD (crds/trainingtasks.carma.io.yaml) has no field for yet:
-# they go into the pod annotation only.
-NOT_IN_CRD = ("optimizer", "mixedPrecision")
-
-
 class UsageError(Exception):
     pass
 
@@ -144,11 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.annotation:
         print(f"\ncarma.io/model-profile: '{json.dumps(profile, separators=(',', ':'))}'")
     if args.yaml:
-        left = [k for k in NOT_IN_CRD if k in profile]
-        if left:
-            print(f"carma_profile: note: the TrainingTask CRD has no {' or '.join(left)} field; "
-                  "the modelProfile block leaves it out (the pod annotation carries it)", file=sys.stderr)
-        print("\n" + as_yaml({k: v for k, v in profile.items() if k not in NOT_IN_CRD}))
+        print("\n" + as_yaml(profile))
     return 0
 
 

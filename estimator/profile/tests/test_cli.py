@@ -105,10 +105,10 @@ def test_optimizer_and_mixed_precision_pass_through(capsys, carma_bin):
     profile = json.loads(blocks[0])
     assert profile["optimizer"] == "adam" and profile["mixedPrecision"] is True
     assert json.loads(yaml.safe_load(blocks[1])["carma.io/model-profile"]) == profile
-    # the CRD has no such fields: the TrainingTask block leaves them out and says so
+    # the TrainingTask CRD carries both (crds/trainingtasks.carma.io.yaml)
     block = yaml.safe_load("spec:\n" + blocks[2])["spec"]["modelProfile"]
-    assert "optimizer" not in block and "mixedPrecision" not in block
-    assert "no optimizer or mixedPrecision field" in err
+    assert block["optimizer"] == "adam" and block["mixedPrecision"] is True
+    assert err == ""
     est = subprocess.run([carma_bin, "estimate", "--profile", "-"], input=blocks[0],
                          capture_output=True, text=True, timeout=60)
     assert est.returncode == 0, est.stderr
