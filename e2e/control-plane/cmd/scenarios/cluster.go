@@ -25,6 +25,8 @@ const (
 	annExclusive    = "carma.io/exclusive"
 	annGPUMemory    = "carma.io/gpu-memory"
 	annProfile      = "carma.io/model-profile"
+	annPolicy       = "carma.io/policy"
+	annSMActivity   = "carma.io/sm-activity"
 	annOutcome      = "e2e.carma.io/outcome"
 	annRunSeconds   = "e2e.carma.io/run-seconds"
 	replicasPerGPU  = 8

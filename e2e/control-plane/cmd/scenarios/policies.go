@@ -98,22 +98,42 @@ func (e *env) scenarioPolicies(ctx context.Context, s *summary) {
 		e.check(err != nil && strings.Contains(err.Error(), "spec."+field), "TrainingTask with %s is rejected by the CRD schema: %v", what, err)
 	}
 
-	// A malformed carma.io/model-profile annotation: the pod stays pending with an Event naming it.
-	_, err = pods.Create(ctx, gpuPod("bad-profile", ns, e.schedulerName, map[string]string{annProfile: `{"family": "mlp", "batchSize": "lots"`}), metav1.CreateOptions{})
-	e.check(err == nil, "a pod with a malformed %s is accepted by the API (%v)", annProfile, err)
-	var reason string
-	ok := poll(ctx, 500*time.Millisecond, time.Minute, func() bool {
-		evs, _ := e.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "bad-profile").String()})
-		for _, ev := range evs.Items {
-			if strings.Contains(ev.Message, annProfile) {
-				reason = ev.Reason + ": " + ev.Message
-				return true
+	// carma's own policy through the real scheduler: a pack pod with an expected SM activity is bound.
+	packPod, err := pods.Create(ctx, gpuPod("pack-gpu", ns, e.schedulerName, map[string]string{
+		annPolicy: "pack", annSMActivity: "0.3", annGPUMemory: "4Gi", annRunSeconds: "30"}), metav1.CreateOptions{})
+	e.check(err == nil, "a pack pod is accepted (%v)", err)
+	if err == nil {
+		var p *v1.Pod
+		poll(ctx, 300*time.Millisecond, time.Minute, func() bool {
+			p, err = pods.Get(ctx, packPod.GetName(), metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != ""
+		})
+		e.check(p != nil && p.Spec.NodeName != "" && p.Annotations[annAssignedNode] == p.Spec.NodeName,
+			"pod pack-gpu (policy pack) is bound where the extender chose (%v)", p != nil && p.Spec.NodeName != "")
+	}
+
+	// Malformed input annotations: the pod stays pending with an Event naming the annotation.
+	malformed := []struct{ name, key, value string }{
+		{"bad-profile", annProfile, `{"family": "mlp", "batchSize": "lots"`},
+		{"bad-activity", annSMActivity, "1.5"},
+	}
+	for _, m := range malformed {
+		_, err = pods.Create(ctx, gpuPod(m.name, ns, e.schedulerName, map[string]string{annPolicy: "pack", m.key: m.value}), metav1.CreateOptions{})
+		e.check(err == nil, "a pod with a malformed %s is accepted by the API (%v)", m.key, err)
+		var reason string
+		ok := poll(ctx, 500*time.Millisecond, time.Minute, func() bool {
+			evs, _ := e.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+				FieldSelector: fields.OneTermEqualSelector("involvedObject.name", m.name).String()})
+			for _, ev := range evs.Items {
+				if strings.Contains(ev.Message, m.key) {
+					reason = ev.Reason + ": " + ev.Message
+					return true
+				}
 			}
-		}
-		return false
-	})
-	p, _ := pods.Get(ctx, "bad-profile", metav1.GetOptions{})
-	e.check(ok && p != nil && p.Spec.NodeName == "", "pod bad-profile stays pending with an Event naming %s: %s", annProfile, reason)
-	_ = pods.Delete(ctx, "bad-profile", metav1.DeleteOptions{})
+			return false
+		})
+		p, _ := pods.Get(ctx, m.name, metav1.GetOptions{})
+		e.check(ok && p != nil && p.Spec.NodeName == "", "pod %s stays pending with an Event naming %s: %s", m.name, m.key, reason)
+		_ = pods.Delete(ctx, m.name, metav1.DeleteOptions{})
+	}
 }
