@@ -229,3 +229,22 @@ fn the_ledger_books_and_releases_expected_activity_without_drift() {
     }
     assert_eq!(l.expected_sm_activity("GPU-0"), 0.0);
 }
+
+#[test]
+fn an_idle_gpu_whose_window_is_still_filling_beats_crowding_a_busy_one() {
+    // GPU 1 is idle but its telemetry window has not filled (no activity figure): the gate cannot
+    // judge sharing it, but it is idle, so pack takes it before crowding GPU 0 (0.6 + 0.3 > 0.8).
+    let mut n = node("a", vec![gpu(0, Some(0.6)), gpu(1, None)]);
+    n.gpus[1].sm_activity = None;
+    let ledger = ledger_for(&[&n], 0.0);
+    let p = place_on_node(
+        &n,
+        &ledger,
+        &demand(Some(0.3)),
+        &PlacementConfig::default(),
+        NOW,
+        0,
+    )
+    .unwrap();
+    assert_eq!((p.indices, p.score), (vec![1], IDLE_SCORE));
+}

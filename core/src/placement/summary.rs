@@ -167,7 +167,10 @@ pub(super) fn judge_shared<'a>(
     if cfg.honor_reservations && s.reserved_mib.saturating_add(need_mib) > s.total_mib {
         return Err(SharedFailure::OverReserved);
     }
-    if now >= s.stale_from || !s.gate_open {
+    // The gate judges sharing a busy GPU. An idle GPU is `pack`'s idle tier, taken as
+    // exclusive-first takes idle GPUs: whatever its telemetry says.
+    let idle_for_pack = demand.policy == Policy::Pack && s.is_idle();
+    if !idle_for_pack && (now >= s.stale_from || !s.gate_open) {
         return Err(SharedFailure::Gate);
     }
     if demand.policy == Policy::Pack && !super::pack::fits_beside(s, demand, cfg) {
