@@ -108,6 +108,10 @@ async fn a_replayed_trace_runs_at_its_gaps_and_reports_like_simulate() {
     let table = r.table();
     assert!(table.contains("GPU telemetry SIMULATED"), "{table}");
     assert!(table.contains("makespan"), "{table}");
+    assert!(
+        table.contains("the job's own final run time (measured)") && !table.contains("Models:"),
+        "{table}"
+    );
     let json = r.json();
     assert_eq!(json["simulated"], true);
     let p = &json["policies"][0];

@@ -1,11 +1,11 @@
-//! The report written by the simulator's own writers, with their "simulated" wording replaced by
-//! what this run really is: real processes, and GPU telemetry measured (NVML, DCGM) or simulated
-//! (the device plugin's simulated backend).
+//! The report written by the simulator's own writers, labelled ([`Provenance::Run`]) with what this
+//! run really is: real processes, and GPU telemetry measured (NVML, DCGM) or simulated (the device
+//! plugin's simulated backend).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use carma_simulator::report::{render_html, render_json, render_table};
+use carma_simulator::report::{Provenance, render_html_as, render_json, render_table_body};
 use serde_json::json;
 
 use super::Report;
@@ -30,24 +30,23 @@ impl Report {
         }
     }
 
-    /// The simulator's table, headed and footed for a local run.
+    /// How the simulator's writers label this run.
+    fn provenance(&self) -> Provenance {
+        Provenance::Run {
+            title: "carma local — run report".to_string(),
+            what: format!(
+                "{}. Jobs ran as real processes under `carma local serve`; times are wall-clock; per-GPU timelines are the daemon's samples (telemetry.jsonl)",
+                self.what()
+            ),
+            run_time: "the job's own final run time (measured)".to_string(),
+        }
+    }
+
+    /// The simulator's table below a header for a local run.
     pub fn table(&self) -> String {
-        let text = render_table(&self.comparison);
-        let mut lines: Vec<&str> = text.lines().collect();
-        // Header: up to the first blank line. Footer: the simulator's model lines.
-        let body_from = lines
-            .iter()
-            .position(|l| l.trim().is_empty())
-            .map_or(0, |i| i + 1);
-        lines.retain(|l| {
-            !l.trim_start().starts_with("Models:") && !l.trim_start().starts_with("by SM activity")
-        });
-        let body = lines[body_from.min(lines.len())..].join("\n").replace(
-            "the task's own exclusive run time",
-            "the job's own final run time (measured)",
-        );
+        let body = render_table_body(&self.comparison, &self.provenance());
         format!(
-            "carma local — {}\n  run      {}\n  GPUs     {} × {} GiB · queue carma (recovery first, strict FIFO)\n\n{body}\n",
+            "carma local — {}\n  run      {}\n  GPUs     {} × {} GiB · queue carma (recovery first, strict FIFO)\n\n{body}",
             self.what(),
             self.comparison.trace,
             self.comparison.config.cluster.gpus_per_node,
@@ -77,24 +76,7 @@ impl Report {
     /// HTML file.
     pub fn write(&self, out: &Path) -> Result<PathBuf> {
         fs::create_dir_all(out).map_err(|e| LocalError::io(out, e))?;
-        let html = render_html(&self.comparison, &self.trace, 16)
-            .replace("carma simulate — simulated policy comparison", "carma local — run report")
-            .replace("carma simulate — policy comparison", "carma local — run report")
-            .replace(
-                "<b>Simulated results.</b> Virtual time on modelled GPUs: run times and peak memory are CARMA's measurements; slowdown while sharing, power and telemetry timing come from the documented models. Nothing here was measured on a GPU.",
-                &format!("<b>carma local.</b> {}", self.what()),
-            );
-        // The simulator's closing "Models" section describes its models, which a local run does
-        // not use: it is replaced by what this run is.
-        let html = match html.find("<h2>Models</h2>") {
-            Some(at) => format!(
-                "{}<h2>What this is</h2>\n<p class=\"note\">{}. Jobs ran as real processes under `carma local serve`; \
-                 times are wall-clock; per-GPU timelines are the daemon's samples (telemetry.jsonl).</p>\n</body></html>\n",
-                &html[..at],
-                self.what()
-            ),
-            None => html,
-        };
+        let html = render_html_as(&self.comparison, &self.trace, 16, &self.provenance());
         let html_path = out.join("report.html");
         write_atomic(&html_path, html.as_bytes())?;
         // As `carma simulate --out`: the whole comparison (with timelines), plus the local detail.

@@ -10,8 +10,8 @@ use carma_core::Millis;
 
 use crate::Comparison;
 use crate::catalog::SizeClass;
-use crate::report::change_pct;
 use crate::report::table::duration;
+use crate::report::{Provenance, change_pct};
 use crate::result::{AttemptEnd, AttemptLog, GpuTimeline, RunResult};
 use crate::trace::Trace;
 
@@ -40,13 +40,36 @@ fn pct(p: Option<f64>) -> String {
 
 /// Render the report. Timelines show at most `max_gpus` GPUs per policy.
 pub fn render_html(cmp: &Comparison, trace: &Trace, max_gpus: usize) -> String {
+    render_html_as(cmp, trace, max_gpus, &Provenance::Simulated)
+}
+
+/// [`render_html`] for figures of `provenance`: its title and banner, and for anything but the
+/// simulator a closing note on what the figures are instead of the models.
+pub fn render_html_as(
+    cmp: &Comparison,
+    trace: &Trace,
+    max_gpus: usize,
+    provenance: &Provenance,
+) -> String {
     let mut h = String::new();
     let c = &cmp.config.cluster;
+    let (title, heading, banner) = match provenance {
+        Provenance::Simulated => (
+            "carma simulate — simulated policy comparison".to_string(),
+            "carma simulate — policy comparison".to_string(),
+            "<b>Simulated results.</b> Virtual time on modelled GPUs: run times and peak memory are CARMA's measurements; slowdown while sharing, power and telemetry timing come from the documented models. Nothing here was measured on a GPU.".to_string(),
+        ),
+        Provenance::Run { title, what, .. } => (
+            esc(title),
+            esc(title),
+            format!("<b>{}.</b> {}", esc(title), esc(what)),
+        ),
+    };
     let _ = write!(
         h,
         r#"<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>carma simulate — simulated policy comparison</title>
+<title>{title}</title>
 <style>
 body {{ font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1c2833; margin: 24px 32px; max-width: 1200px; }}
 h1 {{ font-size: 22px; margin: 0 0 4px; }}
@@ -64,8 +87,8 @@ td:first-child, th:first-child {{ text-align: left; font-weight: 600; }}
 svg text {{ font-family: inherit; }}
 .note {{ color: #566573; font-size: 13px; }}
 </style></head><body>
-<h1>carma simulate — policy comparison</h1>
-<div class="banner"><b>Simulated results.</b> Virtual time on modelled GPUs: run times and peak memory are CARMA's measurements; slowdown while sharing, power and telemetry timing come from the documented models. Nothing here was measured on a GPU.</div>
+<h1>{heading}</h1>
+<div class="banner">{banner}</div>
 <p class="meta">Trace: {trace} · {work:.1} GPU-h of exclusive work</p>
 <p class="meta">Cluster: {nodes} node(s) × {gpn} GPUs × {mem} GiB · utilization gate {gate} · reservations: {est}</p>
 "#,
@@ -83,6 +106,14 @@ svg text {{ font-family: inherit; }}
     let t_end = cmp.runs.iter().map(|r| r.end_ms).max().unwrap_or(0).max(1);
     for run in &cmp.runs {
         policy_section(&mut h, cmp, run, trace, t_end, max_gpus);
+    }
+    if let Provenance::Run { what, .. } = provenance {
+        let _ = write!(
+            h,
+            "<h2>What this is</h2>\n<p class=\"note\">{}</p>\n</body></html>\n",
+            esc(what)
+        );
+        return h;
     }
     let cfg = &cmp.config;
     let _ = write!(

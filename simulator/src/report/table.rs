@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::Comparison;
-use crate::report::change_pct;
+use crate::report::{Provenance, change_pct};
 use crate::result::Summary;
 
 /// A duration in seconds as `7h05m`, `12m30s` or `45s`.
@@ -109,8 +109,8 @@ const COLUMNS: [Column; 9] = [
 /// against exclusive), and a footer naming the models.
 pub fn render_table(cmp: &Comparison) -> String {
     let mut out = String::new();
+    let c = &cmp.config.cluster;
     let cfg = &cmp.config;
-    let c = &cfg.cluster;
     let _ = writeln!(
         out,
         "carma simulate — SIMULATED results (virtual time, modelled GPUs; not measurements)"
@@ -140,7 +140,15 @@ pub fn render_table(cmp: &Comparison) -> String {
         describe_plan(cmp),
     );
     let _ = writeln!(out);
+    out.push_str(&render_table_body(cmp, &Provenance::Simulated));
+    out
+}
 
+/// The table below its header: one row per policy, the notes, the worst waits and, for
+/// [`Provenance::Simulated`], the models' line (`carma local` writes its own header above it).
+pub fn render_table_body(cmp: &Comparison, provenance: &Provenance) -> String {
+    let mut out = String::new();
+    let cfg = &cmp.config;
     let base = cmp.baseline().map(|b| &b.summary);
     let rows: Vec<Row> = cmp
         .runs
@@ -253,9 +261,13 @@ pub fn render_table(cmp: &Comparison) -> String {
             );
         }
     }
+    let run_time = match provenance {
+        Provenance::Simulated => "the task's own exclusive run time",
+        Provenance::Run { run_time, .. } => run_time.as_str(),
+    };
     let _ = writeln!(
         out,
-        "  Longest wait ÷ the task's own exclusive run time, by GPUs per task (starvation):"
+        "  Longest wait ÷ {run_time}, by GPUs per task (starvation):"
     );
     for r in &cmp.runs {
         let sizes: Vec<String> = r
@@ -287,16 +299,18 @@ pub fn render_table(cmp: &Comparison) -> String {
             "  Some tasks failed (done < all); `--format json` or `--out DIR` lists each with its reason."
         );
     }
-    let _ = writeln!(
-        out,
-        "  Models: sharing slows tasks once summed SM activity > {:.2} (exponent {:.1}) · power {:.0}–{:.0} W",
-        cfg.slowdown.threshold, cfg.slowdown.exponent, cfg.power.idle_w, cfg.power.max_w,
-    );
-    let _ = writeln!(
-        out,
-        "  by SM activity · memory shows {} s after start. Each model, its source and flags: simulator/README.md.",
-        cfg.telemetry.lag_ms / 1000,
-    );
+    if *provenance == Provenance::Simulated {
+        let _ = writeln!(
+            out,
+            "  Models: sharing slows tasks once summed SM activity > {:.2} (exponent {:.1}) · power {:.0}–{:.0} W",
+            cfg.slowdown.threshold, cfg.slowdown.exponent, cfg.power.idle_w, cfg.power.max_w,
+        );
+        let _ = writeln!(
+            out,
+            "  by SM activity · memory shows {} s after start. Each model, its source and flags: simulator/README.md.",
+            cfg.telemetry.lag_ms / 1000,
+        );
+    }
     out
 }
 
