@@ -39,25 +39,25 @@ const EPSILON: f64 = 1e-9;
 /// The demand's expected SM activity in thousandths, as `pack` reads it (0..1000; `None`:
 /// unknown). Two demands with the same key are placed alike, so verdict caches key on it.
 pub fn activity_key(demand: &Demand) -> Option<u16> {
-    demand
-        .expected_sm_activity
+    thousandths(demand.expected_sm_activity)
+}
+
+/// An expected activity in thousandths of the GPU (clamped to 0..1); `None` when unknown.
+fn thousandths(expected: Option<f64>) -> Option<u16> {
+    expected
         .filter(|a| a.is_finite())
         .map(|a| (a.clamp(0.0, 1.0) * 1000.0).round() as u16)
 }
 
 /// The expected SM activity `demand` books on each of its GPUs (to the thousandth).
 pub fn booked_activity(demand: &Demand) -> f64 {
-    activity_key(demand).map_or(UNKNOWN_ACTIVITY, |k| f64::from(k) / 1000.0)
+    booked(demand.expected_sm_activity)
 }
 
-/// What a pod of expected activity `expected` books (1 when unknown): the figure a record rebuilt
-/// from a running pod's annotations carries, as [`booked_activity`] gave it at placement.
+/// What a pod of expected activity `expected` books (1 when unknown): also the figure a record
+/// rebuilt from a running pod's annotations carries.
 pub fn booked(expected: Option<f64>) -> f64 {
-    let demand = Demand {
-        expected_sm_activity: expected,
-        ..Demand::new(1, crate::model::Reservation::Unknown, Policy::Pack)
-    };
-    booked_activity(&demand)
+    thousandths(expected).map_or(UNKNOWN_ACTIVITY, |k| f64::from(k) / 1000.0)
 }
 
 /// Whether `demand` is placed by packing on a node whose GPUs have `totals_mib` memory; otherwise
