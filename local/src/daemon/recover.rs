@@ -27,9 +27,12 @@ impl Daemon {
             .table
             .jobs()
             .iter()
-            .filter_map(|j| j.running().map(|a| (j.spec.id.clone(), a.clone())))
+            .filter_map(|j| {
+                j.running()
+                    .map(|a| (j.spec.id.clone(), a.clone(), j.spec.expected_sm_activity))
+            })
             .collect();
-        for (id, attempt) in running {
+        for (id, attempt, expected_sm_activity) in running {
             let dir = self.dir.attempt(&id, attempt.number);
             let pid = launcher_pid(&dir)
                 .or(attempt.pid)
@@ -57,8 +60,8 @@ impl Daemon {
                 exclusive: attempt.exclusive,
                 assigned_at: attempt.launched_at_ms,
                 visible: false,
-                // Unknown after a restart, as when the extender rebuilds from annotations.
-                expected_sm_activity: 0.0,
+                // As placement booked it: the job's own expectation (1 when unknown).
+                expected_sm_activity: carma_core::placement::pack::booked(expected_sm_activity),
             });
             if let Some(pid) = pid
                 && attempt.pid != Some(pid)

@@ -67,8 +67,7 @@ impl Daemon {
                 self.rr_cursor,
             ) {
                 Ok(placement) => {
-                    self.launch(&id, &placement, job.reservation, now)?;
-                    return Ok(true);
+                    return self.launch(&id, &placement, job.reservation, now);
                 }
                 Err(rejection) => {
                     tracing::debug!(job = %id, %rejection, "waiting");
@@ -79,7 +78,8 @@ impl Daemon {
         Ok(false)
     }
 
-    /// Book `placement` for job `id`, journal it, and spawn the attempt.
+    /// Book `placement` for job `id`, journal it, and spawn the attempt. Returns whether it was
+    /// booked (a refused booking leaves the job queued, and the pass stops).
     #[tracing::instrument(skip(self, placement, reservation, now), fields(gpus = ?placement.indices))]
     fn launch(
         &mut self,
@@ -87,7 +87,7 @@ impl Daemon {
         placement: &NodePlacement,
         reservation: carma_core::Reservation,
         now: Millis,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let totals: Vec<(String, u64)> = self
             .gpus
             .iter()
@@ -109,13 +109,13 @@ impl Daemon {
             // Placement and the ledger read the same records, so this does not happen; if it does,
             // the job simply waits for the next pass.
             tracing::warn!(job = id, error = %e, "the ledger refused a placement");
-            return Ok(());
+            return Ok(false);
         }
         if let Some(next) = placement.next_rr_cursor() {
             self.rr_cursor = next;
         }
         let Some(job) = self.table.get(id) else {
-            return Ok(());
+            return Ok(false);
         };
         let attempt = job.attempts.len() as u32 + 1;
         let spec = job.spec.clone();
@@ -145,7 +145,8 @@ impl Daemon {
                     attempt,
                     pid,
                     at_ms: now_ms(),
-                })
+                })?;
+                Ok(true)
             }
             Err(e) => {
                 tracing::warn!(job = id, error = %e, "cannot launch");
@@ -158,7 +159,8 @@ impl Daemon {
                     None,
                     format!("cannot launch: {e}"),
                     Default::default(),
-                )
+                )?;
+                Ok(true)
             }
         }
     }
