@@ -563,5 +563,26 @@ mod printout_tests {
             assert!(out.get(key).is_some(), "missing {key}");
         }
         assert_eq!(out["carma"]["underestimates"], 0);
+        // `--table`: the text the README quotes.
+        let argv = [
+            "estimate",
+            "eval",
+            "--peaks",
+            "--table",
+            "--workloads",
+            &dirs[0],
+            "--summaries",
+            &dirs[1],
+            "--printouts",
+            &dirs[2],
+        ];
+        let args = Cli::try_parse_from(argv).unwrap().args;
+        match execute(&Estimator::new().unwrap(), &args).unwrap() {
+            Output::Text(t) => assert!(
+                t.contains("carma (all rows): 53 rows, 0 underestimates"),
+                "{t}"
+            ),
+            Output::Json(v) => panic!("expected the table, got {v}"),
+        }
     }
 }
