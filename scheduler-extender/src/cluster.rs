@@ -354,6 +354,14 @@ impl ClusterState {
                 "pod is bound to another node than carma assigned; booking its GPUs on the bound node"
             );
         }
+        // As bind booked it: from the pod's own annotations (1 when unknown). Parsed before the
+        // write lock is taken.
+        let expected_sm_activity = carma_core::placement::pack::booked(
+            PodRequest::from_annotations(annotations)
+                .ok()
+                .as_ref()
+                .and_then(crate::decision::expected_sm_activity),
+        );
         let mut inner = self.inner.write();
         if inner.ledger.get(uid).is_some() {
             return false;
@@ -370,13 +378,7 @@ impl ClusterState {
             exclusive: assignment.exclusive,
             assigned_at: u64::try_from(assignment.assigned_at.timestamp_millis()).unwrap_or(0),
             visible,
-            // As bind booked it: from the pod's own annotations (1 when unknown).
-            expected_sm_activity: carma_core::placement::pack::booked(
-                PodRequest::from_annotations(annotations)
-                    .ok()
-                    .as_ref()
-                    .and_then(crate::decision::expected_sm_activity),
-            ),
+            expected_sm_activity,
         };
         tracing::debug!(pod = %pod_key(pod), node, visible, "pod holds GPUs");
         inner.ledger.insert_unchecked(record.clone());

@@ -15,7 +15,7 @@ use carma_api::names::{
 };
 use carma_api::{AnnotationError, PodRequest};
 use carma_core::{Demand, Policy, Reservation};
-use carma_estimator::{EstimateError, Estimator, parse_profile};
+use carma_estimator::{EstimateError, Estimator, Profile, parse_profile};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use parking_lot::Mutex;
 use thiserror::Error;
@@ -200,21 +200,25 @@ impl Decisions {
         let request = PodRequest::from_annotations(annotations)?;
         let gpus = gpu_request(pod)?;
         let policy = request.policy.unwrap_or(self.default_policy);
+        // Parsed once: the reservation and the expected SM activity both read it.
+        let parsed = request.model_profile.as_deref().map(parse_profile);
         let (reservation, source, class) = if gpus == 0 {
             (Reservation::WholeGpu, SOURCE_NO_GPU.to_string(), None)
         } else if request.exclusive && request.gpu_memory_mib.is_none() {
             // An exclusive pod (e.g. recovery escalation after repeated OOMs)
             // owns its GPUs: book them whole, never the estimate that crashed.
             // A malformed profile is still an error the user must see.
-            if let Some(raw) = &request.model_profile {
-                parse_profile(raw).map_err(|e| DecisionError::Profile(e.to_string()))?;
+            if let Some(Err(e)) = &parsed {
+                return Err(DecisionError::Profile(e.to_string()));
             }
             (Reservation::WholeGpu, SOURCE_WHOLE_GPU.to_string(), None)
         } else if let Some(mib) = request.gpu_memory_mib {
             (Reservation::Mib(mib), SOURCE_OVERRIDE.to_string(), None)
-        } else if let Some(raw) = &request.model_profile {
-            let profile = parse_profile(raw).map_err(|e| DecisionError::Profile(e.to_string()))?;
-            match self.estimator.estimate(&profile) {
+        } else if let Some(parsed) = &parsed {
+            let profile = parsed
+                .as_ref()
+                .map_err(|e| DecisionError::Profile(e.to_string()))?;
+            match self.estimator.estimate(profile) {
                 Ok(e) => (
                     Reservation::Mib(e.mib),
                     e.source.as_str().to_string(),
@@ -242,7 +246,10 @@ impl Decisions {
                 policy,
                 exclusive: request.exclusive,
                 idle_only: false,
-                expected_sm_activity: expected_sm_activity(&request),
+                expected_sm_activity: expected_from(
+                    request.sm_activity,
+                    parsed.as_ref().and_then(|p| p.as_ref().ok()),
+                ),
                 waited_ms: 0,
             },
             source,
@@ -261,11 +268,16 @@ impl Decisions {
 /// model-class prior of its profile (whatever its reservation comes from: a recovery attempt
 /// carries a `gpu-memory` override and still its profile); `None` when neither is usable.
 pub fn expected_sm_activity(request: &PodRequest) -> Option<f64> {
-    request.sm_activity.or_else(|| {
-        let raw = request.model_profile.as_ref()?;
-        let profile = parse_profile(raw).ok()?;
-        Some(carma_estimator::activity::expected_sm_activity(&profile))
-    })
+    let profile = request
+        .model_profile
+        .as_deref()
+        .and_then(|raw| parse_profile(raw).ok());
+    expected_from(request.sm_activity, profile.as_ref())
+}
+
+/// The annotation's figure, else the profile's prior.
+fn expected_from(annotated: Option<f64>, profile: Option<&Profile>) -> Option<f64> {
+    annotated.or_else(|| profile.map(carma_estimator::activity::expected_sm_activity))
 }
 
 /// `namespace/name` of a pod, for logs and messages.

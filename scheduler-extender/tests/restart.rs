@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use carma_api::names::ANNOTATION_GPU_MEMORY;
+use carma_api::names::{ANNOTATION_GPU_MEMORY, ANNOTATION_SM_ACTIVITY};
 use carma_core::{PlacementConfig, Policy};
 use carma_scheduler_extender::snapshot::Snapshot;
 use carma_scheduler_extender::synthetic::pod_json;
@@ -53,17 +53,13 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
     // Before the restart: bind three pods (on idle GPUs and by collocation).
     let (ext, rec) = fixture_extender();
     let r = router(ext.clone());
-    let pending: Vec<Pod> = ["p1", "p2", "p3"]
+    // p3 says its expected SM activity; p1 and p2 leave it unknown (booked as 1).
+    let pending: Vec<Pod> = [("p1", None), ("p2", None), ("p3", Some("0.4"))]
         .iter()
-        .map(|n| {
-            serde_json::from_value(pod_json(
-                "ml",
-                n,
-                &format!("uid-{n}"),
-                1,
-                &[(ANNOTATION_GPU_MEMORY, "10Gi")],
-            ))
-            .unwrap()
+        .map(|(n, activity)| {
+            let mut ann = vec![(ANNOTATION_GPU_MEMORY, "10Gi")];
+            ann.extend(activity.map(|a| (ANNOTATION_SM_ACTIVITY, a)));
+            serde_json::from_value(pod_json("ml", n, &format!("uid-{n}"), 1, &ann)).unwrap()
         })
         .collect();
     for (pod, node) in pending.iter().zip([A, A, B]) {
@@ -110,7 +106,15 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
         assert_eq!(back.visible, r.visible, "{}", r.pod);
         // Assignment times survive to the millisecond, so the warm-up lock does too.
         assert_eq!(back.assigned_at, r.assigned_at, "{}", r.pod);
+        // So does the SM activity `pack` booked with the pod.
+        assert_eq!(
+            back.expected_sm_activity, r.expected_sm_activity,
+            "{}",
+            r.pod
+        );
     }
+    assert_eq!(rebuilt.get("uid-p3").unwrap().expected_sm_activity, 0.4);
+    assert_eq!(rebuilt.get("uid-p1").unwrap().expected_sm_activity, 1.0);
     assert_eq!(
         cluster.in_flight(),
         4,
