@@ -90,7 +90,30 @@ pub struct Job {
     pub exit_reason: Option<String>,
 }
 
+impl Attempt {
+    /// Whether it ended with a GPU out-of-memory crash.
+    pub fn ended_in_oom(&self) -> bool {
+        matches!(
+            self.end.as_ref().map(|e| &e.outcome),
+            Some(AttemptOutcome::GpuOutOfMemory { .. })
+        )
+    }
+
+    /// Whether it was lost (evicted: the daemon stopped and its process was gone).
+    pub fn was_evicted(&self) -> bool {
+        matches!(
+            self.end.as_ref().map(|e| &e.outcome),
+            Some(AttemptOutcome::Evicted { .. })
+        )
+    }
+}
+
 impl Job {
+    /// Attempts that crashed out of GPU memory.
+    pub fn ooms(&self) -> usize {
+        self.attempts.iter().filter(|a| a.ended_in_oom()).count()
+    }
+
     /// carma-core's view of its finished attempts.
     pub fn history(&self) -> Vec<AttemptRecord> {
         self.attempts

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::fs;
 
-use carma_core::{AttemptOutcome, Reservation};
+use carma_core::Reservation;
 use serde_json::{Value, json};
 
 use crate::error::Result;
@@ -72,26 +72,8 @@ fn reservation_mib(r: Reservation) -> Option<u64> {
 /// One job's status object.
 pub fn job_json(j: &Job) -> Value {
     let last = j.attempts.last();
-    let lost = j
-        .attempts
-        .iter()
-        .filter(|a| {
-            matches!(
-                a.end.as_ref().map(|e| &e.outcome),
-                Some(AttemptOutcome::Evicted { .. })
-            )
-        })
-        .count();
-    let ooms = j
-        .attempts
-        .iter()
-        .filter(|a| {
-            matches!(
-                a.end.as_ref().map(|e| &e.outcome),
-                Some(AttemptOutcome::GpuOutOfMemory { .. })
-            )
-        })
-        .count();
+    let lost = j.attempts.iter().filter(|a| a.was_evicted()).count();
+    let ooms = j.ooms();
     let usage = last.and_then(|a| a.end.as_ref()).map(|e| &e.usage);
     let peak = j
         .attempts

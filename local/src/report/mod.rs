@@ -13,7 +13,7 @@ mod samples;
 
 use std::collections::BTreeMap;
 
-use carma_core::{AttemptOutcome, Policy, Reservation};
+use carma_core::{Policy, Reservation};
 use carma_simulator::config::QueueDiscipline;
 use carma_simulator::result::{
     AttemptEnd, AttemptLog, GpuTimeline, RunResult, Summary, TaskOutcome, mean, percentile,
@@ -81,11 +81,7 @@ pub fn report(dir: &StateDir) -> Result<Report> {
             wait_s += a.launched_at_ms.saturating_sub(a.queued_at_ms) as f64 / 1000.0;
             run_s += dur;
             last_run = dur;
-            let oom = matches!(
-                a.end.as_ref().map(|e| &e.outcome),
-                Some(AttemptOutcome::GpuOutOfMemory { .. })
-            );
-            if oom {
+            if a.ended_in_oom() {
                 lost_gpu_s += dur * a.gpus.len() as f64;
             }
             attempts.push(AttemptLog {
@@ -95,7 +91,7 @@ pub fn report(dir: &StateDir) -> Result<Report> {
                 gpus: a.gpus.iter().map(|g| *g as usize).collect(),
                 start_ms: rel(a.launched_at_ms),
                 end_ms: rel(end_ms),
-                end: if oom {
+                end: if a.ended_in_oom() {
                     AttemptEnd::OutOfMemory
                 } else {
                     AttemptEnd::Finished
@@ -210,16 +206,7 @@ fn outcome(i: usize, job: &Job, wait_s: f64, run_s: f64, secs: &dyn Fn(u64) -> f
         failure: (job.state == JobState::Failed)
             .then(|| job.exit_reason.clone().unwrap_or_default()),
         attempts: job.attempts.len() as u32,
-        ooms: job
-            .attempts
-            .iter()
-            .filter(|a| {
-                matches!(
-                    a.end.as_ref().map(|e| &e.outcome),
-                    Some(AttemptOutcome::GpuOutOfMemory { .. })
-                )
-            })
-            .count() as u32,
+        ooms: job.ooms() as u32,
         wait_s,
         run_s,
     }
@@ -250,17 +237,7 @@ fn plan(jobs: &[&Job]) -> ReservationPlan {
         },
         reservations: jobs.iter().map(|j| j.spec.reservation).collect(),
         fallbacks: 0,
-        underestimates: jobs
-            .iter()
-            .filter(|j| {
-                j.attempts.iter().any(|a| {
-                    matches!(
-                        a.end.as_ref().map(|e| &e.outcome),
-                        Some(AttemptOutcome::GpuOutOfMemory { .. })
-                    )
-                })
-            })
-            .count(),
+        underestimates: jobs.iter().filter(|j| j.ooms() > 0).count(),
         whole_gpu: jobs
             .iter()
             .filter(|j| j.spec.reservation == Reservation::WholeGpu)
