@@ -67,6 +67,16 @@ async fn status_has_the_documented_shape_and_states() {
         }
         let state = j["state"].as_str().unwrap();
         assert!(["queued", "running", "succeeded", "failed"].contains(&state));
+        // Values, not only keys: both jobs ran once and ended after they started.
+        let (started, ended) = (
+            j["started_at_ms"].as_u64().expect("started"),
+            j["ended_at_ms"].as_u64().expect("ended"),
+        );
+        assert!(
+            started >= j["submitted_at_ms"].as_u64().unwrap() && ended >= started,
+            "{j}"
+        );
+        assert_eq!(j["ooms"], 0, "{j}");
     }
     assert_eq!(job(&s, &ok)["state"], "succeeded");
     let b = job(&s, &bad);
