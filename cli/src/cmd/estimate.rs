@@ -542,7 +542,7 @@ mod printout_tests {
             assert!(p.is_dir(), "shared data not found: {}", p.display());
             p.to_string_lossy().into_owned()
         });
-        let out = run_with(&[
+        let eval = [
             "eval",
             "--peaks",
             "--workloads",
@@ -551,8 +551,8 @@ mod printout_tests {
             &dirs[1],
             "--printouts",
             &dirs[2],
-        ])
-        .unwrap();
+        ];
+        let out = run_with(&eval).unwrap();
         for key in [
             "rows",
             "carma",
@@ -564,18 +564,7 @@ mod printout_tests {
         }
         assert_eq!(out["carma"]["underestimates"], 0);
         // `--table`: the text the README quotes.
-        let argv = [
-            "estimate",
-            "eval",
-            "--peaks",
-            "--table",
-            "--workloads",
-            &dirs[0],
-            "--summaries",
-            &dirs[1],
-            "--printouts",
-            &dirs[2],
-        ];
+        let argv = ["estimate"].into_iter().chain(eval).chain(["--table"]);
         let args = Cli::try_parse_from(argv).unwrap().args;
         match execute(&Estimator::new().unwrap(), &args).unwrap() {
             Output::Text(t) => assert!(
