@@ -104,6 +104,9 @@ pub struct EstimateAnnotation {
     /// Estimator class label, when one applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// For source `history`: completed runs of the same model profile the reservation rests on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u32>,
 }
 
 /// The extender's assignment of a pod to GPUs, read back from its annotations.
@@ -242,6 +245,7 @@ mod tests {
                 mib: 8000,
                 source: "gpumemnet-mlp".into(),
                 class: Some("(1000,2000]".into()),
+                samples: None,
             },
             exclusive: false,
             allocated: false,

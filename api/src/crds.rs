@@ -3,12 +3,13 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{GpuNode, TrainingTask};
+use crate::{GpuNode, MemoryHistory, TrainingTask};
 
 /// Every CRD with the file name it is kept under in `crds/`.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         ("gpunodes.carma.io.yaml", GpuNode::crd()),
+        ("memoryhistories.carma.io.yaml", MemoryHistory::crd()),
         ("trainingtasks.carma.io.yaml", TrainingTask::crd()),
     ]
 }

@@ -4,17 +4,20 @@
 //! * [`annotations`] — reading and writing the pod annotations the parts share.
 //! * [`training_task`] — the `TrainingTask` custom resource.
 //! * [`gpu_node`] — the `GpuNode` custom resource the device plugin publishes.
+//! * [`memory_history`] — the `MemoryHistory` custom resource: observed peaks per model profile.
 //! * [`crds`] — the generated CustomResourceDefinitions.
 
 pub mod annotations;
 pub mod crds;
 pub mod gpu_node;
+pub mod memory_history;
 pub mod names;
 pub mod resources;
 pub mod training_task;
 
 pub use annotations::{AnnotationError, Assignment, EstimateAnnotation, PodRequest};
 pub use gpu_node::{GpuNode, GpuNodeSpec, GpuNodeStatus, GpuPodStatus, GpuStatus};
+pub use memory_history::{MemoryHistory, MemoryHistorySpec, MemoryHistoryStatus, PeakSample};
 pub use training_task::{
     AttemptOutcomeKind, AttemptStatus, EstimateStatus, PlacementPolicy, RecoverySpec,
     TaskCondition, TaskPhase, TrainingTask, TrainingTaskSpec, TrainingTaskStatus,

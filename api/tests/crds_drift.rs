@@ -60,18 +60,30 @@ fn crds_carry_names_columns_and_status() {
             "{file}: printer columns"
         );
     }
-    let (_, tt) = &carma_api::crds::all()[1];
+    let all = carma_api::crds::all();
+    let by_kind = |kind: &str| {
+        all.iter()
+            .map(|(_, crd)| crd)
+            .find(|crd| crd.spec.names.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} CRD"))
+    };
+    for (kind, short, scope) in [
+        ("TrainingTask", "tt", "Namespaced"),
+        ("GpuNode", "gn", "Cluster"),
+        ("MemoryHistory", "mh", "Cluster"),
+    ] {
+        let crd = by_kind(kind);
+        assert_eq!(
+            crd.spec.names.short_names.as_deref(),
+            Some(&[short.to_string()][..]),
+            "{kind}"
+        );
+        assert_eq!(crd.spec.scope, scope, "{kind}");
+    }
     assert_eq!(
-        tt.spec.names.short_names.as_deref(),
-        Some(&["tt".to_string()][..])
+        by_kind("MemoryHistory").spec.names.plural,
+        "memoryhistories"
     );
-    assert_eq!(tt.spec.scope, "Namespaced");
-    let (_, gn) = &carma_api::crds::all()[0];
-    assert_eq!(
-        gn.spec.names.short_names.as_deref(),
-        Some(&["gn".to_string()][..])
-    );
-    assert_eq!(gn.spec.scope, "Cluster");
 }
 
 /// Every property in the generated schemas has a description, so `kubectl explain` helps.

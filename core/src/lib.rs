@@ -14,9 +14,11 @@
 //! * [`reason`] — actionable rejection reasons.
 //! * [`recovery`] — what to do after an attempt ends.
 //! * [`quantity`] — Kubernetes memory quantities in MiB.
+//! * [`history`] — reservations learned from the peaks earlier runs of a model reached.
 
 pub mod config;
 pub mod gate;
+pub mod history;
 pub mod ledger;
 pub mod model;
 pub mod placement;
@@ -27,6 +29,7 @@ pub mod telemetry;
 
 pub use config::{PlacementConfig, RecoveryConfig};
 pub use gate::{GateRule, utilization_gate};
+pub use history::{HistoryConfig, LearnedReservation, PeakHistory, RunEnd, learned_reservation};
 pub use ledger::{Ledger, LedgerError, PlacementRecord};
 pub use model::{Demand, Gpu, Node, Policy, PolicyParseError, Reservation};
 pub use placement::{NodePlacement, place_on_node, score_node};

@@ -675,6 +675,7 @@ mod tests {
                     mib: 6000,
                     source: "override".into(),
                     class: None,
+                    samples: None,
                 },
                 exclusive: false,
                 allocated,

@@ -480,6 +480,7 @@ mod tests {
                     mib,
                     source: "override".into(),
                     class: None,
+                    samples: None,
                 },
                 exclusive: false,
                 allocated: true,

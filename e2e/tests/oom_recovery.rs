@@ -362,7 +362,8 @@ async fn training_task_recovers_from_a_cuda_oom() {
         EstimateAnnotation {
             mib: grown,
             source: "override".into(),
-            class: None
+            class: None,
+            samples: None
         }
     );
     w.sync_pods();
@@ -548,7 +549,8 @@ async fn repeated_ooms_escalate_to_an_exclusive_gpu() {
         EstimateAnnotation {
             mib: 40 * 1024,
             source: "whole-gpu".into(),
-            class: None
+            class: None,
+            samples: None
         }
     );
     let pod3 = w.api.pod(NS, name3);

@@ -88,7 +88,7 @@ async fn the_simulator_decides_as_the_extender_does() {
             warmup_ms: 0,
             ..PlacementConfig::default()
         };
-        let ext = snapshot_extender(&snap, policy, cfg.clone()).unwrap();
+        let ext = snapshot_extender(&snap, policy, cfg.clone(), Default::default()).unwrap();
         let names: Vec<String> = snap
             .nodes
             .iter()

@@ -37,6 +37,7 @@ pub mod analytic;
 mod estimator;
 mod evaluate;
 pub mod features;
+mod fingerprint;
 mod model;
 mod printout;
 mod profile;

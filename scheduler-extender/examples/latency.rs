@@ -101,8 +101,13 @@ async fn main() {
     let mut summary = Vec::new();
     for nodes in sizes {
         let snap = loaded_cluster(nodes, 8);
-        let ext = snapshot_extender(&snap, Policy::Magm, PlacementConfig::default())
-            .expect("estimator loads");
+        let ext = snapshot_extender(
+            &snap,
+            Policy::Magm,
+            PlacementConfig::default(),
+            Default::default(),
+        )
+        .expect("estimator loads");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

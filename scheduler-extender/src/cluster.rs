@@ -35,6 +35,8 @@ pub enum Kind {
     GpuNodes,
     /// `Pod`s.
     Pods,
+    /// carma `MemoryHistory` records (not part of readiness).
+    MemoryHistories,
 }
 
 /// One node as placement sees it.
@@ -118,6 +120,10 @@ impl ClusterState {
             Kind::Nodes => &self.nodes_synced,
             Kind::GpuNodes => &self.gpu_nodes_synced,
             Kind::Pods => &self.pods_synced,
+            Kind::MemoryHistories => {
+                tracing::info!(?kind, "records listed");
+                return;
+            }
         };
         if !flag.swap(true, Ordering::SeqCst) {
             tracing::info!(?kind, "cache synced");

@@ -1,7 +1,8 @@
 //! Per-pod decisions: how many GPUs, how much memory on each, which policy.
 //!
 //! The reservation is the `carma.io/gpu-memory` override, else the estimator's
-//! answer for the `carma.io/model-profile` annotation, else the whole GPU. It is
+//! answer for the `carma.io/model-profile` annotation — or, when lower, what earlier runs of
+//! the same profile were seen to use plus headroom ([`crate::history`]) — else the whole GPU. It is
 //! computed once per pod and cached by pod UID (with a fingerprint of the inputs,
 //! so that a pod whose annotations are edited while pending is judged again).
 
@@ -14,11 +15,13 @@ use carma_api::names::{
     RESOURCE_GPU,
 };
 use carma_api::{AnnotationError, PodRequest};
-use carma_core::{Demand, Policy, Reservation};
+use carma_core::{Demand, HistoryConfig, Policy, Reservation};
 use carma_estimator::{EstimateError, Estimator, Profile, parse_profile};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use parking_lot::Mutex;
 use thiserror::Error;
+
+use crate::history::{HistoryBook, SOURCE_HISTORY};
 
 /// Source label of a reservation given by `carma.io/gpu-memory`.
 pub const SOURCE_OVERRIDE: &str = "override";
@@ -38,10 +41,13 @@ pub struct Decision {
     /// asks for no `carma.io/gpu` and carma has nothing to place.
     pub demand: Demand,
     /// Where the reservation comes from: `override`, an estimator source such as
-    /// `gpumemnet-mlp` or `analytic-upper-bound`, or `whole-gpu`.
+    /// `gpumemnet-mlp` or `analytic-upper-bound`, `history` (earlier runs of the same model
+    /// profile), or `whole-gpu`.
     pub source: String,
     /// The estimator's class label, when an estimate was made.
     pub class: Option<String>,
+    /// For source `history`: the completed runs of the same model profile it rests on.
+    pub samples: Option<u32>,
     /// The pod is a recovery attempt (priority class `carma-recovery`): CARMA's recovery-first rule
     /// never holds it back.
     pub recovery: bool,
@@ -104,6 +110,7 @@ struct Entry {
 pub struct Decisions {
     estimator: Estimator,
     default_policy: Policy,
+    history: HistoryBook,
     cache: Mutex<HashMap<String, Entry>>,
 }
 
@@ -123,8 +130,20 @@ impl Decisions {
         Self {
             estimator,
             default_policy,
+            history: HistoryBook::default(),
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same decisions reserving from history under `config`.
+    pub fn with_history(mut self, config: HistoryConfig) -> Self {
+        self.history = HistoryBook::new(config);
+        self
+    }
+
+    /// The observed peaks this extender reserves from (the `MemoryHistory` watcher feeds it).
+    pub fn history(&self) -> &HistoryBook {
+        &self.history
     }
 
     /// The policy of pods without a `carma.io/policy` annotation.
@@ -135,7 +154,7 @@ impl Decisions {
     /// The decision for `pod`, from the cache when its inputs are unchanged.
     pub fn decide(&self, pod: &Pod) -> Looked {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        let fingerprint = fingerprint(pod);
+        let fingerprint = fingerprint(pod, self.history.generation());
         if let Some(e) = self.cache.lock().get(uid)
             && e.fingerprint == fingerprint
         {
@@ -202,6 +221,7 @@ impl Decisions {
         let policy = request.policy.unwrap_or(self.default_policy);
         // Parsed once: the reservation and the expected SM activity both read it.
         let parsed = request.model_profile.as_deref().map(parse_profile);
+        let mut samples = None;
         let (reservation, source, class) = if gpus == 0 {
             (Reservation::WholeGpu, SOURCE_NO_GPU.to_string(), None)
         } else if request.exclusive && request.gpu_memory_mib.is_none() {
@@ -219,11 +239,21 @@ impl Decisions {
                 .as_ref()
                 .map_err(|e| DecisionError::Profile(e.to_string()))?;
             match self.estimator.estimate(profile) {
-                Ok(e) => (
-                    Reservation::Mib(e.mib),
-                    e.source.as_str().to_string(),
-                    Some(e.class),
-                ),
+                Ok(e) => match self.history.learned(profile, e.mib) {
+                    Some(learned) => {
+                        samples = Some(learned.samples);
+                        (
+                            Reservation::Mib(learned.mib),
+                            SOURCE_HISTORY.to_string(),
+                            None,
+                        )
+                    }
+                    None => (
+                        Reservation::Mib(e.mib),
+                        e.source.as_str().to_string(),
+                        Some(e.class),
+                    ),
+                },
                 Err(EstimateError::InvalidProfile(e)) => {
                     return Err(DecisionError::Profile(e.to_string()));
                 }
@@ -254,6 +284,7 @@ impl Decisions {
             },
             source,
             class,
+            samples,
             recovery: crate::recovery_queue::is_recovery(pod),
             created_at_ms: pod
                 .metadata
@@ -313,9 +344,10 @@ fn container_gpus(c: &Container) -> Result<u32, DecisionError> {
     })
 }
 
-/// A hash of everything a decision depends on.
-fn fingerprint(pod: &Pod) -> u64 {
+/// A hash of everything a decision depends on: the pod's inputs and the history book's generation.
+fn fingerprint(pod: &Pod, history_generation: u64) -> u64 {
     let mut h = DefaultHasher::new();
+    history_generation.hash(&mut h);
     if let Some(a) = &pod.metadata.annotations {
         for key in [
             ANNOTATION_GPU_MEMORY,
@@ -479,6 +511,59 @@ mod tests {
             let err = ds.compute(&pod(ann, gpus)).unwrap_err();
             assert!(err.to_string().contains(needle), "{err}");
         }
+    }
+
+    #[test]
+    fn history_lowers_an_estimate_and_cached_decisions_follow_it() {
+        use carma_api::{MemoryHistory, MemoryHistorySpec, MemoryHistoryStatus};
+        let profile = r#"{"family":"cnn","batchSize":128,"parameters":25557032,"activations":11000000,"layers":{"conv2d":53,"batchNorm":53,"linear":1}}"#;
+        let ds = decisions();
+        let p = pod(&[(ANNOTATION_MODEL_PROFILE, profile)], &["1"]);
+        let first = ds.decide(&p);
+        let estimate = first.result.as_ref().as_ref().unwrap().clone();
+        let Reservation::Mib(estimate_mib) = estimate.demand.reservation else {
+            panic!("an estimate: {estimate:?}")
+        };
+        assert_ne!(estimate.source, crate::history::SOURCE_HISTORY);
+        assert!(!ds.decide(&p).fresh);
+
+        let mut record = MemoryHistory::new(
+            &parse_profile(profile).unwrap().fingerprint(),
+            MemoryHistorySpec {
+                family: "cnn".into(),
+                profile: profile.into(),
+            },
+        );
+        let peak = estimate_mib / 3;
+        record.status = Some(MemoryHistoryStatus {
+            completed: 2,
+            max_peak_mib: peak,
+            ..Default::default()
+        });
+        ds.history().apply(&record);
+        let learned = ds.decide(&p);
+        assert!(learned.fresh, "a history change judges cached pods again");
+        let d = learned.result.as_ref().as_ref().unwrap();
+        let expected = peak + HistoryConfig::default().headroom(peak);
+        assert_eq!(d.demand.reservation, Reservation::Mib(expected));
+        assert_eq!(d.source, crate::history::SOURCE_HISTORY);
+        assert_eq!(d.samples, Some(2));
+
+        // An override still wins; a peak near the estimate leaves the estimate in place.
+        let o = ds
+            .compute(&pod(
+                &[
+                    (ANNOTATION_MODEL_PROFILE, profile),
+                    (ANNOTATION_GPU_MEMORY, "4Gi"),
+                ],
+                &["1"],
+            ))
+            .unwrap();
+        assert_eq!(o.source, SOURCE_OVERRIDE);
+        record.status.as_mut().unwrap().max_peak_mib = estimate_mib;
+        ds.history().apply(&record);
+        let back = ds.decide(&p);
+        assert_eq!(back.result.as_ref().as_ref().unwrap(), &estimate);
     }
 
     #[test]

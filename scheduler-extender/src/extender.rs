@@ -418,6 +418,7 @@ impl Extender {
                 mib: placement.reserved_mib,
                 source: decision.source.clone(),
                 class: decision.class.clone(),
+                samples: decision.samples,
             },
             exclusive: placement.exclusive,
             allocated: false,

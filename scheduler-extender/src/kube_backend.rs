@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use carma_api::GpuNode;
+use carma_api::{GpuNode, MemoryHistory};
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
@@ -200,9 +200,10 @@ async fn drive<K, S>(
     }
 }
 
-/// Watch Nodes, GpuNodes and Pods into the extender's cluster state. The
-/// returned tasks run until aborted; `/readyz` turns ready once each has
-/// listed its objects.
+/// Watch Nodes, GpuNodes and Pods into the extender's cluster state, and MemoryHistories into
+/// its history book. The returned tasks run until aborted; `/readyz` turns ready once Nodes,
+/// GpuNodes and Pods are listed (until the records are, pods are reserved by their estimates:
+/// never less than history would give).
 pub fn spawn_watchers(client: Client, extender: Arc<Extender>) -> Vec<tokio::task::JoinHandle<()>> {
     let cluster = Arc::clone(extender.cluster());
     let cfg = watcher::Config::default();
@@ -255,6 +256,30 @@ pub fn spawn_watchers(client: Client, extender: Arc<Extender>) -> Vec<tokio::tas
         ))
     };
 
+    let histories = {
+        let ext = Arc::clone(&extender);
+        let stream =
+            watcher(Api::<MemoryHistory>::all(client.clone()), cfg.clone()).default_backoff();
+        tokio::spawn(drive(
+            stream,
+            Kind::MemoryHistories,
+            Arc::clone(&cluster),
+            |h: &MemoryHistory| h.metadata.name.clone(),
+            move |c| {
+                let book = ext.decisions().history();
+                match c {
+                    Change::Apply(h) => book.apply(h),
+                    Change::Delete(h) => {
+                        if let Some(name) = &h.metadata.name {
+                            book.delete(name);
+                        }
+                    }
+                    Change::Relisted(names) => book.retain(&names),
+                }
+            },
+        ))
+    };
+
     let pods = {
         let stream = watcher(Api::<Pod>::all(client), cfg).default_backoff();
         let ext = Arc::clone(&extender);
@@ -275,5 +300,5 @@ pub fn spawn_watchers(client: Client, extender: Arc<Extender>) -> Vec<tokio::tas
         ))
     };
 
-    vec![nodes, gpu_nodes, pods]
+    vec![nodes, gpu_nodes, histories, pods]
 }

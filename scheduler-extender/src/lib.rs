@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod decision;
 pub mod extender;
 pub mod handoff;
+pub mod history;
 pub mod kube_backend;
 pub mod metrics;
 pub mod recovery_queue;
@@ -35,7 +36,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use carma_core::{PlacementConfig, Policy};
+use carma_core::{HistoryConfig, PlacementConfig, Policy};
 use carma_estimator::{Estimator, EstimatorError};
 use thiserror::Error;
 
@@ -66,6 +67,8 @@ pub struct Options {
     pub tls: Option<TlsSettings>,
     /// Placement thresholds.
     pub placement: PlacementConfig,
+    /// Reservations learned from `MemoryHistory` records.
+    pub history: HistoryConfig,
     /// Largest request body accepted; larger ones get HTTP 413
     /// ([`server::BODY_LIMIT`] by default).
     pub max_body_bytes: usize,
@@ -117,10 +120,12 @@ pub fn snapshot_extender(
     snapshot: &Snapshot,
     policy: Policy,
     placement: PlacementConfig,
+    history: HistoryConfig,
 ) -> Result<Arc<Extender>, EstimatorError> {
     let cluster = Arc::new(ClusterState::new());
+    let decisions = Decisions::new(Estimator::new()?, policy).with_history(history);
     snapshot.apply(&cluster);
-    let decisions = Decisions::new(Estimator::new()?, policy);
+    snapshot.apply_history(decisions.history());
     Ok(Arc::new(Extender::new(
         cluster,
         decisions,
@@ -145,13 +150,13 @@ pub async fn run(
                 pods = snapshot.pods.len(),
                 "serving a cluster snapshot (dry run: binds are recorded, not written)"
             );
-            snapshot_extender(&snapshot, opts.policy, opts.placement.clone())?
+            snapshot_extender(&snapshot, opts.policy, opts.placement.clone(), opts.history)?
         }
         None => {
             let client = kube::Client::try_default().await?;
             let ext = Arc::new(Extender::new(
                 Arc::new(ClusterState::new()),
-                Decisions::new(Estimator::new()?, opts.policy),
+                Decisions::new(Estimator::new()?, opts.policy).with_history(opts.history),
                 Arc::new(kube_backend::KubeBackend::new(client.clone())),
                 opts.placement.clone(),
             ));

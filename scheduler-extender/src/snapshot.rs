@@ -1,11 +1,11 @@
-//! Snapshot mode: serve from a static `List` of Nodes, GpuNodes and Pods (the
-//! output of `kubectl get nodes,gpunodes,pods -A -o yaml`), and record binds
+//! Snapshot mode: serve from a static `List` of Nodes, GpuNodes, Pods and MemoryHistories (the
+//! output of `kubectl get nodes,gpunodes,pods,memoryhistories -A -o yaml`), and record binds
 //! instead of writing them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use carma_api::GpuNode;
+use carma_api::{GpuNode, MemoryHistory};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Deserialize;
@@ -45,6 +45,8 @@ pub struct Snapshot {
     pub gpu_nodes: Vec<GpuNode>,
     /// Pods.
     pub pods: Vec<Pod>,
+    /// Observed peaks by model profile (`kubectl get memoryhistories -o yaml`).
+    pub memory_histories: Vec<MemoryHistory>,
 }
 
 #[derive(Deserialize)]
@@ -55,7 +57,7 @@ struct TypeMeta {
 
 impl Snapshot {
     /// Read a snapshot file: YAML (one or more documents) or JSON, each a `List`
-    /// (or a single object). Kinds other than Node, GpuNode and Pod are skipped.
+    /// (or a single object). Kinds other than Node, GpuNode, Pod and MemoryHistory are skipped.
     pub fn load(path: &Path) -> Result<Self, SnapshotError> {
         let text = std::fs::read_to_string(path).map_err(|source| SnapshotError::Read {
             path: path.to_path_buf(),
@@ -86,7 +88,7 @@ impl Snapshot {
             .map_err(|e| format!("{at}: {e}"))?
             .kind;
         match kind.as_str() {
-            "List" | "NodeList" | "PodList" | "GpuNodeList" => {
+            "List" | "NodeList" | "PodList" | "GpuNodeList" | "MemoryHistoryList" => {
                 let items = match value {
                     serde_json::Value::Object(mut m) => m.remove("items"),
                     _ => None,
@@ -107,6 +109,9 @@ impl Snapshot {
             "Pod" => self
                 .pods
                 .push(serde_json::from_value(value).map_err(|e| format!("{at} (Pod): {e}"))?),
+            "MemoryHistory" => self.memory_histories.push(
+                serde_json::from_value(value).map_err(|e| format!("{at} (MemoryHistory): {e}"))?,
+            ),
             "" => return Err(format!("{at}: object without `kind`")),
             other => tracing::debug!(
                 kind = other,
@@ -116,7 +121,14 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Feed every object into `cluster` through the same functions the kube
+    /// Feed the MemoryHistory records into `book` as the watcher does.
+    pub fn apply_history(&self, book: &crate::history::HistoryBook) {
+        for h in &self.memory_histories {
+            book.apply(h);
+        }
+    }
+
+    /// Feed every Node, GpuNode and Pod into `cluster` through the same functions the kube
     /// watchers use, and mark every cache synced.
     pub fn apply(&self, cluster: &ClusterState) {
         for n in &self.nodes {

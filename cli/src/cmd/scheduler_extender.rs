@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use carma_core::{PlacementConfig, Policy};
+use carma_core::{HistoryConfig, PlacementConfig, Policy};
 use carma_scheduler_extender::server::{BODY_LIMIT, IDLE_TIMEOUT, TLS_RELOAD_INTERVAL};
 use carma_scheduler_extender::{Options, TlsFiles, TlsSettings};
 
@@ -80,6 +80,40 @@ pub struct SchedulerExtenderArgs {
     /// Placement thresholds (CARMA's figures by default).
     #[command(flatten)]
     pub thresholds: Thresholds,
+
+    /// Reservations learned from earlier runs of the same model profile.
+    #[command(flatten)]
+    pub history: HistoryFlags,
+}
+
+/// Learned reservations (`MemoryHistory` records, written by the operator), as flags and
+/// environment variables (the chart sets them from `estimator.history.*`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HistoryFlags {
+    /// Never reserve from history: every pod gets its estimate.
+    #[arg(long, env = "CARMA_HISTORY_DISABLED")]
+    pub no_history: bool,
+    /// Headroom above the largest observed peak, percent of it.
+    #[arg(long, env = "CARMA_HISTORY_HEADROOM_PERCENT", default_value_t = HistoryConfig::default().headroom_percent, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub history_headroom_percent: u32,
+    /// Headroom above the largest observed peak, at least this many MiB.
+    #[arg(long, env = "CARMA_HISTORY_HEADROOM_MIN_MIB", default_value_t = HistoryConfig::default().headroom_min_mib)]
+    pub history_headroom_min_mib: u64,
+    /// Completed runs with an observed peak needed before history replaces an estimate.
+    #[arg(long, env = "CARMA_HISTORY_MIN_SAMPLES", default_value_t = HistoryConfig::default().min_samples, value_parser = clap::value_parser!(u32).range(1..))]
+    pub history_min_samples: u32,
+}
+
+impl HistoryFlags {
+    /// The core configuration with these settings.
+    pub fn to_config(&self) -> HistoryConfig {
+        HistoryConfig {
+            enabled: !self.no_history,
+            headroom_percent: self.history_headroom_percent,
+            headroom_min_mib: self.history_headroom_min_mib,
+            min_samples: self.history_min_samples,
+        }
+    }
 }
 
 /// The placement thresholds of `carma-core`, as flags and environment variables
@@ -181,6 +215,7 @@ pub fn run(args: SchedulerExtenderArgs) -> anyhow::Result<ExitCode> {
         policy: args.policy,
         tls,
         placement: args.thresholds.to_config(),
+        history: args.history.to_config(),
         max_body_bytes: args.max_request_bytes,
         idle_timeout: std::time::Duration::from_secs(args.idle_timeout_seconds),
     };

@@ -186,6 +186,7 @@ impl SimulatedBackend {
                             mib: reserved,
                             source: "simulated".to_string(),
                             class: None,
+                            samples: None,
                         },
                         exclusive: false,
                         allocated: true,

@@ -690,6 +690,7 @@ impl World {
                 mib: bg.mib,
                 source: "override".into(),
                 class: None,
+                samples: None,
             },
             exclusive: false,
             allocated: true,

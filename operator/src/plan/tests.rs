@@ -55,6 +55,7 @@ fn bound(mut o: ObservedAttempt, mib: u64) -> ObservedAttempt {
         mib,
         source: "gpumemnet-cnn".into(),
         class: Some("(0,8000]".into()),
+        samples: None,
     });
     o.gpu_memory_mib = Some(40960);
     o

@@ -1,0 +1,228 @@
+//! Reservations that learn: what earlier runs of the same model profile really used.
+//!
+//! The operator records each finished attempt's observed peak under a fingerprint of its model
+//! profile; the extender reads the record when it reserves for the next pod with that
+//! fingerprint. This module holds both rules, so that what is recorded and what is reserved
+//! from it cannot drift apart:
+//!
+//! * [`PeakHistory::record`] — how an ended run changes the record;
+//! * [`learned_reservation`] — `max(observed peaks) + headroom`, used only when it is *lower*
+//!   than the estimate, never below the largest peak seen, and never at or below a reservation
+//!   under which a run of the model still ran out of memory.
+
+use serde::{Deserialize, Serialize};
+
+/// What the cluster has seen of one model profile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeakHistory {
+    /// Runs that completed with an observed peak: the samples a learned reservation rests on.
+    pub completed: u32,
+    /// The largest per-GPU peak any recorded run reached (completed or crashed), MiB. It never
+    /// decreases, so no learned reservation goes below a peak once seen.
+    pub max_peak_mib: u64,
+    /// The largest per-GPU reservation under which a run still ran out of GPU memory, MiB. A
+    /// learned reservation stays above it by the headroom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_oom_reservation_mib: Option<u64>,
+}
+
+/// How a run ended, as the record takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The run completed; `peak_mib` is the largest per-GPU memory telemetry attributed to it.
+    Completed {
+        /// Observed peak per GPU, MiB (`None` when telemetry never saw the run).
+        peak_mib: Option<u64>,
+    },
+    /// The run crashed out of GPU memory.
+    OutOfMemory {
+        /// Its reservation per GPU, MiB (`None` for a whole-GPU reservation of unknown size).
+        reserved_mib: Option<u64>,
+        /// Observed peak per GPU before the crash, MiB.
+        peak_mib: Option<u64>,
+    },
+}
+
+impl PeakHistory {
+    /// Fold one ended run into the record. Returns whether anything changed (a completed run
+    /// without an observed peak teaches nothing).
+    pub fn record(&mut self, end: RunEnd) -> bool {
+        let before = *self;
+        match end {
+            RunEnd::Completed { peak_mib } => {
+                if let Some(peak) = peak_mib.filter(|p| *p > 0) {
+                    self.completed = self.completed.saturating_add(1);
+                    self.max_peak_mib = self.max_peak_mib.max(peak);
+                }
+            }
+            RunEnd::OutOfMemory {
+                reserved_mib,
+                peak_mib,
+            } => {
+                if let Some(peak) = peak_mib {
+                    self.max_peak_mib = self.max_peak_mib.max(peak);
+                }
+                if let Some(r) = reserved_mib {
+                    self.largest_oom_reservation_mib =
+                        Some(self.largest_oom_reservation_mib.map_or(r, |o| o.max(r)));
+                }
+            }
+        }
+        *self != before
+    }
+}
+
+/// Tunables of learned reservations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// Whether the extender reserves from history at all.
+    pub enabled: bool,
+    /// Headroom above the largest peak, percent of it.
+    pub headroom_percent: u32,
+    /// Headroom above the largest peak, at least this many MiB (telemetry samples once a
+    /// second or less often and can miss a short spike).
+    pub headroom_min_mib: u64,
+    /// Completed runs with an observed peak needed before history is trusted.
+    pub min_samples: u32,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            headroom_percent: 10,
+            headroom_min_mib: 1024,
+            min_samples: 1,
+        }
+    }
+}
+
+impl HistoryConfig {
+    /// The headroom added above `mib`: `headroom_percent` of it, at least `headroom_min_mib`.
+    pub fn headroom(&self, mib: u64) -> u64 {
+        let pct = mib
+            .saturating_mul(u64::from(self.headroom_percent))
+            .div_ceil(100);
+        pct.max(self.headroom_min_mib)
+    }
+}
+
+/// A reservation taken from history instead of the estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LearnedReservation {
+    /// Per-GPU reservation, MiB.
+    pub mib: u64,
+    /// Completed runs it rests on.
+    pub samples: u32,
+}
+
+/// The reservation history gives for a pod whose estimate is `estimate_mib`, or `None` when
+/// the estimate stands: history disabled, too few samples, or learning would not reserve less.
+///
+/// The learned figure is `max_peak + headroom(max_peak)`, raised to `oom + headroom(oom)` when
+/// a run crashed out of memory under a reservation `oom`.
+pub fn learned_reservation(
+    estimate_mib: u64,
+    history: &PeakHistory,
+    cfg: &HistoryConfig,
+) -> Option<LearnedReservation> {
+    if !cfg.enabled || history.completed < cfg.min_samples.max(1) || history.max_peak_mib == 0 {
+        return None;
+    }
+    let mut mib = history
+        .max_peak_mib
+        .saturating_add(cfg.headroom(history.max_peak_mib));
+    if let Some(oom) = history.largest_oom_reservation_mib {
+        mib = mib.max(oom.saturating_add(cfg.headroom(oom)));
+    }
+    (mib < estimate_mib).then_some(LearnedReservation {
+        mib,
+        samples: history.completed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completed(peaks: &[u64]) -> PeakHistory {
+        let mut h = PeakHistory::default();
+        for p in peaks {
+            h.record(RunEnd::Completed { peak_mib: Some(*p) });
+        }
+        h
+    }
+
+    #[test]
+    fn learns_the_largest_peak_plus_headroom_only_when_lower() {
+        let cfg = HistoryConfig::default();
+        let h = completed(&[9_000, 12_000, 10_500]);
+        assert_eq!(h.completed, 3);
+        assert_eq!(h.max_peak_mib, 12_000);
+        let l = learned_reservation(24_000, &h, &cfg).unwrap();
+        assert_eq!(l.mib, 12_000 + 1_200);
+        assert_eq!(l.samples, 3);
+        // Not lower than the estimate: the estimate stands.
+        assert_eq!(learned_reservation(13_200, &h, &cfg), None);
+        // Small peaks get the minimum headroom.
+        let small = completed(&[2_000]);
+        assert_eq!(learned_reservation(8_192, &small, &cfg).unwrap().mib, 3_024);
+    }
+
+    #[test]
+    fn too_few_samples_or_disabled_keep_the_estimate() {
+        let h = completed(&[4_000]);
+        let two = HistoryConfig {
+            min_samples: 2,
+            ..HistoryConfig::default()
+        };
+        assert_eq!(learned_reservation(20_000, &h, &two), None);
+        let off = HistoryConfig {
+            enabled: false,
+            ..HistoryConfig::default()
+        };
+        assert_eq!(learned_reservation(20_000, &h, &off), None);
+        assert_eq!(
+            learned_reservation(20_000, &PeakHistory::default(), &HistoryConfig::default()),
+            None
+        );
+        // A completed run telemetry never saw teaches nothing.
+        let mut unseen = PeakHistory::default();
+        assert!(!unseen.record(RunEnd::Completed { peak_mib: None }));
+        assert_eq!(unseen, PeakHistory::default());
+    }
+
+    #[test]
+    fn an_oom_raises_the_floor_and_its_peak_counts() {
+        let cfg = HistoryConfig::default();
+        let mut h = completed(&[6_000]);
+        assert!(h.record(RunEnd::OutOfMemory {
+            reserved_mib: Some(9_000),
+            peak_mib: Some(8_800),
+        }));
+        assert_eq!(h.completed, 1, "a crash is not a completed sample");
+        assert_eq!(h.max_peak_mib, 8_800);
+        assert_eq!(h.largest_oom_reservation_mib, Some(9_000));
+        // max(8_800 + 1_024, 9_000 + 1_024)
+        assert_eq!(learned_reservation(40_000, &h, &cfg).unwrap().mib, 10_024);
+        // A smaller OOM later does not lower the floor.
+        h.record(RunEnd::OutOfMemory {
+            reserved_mib: Some(5_000),
+            peak_mib: None,
+        });
+        assert_eq!(h.largest_oom_reservation_mib, Some(9_000));
+    }
+
+    #[test]
+    fn never_below_the_largest_peak_whatever_the_settings() {
+        let cfg = HistoryConfig {
+            headroom_percent: 0,
+            headroom_min_mib: 0,
+            ..HistoryConfig::default()
+        };
+        let h = completed(&[7_000, 3_000]);
+        assert_eq!(learned_reservation(9_000, &h, &cfg).unwrap().mib, 7_000);
+        assert!(learned_reservation(u64::MAX, &completed(&[u64::MAX - 1]), &cfg).is_some());
+    }
+}
