@@ -11,7 +11,7 @@
 //! task fails with the reason. The decisions are `carma-core`'s
 //! ([`carma_core::decide_next`]); this crate is the Kubernetes adapter.
 //!
-//! Modules, each small and, except the last four, free of I/O:
+//! Modules, each small and, except `history` and the last four, free of I/O:
 //!
 //! * [`classify`] — how a finished attempt ended (success, GPU OOM, failure, eviction,
 //!   host-memory kill);
@@ -19,6 +19,8 @@
 //! * [`observe`] — what is read off a pod and its node's `GpuNode`;
 //! * [`status`] — conditions and the status merge patch;
 //! * [`plan`] — one reconcile step as data: pod to create, status, events, requeue;
+//! * [`history`] — ended attempts' observed peaks, recorded per model profile
+//!   (`MemoryHistory`) for the extender's learned reservations;
 //! * [`leader`] — Lease-based leader election (pure state machine + adapter);
 //! * [`metrics`] — Prometheus metrics;
 //! * [`reconcile`] — the executor: reads the API, plans, writes;
@@ -36,6 +38,7 @@ pub mod attempt;
 pub mod classify;
 pub mod controller;
 pub mod error;
+pub mod history;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

@@ -9,6 +9,9 @@
 //! | `carma_operator_recovery_duration_seconds` | histogram | — from the OOM crash to the next attempt running |
 //! | `carma_operator_reconcile_errors_total` | counter | `kind` (see [`crate::Error::kind`]) |
 //! | `carma_operator_leader` | gauge | — 1 while this replica leads |
+//! | `carma_operator_attempt_peak_ratio` | histogram | `source` — observed peak ÷ reservation per GPU of attempts that succeeded or ran out of GPU memory |
+//! | `carma_operator_underestimates_total` | counter | `source` — such attempts that ran out of GPU memory or peaked above their reservation |
+//! | `carma_operator_history_writes_total` | counter | `result` (`added`, `unchanged`, `error`) — `MemoryHistory` samples |
 
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
@@ -53,6 +56,27 @@ struct KindLabels {
     kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+/// Buckets of peak ÷ reservation: well under, near, and over 1 (an underestimate).
+const PEAK_RATIO_BUCKETS: [f64; 11] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25];
+
+/// Reservation sources that exist from the start (others appear when first seen).
+const SOURCES: [&str; 4] = [
+    "gpumemnet-mlp",
+    "analytic-upper-bound",
+    "history",
+    "override",
+];
+
 /// The operator's metrics and their registry.
 #[derive(Debug)]
 pub struct Metrics {
@@ -63,6 +87,9 @@ pub struct Metrics {
     recovery_duration: Histogram,
     reconcile_errors: Family<KindLabels, Counter>,
     leader: Gauge<i64, AtomicI64>,
+    peak_ratio: Family<SourceLabels, Histogram>,
+    underestimates: Family<SourceLabels, Counter>,
+    history_writes: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -82,6 +109,40 @@ impl Metrics {
         let recovery_duration = Histogram::new(RECOVERY_BUCKETS);
         let reconcile_errors = Family::<KindLabels, Counter>::default();
         let leader = Gauge::<i64, AtomicI64>::default();
+        let peak_ratio = Family::<SourceLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(PEAK_RATIO_BUCKETS)) as fn() -> Histogram,
+        );
+        let underestimates = Family::<SourceLabels, Counter>::default();
+        let history_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "carma_operator_attempt_peak_ratio",
+            "Observed GPU memory peak divided by the reservation, per GPU, of attempts that succeeded or ran out of GPU memory, by reservation source",
+            peak_ratio.clone(),
+        );
+        registry.register(
+            "carma_operator_underestimates",
+            "Attempts that ran out of GPU memory or peaked above their reservation, by reservation source",
+            underestimates.clone(),
+        );
+        registry.register(
+            "carma_operator_history_writes",
+            "MemoryHistory samples written, by result",
+            history_writes.clone(),
+        );
+        for source in SOURCES {
+            let labels = SourceLabels {
+                source: source.to_string(),
+            };
+            underestimates.get_or_create(&labels).inc_by(0);
+            let _ = peak_ratio.get_or_create(&labels);
+        }
+        for result in ["added", "unchanged", "error"] {
+            history_writes
+                .get_or_create(&ResultLabels {
+                    result: result.to_string(),
+                })
+                .inc_by(0);
+        }
         registry.register(
             "carma_operator_tasks",
             "TrainingTasks by phase",
@@ -140,6 +201,9 @@ impl Metrics {
             recovery_duration,
             reconcile_errors,
             leader,
+            peak_ratio,
+            underestimates,
+            history_writes,
         }
     }
 
@@ -173,7 +237,37 @@ impl Metrics {
                 self.oom_recoveries.inc();
             }
             Observation::RecoveryDuration(d) => self.observe_recovery(*d),
+            Observation::AttemptMemory {
+                source,
+                reserved_mib,
+                peak_mib,
+                out_of_memory,
+            } => {
+                let labels = SourceLabels {
+                    source: source.clone(),
+                };
+                if let (Some(r), Some(p)) = (reserved_mib, peak_mib)
+                    && *r > 0
+                {
+                    self.peak_ratio
+                        .get_or_create(&labels)
+                        .observe(*p as f64 / *r as f64);
+                }
+                let over = matches!((reserved_mib, peak_mib), (Some(r), Some(p)) if p > r);
+                if *out_of_memory || over {
+                    self.underestimates.get_or_create(&labels).inc();
+                }
+            }
         }
+    }
+
+    /// Count a `MemoryHistory` write by `result`.
+    pub fn history_write(&self, result: &str) {
+        self.history_writes
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     fn observe_recovery(&self, d: Duration) {

@@ -41,6 +41,8 @@ pub struct ObservedAttempt {
     pub peak_mib: Option<u64>,
     /// Memory of its GPUs (the smallest), MiB, when the GpuNode is known.
     pub gpu_memory_mib: Option<u64>,
+    /// Its `carma.io/model-profile` annotation (the key its peak is recorded under).
+    pub model_profile: Option<String>,
 }
 
 /// The attempt number of a pod: its `carma.io/attempt` label, else its name suffix.
@@ -105,6 +107,7 @@ pub fn observe(
         progress,
         peak_mib,
         gpu_memory_mib,
+        model_profile: annotation(pod, ANNOTATION_MODEL_PROFILE).map(str::to_string),
     })
 }
 

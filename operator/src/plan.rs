@@ -66,6 +66,17 @@ pub enum Observation {
     OomRecoveryStarted,
     /// Time from an out-of-memory crash to the next attempt running.
     RecoveryDuration(Duration),
+    /// An attempt that succeeded or ran out of GPU memory, with what it reserved and used.
+    AttemptMemory {
+        /// Where its reservation came from (`carma.io/estimate` source), `unknown` when unbound.
+        source: String,
+        /// Reservation per GPU, MiB (`None`: whole GPUs).
+        reserved_mib: Option<u64>,
+        /// Observed peak per GPU, MiB.
+        peak_mib: Option<u64>,
+        /// It crashed out of GPU memory.
+        out_of_memory: bool,
+    },
 }
 
 /// The actions of one step, executed in field order.
@@ -79,6 +90,9 @@ pub struct Plan {
     pub events: Vec<PlannedEvent>,
     /// Record these metrics.
     pub observations: Vec<Observation>,
+    /// Add these ended attempts to their model profiles' `MemoryHistory` (before the status
+    /// write: a retried step finds them recorded and adds nothing).
+    pub peak_records: Vec<crate::history::PeakRecord>,
     /// Look again after this long (else only when something changes).
     pub requeue_after: Option<Duration>,
 }
@@ -250,6 +264,7 @@ impl Step<'_, '_> {
         self.out
             .observations
             .push(Observation::AttemptFinished(kind));
+        self.record_memory(i, kind);
         let (warning, ev_reason, note) = match kind {
             AttemptOutcomeKind::Succeeded => (
                 false,
@@ -280,6 +295,30 @@ impl Step<'_, '_> {
             ),
         };
         self.event(warning, ev_reason, "RecordOutcome", note, Some(&pod));
+    }
+
+    /// What an attempt that succeeded or ran out of GPU memory reserved and used: a metric, and
+    /// a sample for its model profile's `MemoryHistory`.
+    fn record_memory(&mut self, i: usize, kind: AttemptOutcomeKind) {
+        let out_of_memory = kind == AttemptOutcomeKind::GpuOutOfMemory;
+        if kind != AttemptOutcomeKind::Succeeded && !out_of_memory {
+            return;
+        }
+        let a = &self.st.attempts[i];
+        let input = self.input;
+        let pod = input.pods.iter().find(|o| o.index == a.index);
+        self.out.observations.push(Observation::AttemptMemory {
+            source: pod
+                .and_then(|p| p.estimate.as_ref())
+                .map_or_else(|| "unknown".to_string(), |e| e.source.clone()),
+            reserved_mib: if a.exclusive { None } else { a.reserved_mib },
+            peak_mib: a.observed_peak_mib,
+            out_of_memory,
+        });
+        let finished_at = a.finished_at.clone().unwrap_or_default();
+        if let Some(rec) = crate::history::peak_record(input.task, a, pod, kind, &finished_at) {
+            self.out.peak_records.push(rec);
+        }
     }
 
     fn next(&mut self) {

@@ -267,6 +267,27 @@ async fn execute(
         publish(task, ctx, &event).await;
         return Err(e);
     }
+    let now = rfc3339_now(ctx);
+    for rec in &step.peak_records {
+        match crate::history::record(&ctx.client, rec, &now).await {
+            Ok(done) => ctx.metrics.history_write(match done {
+                crate::history::Recorded::Added => "added",
+                crate::history::Recorded::Unchanged => "unchanged",
+            }),
+            Err(e) => {
+                // Advisory: the next run of this model keeps its estimate.
+                ctx.metrics.history_write("error");
+                warn!(
+                    task = %name,
+                    namespace = %ns,
+                    attempt = rec.sample.attempt,
+                    fingerprint = %rec.fingerprint,
+                    error = %e,
+                    "recording the attempt's memory peak in its MemoryHistory failed"
+                );
+            }
+        }
+    }
     if let Some(new) = &step.status {
         let old = task.status.clone().unwrap_or_default();
         let patch = status_patch(&old, new)?;
@@ -298,6 +319,11 @@ async fn execute(
     Ok(step
         .requeue_after
         .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The context's time in RFC 3339 (seconds, `Z`).
+fn rfc3339_now(ctx: &Context) -> String {
+    (ctx.clock)().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// Create an attempt pod; an existing pod of the same name that this task owns

@@ -621,3 +621,103 @@ async fn oomkilled_is_a_host_memory_kill_that_keeps_the_gpu_reservation() {
     );
     assert!(has_line(&m, "carma_operator_oom_recoveries_total 0"), "{m}");
 }
+
+/// #14 part 3: an attempt that ran out of GPU memory and one that succeeded are recorded, once
+/// each, in the MemoryHistory named by the profile's fingerprint; a write conflict is retried.
+#[tokio::test]
+async fn ended_attempts_are_recorded_once_under_their_profile_fingerprint() {
+    let mut task = task_json(json!({"backoffSeconds": 0}));
+    task["spec"]["modelProfile"]["layers"] = json!({"conv2d": 53, "batchNorm": 53, "linear": 1});
+    let h = Harness::new(task);
+    h.reconcile().await.unwrap();
+    let profile = h.pod("train-a1")["metadata"]["annotations"]["carma.io/model-profile"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let name = carma_estimator::parse_profile(&profile)
+        .unwrap()
+        .fingerprint();
+
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.gpu_node("gpu-1", "train-a1", 7400);
+    h.set_now(30);
+    h.reconcile().await.unwrap();
+    assert!(
+        h.fake.lock().unwrap().memory_histories.is_empty(),
+        "nothing is recorded while the attempt runs"
+    );
+    h.fake.lock().unwrap().gpu_nodes.clear();
+    h.end_pod("train-a1", 1, OOM_MESSAGE);
+    h.set_now(101);
+    h.reconcile().await.unwrap();
+    let record = h.fake.lock().unwrap().memory_histories[&name].clone();
+    assert_eq!(record["spec"]["family"], "cnn");
+    assert_eq!(record["spec"]["profile"], profile.as_str());
+    let st = &record["status"];
+    assert_eq!(st["completed"], 0, "a crash is not a completed sample");
+    assert_eq!(st["maxPeakMiB"], 7400);
+    assert_eq!(st["largestOomReservationMiB"], 8000);
+    assert_eq!(st["samples"][0]["outcome"], "GpuOutOfMemory");
+    assert_eq!(st["samples"][0]["reservationSource"], "gpumemnet-cnn");
+    assert_eq!(st["samples"][0]["taskUid"], "task-uid");
+
+    // The recovery attempt succeeds at a higher peak; the first status write conflicts.
+    h.run_pod("train-a2", "gpu-1", 16000);
+    h.gpu_node("gpu-1", "train-a2", 9100);
+    h.set_now(130);
+    h.reconcile().await.unwrap();
+    h.end_pod("train-a2", 0, "");
+    h.fake.lock().unwrap().conflict_next_history_write = true;
+    h.set_now(200);
+    h.reconcile().await.unwrap();
+    let st = h.fake.lock().unwrap().memory_histories[&name]["status"].clone();
+    assert_eq!(st["completed"], 1);
+    assert_eq!(st["maxPeakMiB"], 9100);
+    assert_eq!(st["samples"].as_array().unwrap().len(), 2);
+    assert_eq!(st["samples"][1]["attempt"], 2);
+    assert_eq!(st["samples"][1]["reservedMiB"], 16000);
+    assert_eq!(st["samples"][1]["peakMiB"], 9100);
+    assert_eq!(h.status()["phase"], "Succeeded");
+
+    // The operator's metrics saw one underestimate (the OOM) and two peak ratios.
+    let metrics = h.ctx.metrics.encode();
+    assert!(
+        metrics.contains("carma_operator_underestimates_total{source=\"gpumemnet-cnn\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("carma_operator_attempt_peak_ratio_count{source=\"gpumemnet-cnn\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("carma_operator_history_writes_total{result=\"added\"} 2"));
+}
+
+/// A retried step (its status write lost) finds the attempt recorded and adds nothing.
+#[tokio::test]
+async fn a_retried_step_records_nothing_twice() {
+    let mut task = task_json(json!({"backoffSeconds": 0}));
+    task["spec"]["modelProfile"]["depth"] = json!(107);
+    let h = Harness::new(task);
+    h.reconcile().await.unwrap();
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.gpu_node("gpu-1", "train-a1", 5200);
+    h.set_now(30);
+    h.reconcile().await.unwrap();
+    let before = h.task();
+    h.end_pod("train-a1", 0, "");
+    h.set_now(60);
+    h.reconcile().await.unwrap();
+    // Reconcile the same stale task again, as after a lost status write.
+    reconcile(Arc::new(before), h.ctx.clone()).await.unwrap();
+    let f = h.fake.lock().unwrap();
+    let st = &f.memory_histories.values().next().unwrap()["status"];
+    assert_eq!(st["completed"], 1);
+    assert_eq!(st["samples"].as_array().unwrap().len(), 1);
+    drop(f);
+    assert!(
+        h.ctx
+            .metrics
+            .encode()
+            .contains("carma_operator_history_writes_total{result=\"unchanged\"} 1")
+    );
+}

@@ -45,6 +45,10 @@ pub struct Fake {
     pub hidden_from_list: Vec<String>,
     /// The next lease replace fails with 409 (someone else wrote first).
     pub conflict_next_lease_replace: bool,
+    /// MemoryHistories by name.
+    pub memory_histories: BTreeMap<String, Value>,
+    /// The next MemoryHistory status replace fails with 409 (another writer got there first).
+    pub conflict_next_history_write: bool,
     /// Every request, in order.
     pub requests: Vec<Recorded>,
     counter: u64,
@@ -246,6 +250,53 @@ impl Fake {
                 lease["metadata"]["resourceVersion"] = json!(n.to_string());
                 self.leases.insert(name.to_string(), lease.clone());
                 (StatusCode::OK, lease)
+            }
+            (&Method::GET, ["apis", "carma.io", "v1alpha1", "memoryhistories", name]) => {
+                match self.memory_histories.get(*name) {
+                    Some(h) => (StatusCode::OK, h.clone()),
+                    None => not_found("memoryhistories.carma.io", name),
+                }
+            }
+            (&Method::POST, ["apis", "carma.io", "v1alpha1", "memoryhistories"]) => {
+                let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+                if self.memory_histories.contains_key(&name) {
+                    return already_exists("memoryhistories.carma.io", &name);
+                }
+                let n = self.next();
+                let mut h = body.clone();
+                // As the API server does with a status subresource: status is not set on create.
+                if let Some(o) = h.as_object_mut() {
+                    o.remove("status");
+                }
+                h["metadata"]["resourceVersion"] = json!(n.to_string());
+                self.memory_histories.insert(name, h.clone());
+                (StatusCode::CREATED, h)
+            }
+            (
+                &Method::PUT,
+                [
+                    "apis",
+                    "carma.io",
+                    "v1alpha1",
+                    "memoryhistories",
+                    name,
+                    "status",
+                ],
+            ) => {
+                let Some(mut current) = self.memory_histories.get(*name).cloned() else {
+                    return not_found("memoryhistories.carma.io", name);
+                };
+                if std::mem::take(&mut self.conflict_next_history_write)
+                    || current["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]
+                {
+                    return conflict("memoryhistories.carma.io", name);
+                }
+                let n = self.next();
+                current["status"] = body["status"].clone();
+                current["metadata"]["resourceVersion"] = json!(n.to_string());
+                self.memory_histories
+                    .insert(name.to_string(), current.clone());
+                (StatusCode::OK, current)
             }
             _ => (
                 StatusCode::NOT_FOUND,
