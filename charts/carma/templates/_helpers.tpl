@@ -105,6 +105,18 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.placement.packAgingSeconds | toString | quote }}
 {{- end }}
 
+{{/* Learned reservations (MemoryHistory) as the extender's environment variables. */}}
+{{- define "carma.learnedReservationsEnv" -}}
+- name: CARMA_HISTORY_DISABLED
+  value: {{ not .Values.learnedReservations.enabled | toString | quote }}
+- name: CARMA_HISTORY_HEADROOM_PERCENT
+  value: {{ .Values.learnedReservations.headroomPercent | toString | quote }}
+- name: CARMA_HISTORY_HEADROOM_MIN_MIB
+  value: {{ .Values.learnedReservations.headroomMinMiB | toString | quote }}
+- name: CARMA_HISTORY_MIN_SAMPLES
+  value: {{ .Values.learnedReservations.minSamples | toString | quote }}
+{{- end }}
+
 {{/* Extender URL as kube-scheduler sees it. */}}
 {{- define "carma.extenderURL" -}}
 {{- with .Values.scheduler.extenderConfig.urlPrefix }}{{ . }}{{- else }}
