@@ -1,5 +1,6 @@
 // Command scenarios drives carma on the real control plane that run.sh started and asserts what a
-// cluster user would see: TrainingTasks end to end, OOM recovery, a 300-pod load with an extender
+// cluster user would see: TrainingTasks end to end, OOM recovery, reservations learned from observed
+// peaks, a 300-pod load with an extender
 // crash, operator failover, a device-plugin and a kubelet restart, admission policies and bad input,
 // and the kubelet device manager's per-container admission. Each scenario prints its figures; the last
 // two lines are the summaries run.sh's caller looks for. Any failed assertion exits 1.
@@ -90,6 +91,7 @@ func main() {
 		{"ready", e.waitReady},
 		{"tasks", e.scenarioTasks},
 		{"oom", e.scenarioOOM},
+		{"history", e.scenarioHistory},
 		{"load", e.scenarioLoad},
 		{"policies", e.scenarioPolicies},
 		{"devicemanager", e.scenarioDeviceManager},
