@@ -164,6 +164,11 @@ pub struct GpuPodStatus {
         rename = "observedMiB"
     )]
     pub observed_mib: Option<u64>,
+    /// The most memory attributed to the pod on this GPU at any sample since this device plugin
+    /// first saw it there (MiB): what the operator records as the attempt's peak. Sampled at the
+    /// plugin's interval, so a spike shorter than that can be missed; restarts with the plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "peakMiB")]
+    pub peak_mib: Option<u64>,
 }
 
 impl GpuStatus {

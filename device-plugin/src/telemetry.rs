@@ -27,6 +27,8 @@ struct Track {
     windows: GpuWindows,
     /// Without a process list: the GPU's used memory when each pod was first seen on it.
     baselines: BTreeMap<String, u64>,
+    /// The most memory attributed to each pod (by UID) on this GPU so far, bytes.
+    peaks: BTreeMap<String, u64>,
 }
 
 /// Without a process list, a pod counts as seen once the GPU's used memory has grown this much
@@ -34,6 +36,20 @@ struct Track {
 pub const MEMORY_GROWTH_VISIBLE: u64 = 256 * MIB;
 
 impl Track {
+    /// Carry each pod's largest observed memory across samples (pods gone from the GPU are
+    /// forgotten).
+    fn track_peaks(&mut self, views: &mut [PodView]) {
+        self.peaks
+            .retain(|uid, _| views.iter().any(|v| &v.uid == uid));
+        for v in views.iter_mut() {
+            if let Some(now) = v.observed_bytes {
+                let peak = self.peaks.entry(v.uid.clone()).or_insert(0);
+                *peak = (*peak).max(now);
+            }
+            v.peak_bytes = self.peaks.get(&v.uid).copied();
+        }
+    }
+
     /// For a backend without a process list (dcgm-exporter alone), attribute to each pod the
     /// growth of the GPU's used memory since the pod was first seen, once it reaches
     /// [`MEMORY_GROWTH_VISIBLE`]: an approximation (pods that start together each see the
@@ -68,6 +84,8 @@ pub struct PodView {
     pub reserved_mib: u64,
     /// Memory its processes use on this GPU, when attributed (bytes).
     pub observed_bytes: Option<u64>,
+    /// The most memory attributed to it on this GPU at any sample so far (bytes).
+    pub peak_bytes: Option<u64>,
     /// `carma.io/task` label.
     pub task: Option<String>,
     /// Synthetic pod of the simulated backend.
@@ -177,6 +195,7 @@ fn gpu_status(g: &GpuView) -> GpuStatus {
                 uid: p.uid.clone(),
                 reserved_mib: p.reserved_mib,
                 observed_mib: p.observed_bytes.map(|b| b / MIB),
+                peak_mib: p.peak_bytes.map(|b| b / MIB),
             })
             .collect(),
     }
@@ -285,6 +304,7 @@ impl Telemetry {
                 last: s.clone(),
                 windows: GpuWindows::new(cap, stale),
                 baselines: BTreeMap::new(),
+                peaks: BTreeMap::new(),
             });
             track.windows.push(&s, now);
             track.last = s;
@@ -302,6 +322,7 @@ impl Telemetry {
                 let risks = t.windows.risks(now);
                 let mut on_gpu = pods_on(&t.last, pods);
                 t.observe_by_memory(&mut on_gpu);
+                t.track_peaks(&mut on_gpu);
                 let mut view = GpuView {
                     sample: t.last.clone(),
                     sm_activity_risk: risks.sm_activity,
@@ -352,6 +373,7 @@ fn pods_on(gpu: &GpuSample, pods: &[PodInfo]) -> Vec<PodView> {
                 uid: p.uid.clone(),
                 reserved_mib: a.estimate.mib,
                 observed_bytes,
+                peak_bytes: None,
                 task: p.task.clone(),
                 simulated: p.simulated,
             }
@@ -551,6 +573,33 @@ mod tests {
     }
 
     #[test]
+    fn each_pod_keeps_its_peak_across_samples_until_it_leaves() {
+        let mut t = Telemetry::new("n1", 30);
+        let with_use = |mib: u64| {
+            let mut s = sample(0, 0.1);
+            s.processes = vec![GpuProcess {
+                pid: Some(1),
+                pod_uid: Some("a".into()),
+                used_bytes: Some(mib * MIB),
+            }];
+            s
+        };
+        let pods = [pod("a", &["GPU-0"], 8000)];
+        let now = Utc::now();
+        t.update(vec![with_use(3000)], &pods, now);
+        t.update(vec![with_use(7100)], &pods, now);
+        let snap = t.update(vec![with_use(5200)], &pods, now);
+        let status = snap.to_status();
+        assert_eq!(status.gpus[0].pods[0].observed_mib, Some(5200));
+        assert_eq!(status.gpus[0].pods[0].peak_mib, Some(7100));
+        // Gone and back (a new pod with the same UID cannot happen; a restarted count can):
+        // the peak starts again.
+        t.update(vec![sample(0, 0.1)], &[], now);
+        let snap = t.update(vec![with_use(1000)], &pods, now);
+        assert_eq!(snap.to_status().gpus[0].pods[0].peak_mib, Some(1000));
+    }
+
+    #[test]
     fn a_pre_hopper_gpu_publishes_its_rule_and_may_share() {
         // NVML without GPM: utilization rates only, never occupancy. Before the per-source gate
         // this GPU stayed "warming up" forever and never collocated.
@@ -681,6 +730,7 @@ mod tests {
             uid: "u".into(),
             reserved_mib: 1,
             observed_mib: None,
+            peak_mib: None,
         });
         assert!(
             publish_reason(Some(&base), &next, s(0), &cfg)

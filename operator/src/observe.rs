@@ -111,8 +111,8 @@ pub fn observe(
     })
 }
 
-/// Peak memory telemetry attributes to `pod` on `node`: the largest `observedMiB`
-/// over the GPUs that list it (by UID, else by namespace and name).
+/// Peak memory telemetry attributes to `pod` on `node`: the largest `peakMiB` (else
+/// `observedMiB`) over the GPUs that list it (by UID, else by namespace and name).
 pub fn observed_peak(node: &GpuNode, pod: &Pod) -> Option<u64> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     let name = pod.metadata.name.as_deref().unwrap_or("");
@@ -129,7 +129,8 @@ pub fn observed_peak(node: &GpuNode, pod: &Pod) -> Option<u64> {
                 p.name == name && p.namespace == ns
             }
         })
-        .filter_map(|p| p.observed_mib)
+        // The device plugin's running peak; its current figure when an older plugin sent none.
+        .filter_map(|p| p.peak_mib.max(p.observed_mib))
         .max()
 }
 
@@ -262,6 +263,17 @@ mod tests {
         p.metadata.name = Some("nobody".into());
         assert_eq!(observed_peak(&gpu_node(), &p), None);
         assert_eq!(gpu_memory(&gpu_node(), &[]), Some(24576));
+    }
+
+    #[test]
+    fn the_device_plugins_running_peak_beats_the_current_figure() {
+        let mut n = gpu_node();
+        let st = n.status.as_mut().unwrap();
+        st.gpus[1].pods[0].peak_mib = Some(19_900);
+        assert_eq!(observed_peak(&n, &pod()), Some(19_900));
+        // A peak below the current figure (an older plugin's restart) does not hide it.
+        n.status.as_mut().unwrap().gpus[1].pods[0].peak_mib = Some(100);
+        assert_eq!(observed_peak(&n, &pod()), Some(17_100));
     }
 
     #[test]

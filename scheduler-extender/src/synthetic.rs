@@ -165,6 +165,7 @@ pub fn loaded_cluster(nodes: usize, gpus_per_node: usize) -> Snapshot {
                 uid: uid.clone(),
                 reserved_mib: 4_000,
                 observed_mib: Some(3_500),
+                peak_mib: None,
             });
             let ann = [
                 (carma_api::names::ANNOTATION_ASSIGNED_GPUS, g.uuid.as_str()),

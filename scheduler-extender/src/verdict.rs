@@ -545,6 +545,7 @@ mod tests {
                                 uid,
                                 reserved_mib: 1_000,
                                 observed_mib: Some(900),
+                                peak_mib: None,
                             });
                         }
                         cluster.apply_gpu_node_observed(&g, Some(now));

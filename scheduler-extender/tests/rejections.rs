@@ -47,6 +47,7 @@ fn visible(name: &str, mib: u64) -> GpuPodStatus {
         uid: format!("uid-{name}"),
         reserved_mib: mib,
         observed_mib: Some(mib / 2),
+        peak_mib: None,
     }
 }
 

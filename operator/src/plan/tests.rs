@@ -45,6 +45,7 @@ fn pod(index: u32, progress: PodProgress) -> ObservedAttempt {
         progress,
         peak_mib: None,
         gpu_memory_mib: None,
+        model_profile: None,
     }
 }
 
@@ -263,6 +264,12 @@ fn oom_creates_a_recovery_attempt_with_a_larger_reservation() {
         p.observations,
         vec![
             Observation::AttemptFinished(AttemptOutcomeKind::GpuOutOfMemory),
+            Observation::AttemptMemory {
+                source: "gpumemnet-cnn".into(),
+                reserved_mib: Some(8000),
+                peak_mib: None,
+                out_of_memory: true,
+            },
             Observation::OomRecoveryStarted
         ]
     );
@@ -295,9 +302,15 @@ fn backoff_waits_then_creates() {
     assert_eq!(reasons(&p), ["AttemptOutOfMemory", "RecoveryScheduled"]);
     assert_eq!(
         p.observations,
-        vec![Observation::AttemptFinished(
-            AttemptOutcomeKind::GpuOutOfMemory
-        )]
+        vec![
+            Observation::AttemptFinished(AttemptOutcomeKind::GpuOutOfMemory),
+            Observation::AttemptMemory {
+                source: "gpumemnet-cnn".into(),
+                reserved_mib: Some(8000),
+                peak_mib: None,
+                out_of_memory: true,
+            },
+        ]
     );
     apply(&mut tk, &p);
 
