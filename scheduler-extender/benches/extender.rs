@@ -25,6 +25,7 @@ fn extender(nodes: usize) -> Arc<Extender> {
         &loaded_cluster(nodes, 8),
         Policy::Magm,
         PlacementConfig::default(),
+        Default::default(),
     )
     .expect("estimator loads")
 }
