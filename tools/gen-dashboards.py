@@ -106,11 +106,13 @@ def timeseries(title: str, desc: str, targets: list[dict], unit: str = "short", 
 
 
 def stat(title: str, desc: str, expr: str, unit: str = "short", *, thresholds: list[tuple[float, str]] | None = None,
-         decimals: int | None = None) -> dict:
+         decimals: int | None = None, nan_text: str | None = None) -> dict:
     steps = [{"color": "green", "value": None}] + [{"color": c, "value": v} for v, c in (thresholds or [])]
     defaults: dict = {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}}
     if decimals is not None:
         defaults["decimals"] = decimals
+    if nan_text:
+        defaults["mappings"] = nan_mapping(nan_text)
     return {
         "type": "stat", "title": title, "description": desc, "datasource": DS,
         "targets": refs([target(expr, instant=True)]),
@@ -121,21 +123,53 @@ def stat(title: str, desc: str, expr: str, unit: str = "short", *, thresholds: l
 
 
 def table(title: str, desc: str, targets: list[dict], *, exclude: list[str], rename: dict[str, str],
-          units: dict[str, str] | None = None, merge: bool = False) -> dict:
+          units: dict[str, str] | None = None, merge: bool = False, overrides: list[dict] | None = None,
+          sort_by: tuple[str, bool] | None = None) -> dict:
     transformations: list[dict] = []
     if merge:
         transformations.append({"id": "merge", "options": {}})
     transformations.append({"id": "organize", "options": {
         "excludeByName": {k: True for k in exclude}, "renameByName": rename, "indexByName": {}}})
-    overrides = [{"matcher": {"id": "byName", "options": name},
-                  "properties": [{"id": "unit", "value": unit}]} for name, unit in (units or {}).items()]
+    unit_overrides = [{"matcher": {"id": "byName", "options": name},
+                       "properties": [{"id": "unit", "value": unit}]} for name, unit in (units or {}).items()]
+    options: dict = {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}}
+    if sort_by:
+        options["sortBy"] = [{"displayName": sort_by[0], "desc": sort_by[1]}]
     return {
         "type": "table", "title": title, "description": desc, "datasource": DS,
         "targets": refs(targets),
         "transformations": transformations,
-        "fieldConfig": {"defaults": {"custom": {"align": "auto", "filterable": True}}, "overrides": overrides},
-        "options": {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}},
+        "fieldConfig": {"defaults": {"custom": {"align": "auto", "filterable": True}},
+                        "overrides": unit_overrides + (overrides or [])},
+        "options": options,
     }
+
+
+def bargauge(title: str, desc: str, targets: list[dict], unit: str = "short", *, min_=None, max_=None,
+             thresholds: list[tuple[float, str]] | None = None, nan_text: str | None = None) -> dict:
+    """Horizontal bar gauge of instant values (one bar per series); nan_text names what NaN means."""
+    steps = [{"color": "green", "value": None}] + [{"color": c, "value": v} for v, c in (thresholds or [])]
+    defaults: dict = {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}}
+    if min_ is not None:
+        defaults["min"] = min_
+    if max_ is not None:
+        defaults["max"] = max_
+    if nan_text:
+        defaults["mappings"] = nan_mapping(nan_text)
+    return {
+        "type": "bargauge", "title": title, "description": desc, "datasource": DS,
+        "targets": refs(targets),
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                    "orientation": "horizontal", "displayMode": "gradient", "valueMode": "color",
+                    "showUnfilled": True, "namePlacement": "auto", "sizing": "auto", "minVizWidth": 8,
+                    "minVizHeight": 16, "maxVizHeight": 300},
+    }
+
+
+def nan_mapping(text: str) -> list[dict]:
+    """Value mapping that shows NaN (e.g. a ratio or quantile with nothing counted) as text."""
+    return [{"type": "special", "options": {"match": "nan", "result": {"text": text, "color": "text", "index": 0}}}]
 
 
 def by_name(name: str, props: dict) -> dict:
@@ -253,6 +287,58 @@ def collocation() -> dict:
                f"avg(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}} - on (node, namespace, pod, uuid) "
                f"carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}})", "bytes"), 6, 8)
 
+    L.row("Estimator vs observed peaks")
+    # Over the dashboard's time range: attempts end rarely, so per-interval rates would be mostly empty.
+    L.add(stat("Underestimated attempts", "TrainingTask attempts, in the selected time range (all nodes), that "
+               "ran out of GPU memory or peaked above their reservation (operator, by the device plugin's "
+               "running per-pod peak). Alert CarmaEstimatorUnderestimates.",
+               "sum(increase(carma_operator_underestimates_total[$__range]))", decimals=0,
+               thresholds=[(1, "red")]), 8, 4)
+    L.add(stat("Reservations learned from history", "Share of the extender's reservations in the selected time "
+               "range that came from a MemoryHistory record (largest observed peak of the same model profile "
+               "+ headroom, used only when lower than the estimate).",
+               "(sum(increase(carma_extender_reservations_total{source=\"history\"}[$__range])) or on () vector(0)) / "
+               "sum(increase(carma_extender_reservations_total[$__range]))", "percentunit", decimals=1,
+               nan_text="no reservations"), 8, 4)
+    L.add(stat("MemoryHistory write errors", "Observed peaks the operator failed to record in a MemoryHistory in "
+               "the selected time range (recording is advisory: the pod keeps its estimate; check the "
+               "operator's logs and RBAC). Alert CarmaMemoryHistoryWriteErrors.",
+               'sum(increase(carma_operator_history_writes_total{result="error"}[$__range]))', decimals=0,
+               thresholds=[(1, "orange")]), 8, 4)
+    L.add(table("Reservation vs observed peak per pod",
+                "Per pod over the selected time range: its largest reservation per GPU, the largest GPU memory "
+                "it was observed to use on one GPU (carma_pod_gpu_memory_used_bytes at the scrape interval, so "
+                "a short spike can be missed), and peak ÷ reservation (the largest over its GPUs). Above 100 % "
+                "the estimate was too low; far below, the reservation wasted shareable memory.",
+                [target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}}[$__range]))",
+                        instant=True, fmt="table"),
+                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}}[$__range]))",
+                        instant=True, fmt="table"),
+                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}}[$__range]) "
+                        f"/ on (node, namespace, pod, uuid) max_over_time(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}}[$__range]))",
+                        instant=True, fmt="table")],
+                exclude=["Time"],
+                rename={"node": "Node", "namespace": "Namespace", "pod": "Pod", "Value #A": "Reservation",
+                        "Value #B": "Observed peak", "Value #C": "Peak ÷ reservation"},
+                units={"Reservation": "bytes", "Observed peak": "bytes", "Peak ÷ reservation": "percentunit"},
+                merge=True, sort_by=("Peak ÷ reservation", True),
+                overrides=[by_name("Peak ÷ reservation", {
+                    "custom.cellOptions": {"type": "color-text"},
+                    "thresholds": {"mode": "absolute", "steps": [
+                        {"color": "green", "value": None}, {"color": "orange", "value": 0.9},
+                        {"color": "red", "value": 1}]}})]), 14, 9)
+    L.add(bargauge("Peak ÷ reservation by source (p50, p95)",
+                   "Observed GPU memory peak ÷ reservation per GPU of the attempts that succeeded or ran out of "
+                   "GPU memory in the selected time range, by where the reservation came from (GPUMemNet, "
+                   "analytic bound, history, override, whole GPU), from the operator's histogram. Above 100 % "
+                   "the source underestimated; the top bucket is 125 %, so anything above shows as 125 %.",
+                   [target("histogram_quantile(0.5, sum by (source, le) (increase(carma_operator_attempt_peak_ratio_bucket[$__range])))",
+                           "p50 {{source}}", instant=True),
+                    target("histogram_quantile(0.95, sum by (source, le) (increase(carma_operator_attempt_peak_ratio_bucket[$__range])))",
+                           "p95 {{source}}", instant=True)],
+                   "percentunit", min_=0, max_=1.25, thresholds=[(0.9, "orange"), (1, "red")],
+                   nan_text="no attempts"), 10, 9)
+
     L.row("SM activity against the cap")
     L.add(timeseries("SM activity risk score vs cap",
                      "CARMA risk score of SM activity (0.2·mean + 0.3·median + 0.3·p95 + 0.2·EMA over 30 "
@@ -312,7 +398,8 @@ def collocation() -> dict:
                              "{{instance}} {{result}}")], "short", min_=0, draw="bars", stack=True), 12, 8)
     return dashboard("carma-gpu-collocation", "carma / GPU collocation",
                      "Per-GPU collocation: which pods share each GPU, reserved vs used memory, SM activity "
-                     "against the cap, power and energy, estimator error and OOM recoveries.",
+                     "against the cap, power and energy, estimator error (reservation vs observed peak per pod and by "
+                     "reservation source, underestimates, reservations learned from history) and OOM recoveries.",
                      L.panels, True, [link("carma / scheduling and recovery", "carma-control-plane")])
 
 
@@ -337,7 +424,8 @@ def control_plane() -> dict:
                      [target("sum by (reason) (increase(carma_extender_rejections_total[$__rate_interval]))",
                              "{{reason}}")], "short", min_=0, draw="bars", stack=True), 8, 8)
     L.add(timeseries("Reservations by source", "Where each pod's memory reservation came from (GPUMemNet "
-                     "estimate, analytic fallback, user override, whole GPU).",
+                     "estimate, analytic fallback, learned from earlier runs of the same model profile (history), "
+                     "user override, whole GPU).",
                      [target("sum by (source) (increase(carma_extender_reservations_total[$__rate_interval]))",
                              "{{source}}")], "short", min_=0, draw="bars", stack=True), 8, 8)
     L.add(timeseries("Placements in flight", "Pods bound by the extender whose memory does not show in "
