@@ -307,14 +307,14 @@ def collocation() -> dict:
                thresholds=[(1, "orange")]), 8, 4)
     L.add(table("Reservation vs observed peak per pod",
                 "Per pod over the selected time range: its largest reservation per GPU, the largest GPU memory "
-                "it was observed to use on one GPU (carma_pod_gpu_memory_used_bytes at the scrape interval, so "
-                "a short spike can be missed), and peak ÷ reservation (the largest over its GPUs). Above 100 % "
+                "it was observed to use on one GPU (carma_pod_gpu_memory_peak_bytes: the device plugin's running "
+                "peak at its sample interval, so a spike shorter than a sample can be missed), and peak ÷ reservation (the largest over its GPUs). Above 100 % "
                 "the estimate was too low; far below, the reservation wasted shareable memory.",
                 [target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}}[$__range]))",
                         instant=True, fmt="table"),
-                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}}[$__range]))",
+                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_peak_bytes{{{NODE_SEL}}}[$__range]))",
                         instant=True, fmt="table"),
-                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}}[$__range]) "
+                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_peak_bytes{{{NODE_SEL}}}[$__range]) "
                         f"/ on (node, namespace, pod, uuid) max_over_time(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}}[$__range]))",
                         instant=True, fmt="table")],
                 exclude=["Time"],

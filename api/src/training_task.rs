@@ -423,7 +423,7 @@ pub struct EstimateStatus {
     /// Reserved MiB per GPU (absent for whole GPUs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mib: Option<u64>,
-    /// Where it came from: override, estimator (gpumemnet-…, analytic-upper-bound), recovery, whole-gpu.
+    /// Where it came from: override, estimator (gpumemnet-…, analytic-upper-bound), history (earlier runs of the same model profile), recovery, whole-gpu.
     pub source: String,
     /// Estimator class label, when one applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]

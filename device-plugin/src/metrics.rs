@@ -14,7 +14,8 @@
 //!
 //! Per pod: `carma_pod_gpu_info{node,namespace,pod,uuid,gpu,task,simulated}` = 1,
 //! `carma_pod_gpu_memory_reserved_bytes{node,namespace,pod,uuid}`,
-//! `carma_pod_gpu_memory_used_bytes{node,namespace,pod,uuid}` (when attributed).
+//! `carma_pod_gpu_memory_used_bytes{node,namespace,pod,uuid}` (when attributed),
+//! `carma_pod_gpu_memory_peak_bytes{node,namespace,pod,uuid}` (its running peak, at the sample interval).
 //!
 //! Plugin: `carma_device_plugin_allocations_total{result}`,
 //! `carma_device_plugin_registrations_total{result}`,
@@ -327,6 +328,7 @@ impl Collector for SnapshotCollector {
         let mut info: Rows = Vec::new();
         let mut reserved: Rows = Vec::new();
         let mut used: Rows = Vec::new();
+        let mut peak: Rows = Vec::new();
         for g in gpus {
             for p in &g.pods {
                 let base: Labels = vec![
@@ -341,6 +343,9 @@ impl Collector for SnapshotCollector {
                 i.push(("simulated", p.simulated.to_string()));
                 info.push((i, 1.0));
                 reserved.push((base.clone(), p.reserved_mib as f64 * MIB));
+                if let Some(b) = p.peak_bytes {
+                    peak.push((base.clone(), b as f64));
+                }
                 if let Some(b) = p.observed_bytes {
                     used.push((base, b as f64));
                 }
@@ -366,6 +371,13 @@ impl Collector for SnapshotCollector {
             "GPU memory used by the pod's processes on the GPU (attributed through cgroups)",
             gauge,
             &used,
+        )?;
+        family(
+            &mut enc,
+            "carma_pod_gpu_memory_peak_bytes",
+            "Most GPU memory attributed to the pod on the GPU at any sample since the plugin first saw it there",
+            gauge,
+            &peak,
         )?;
         let ts: Rows = state
             .snapshot

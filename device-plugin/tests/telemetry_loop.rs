@@ -41,6 +41,7 @@ const METRIC_NAMES: &[&str] = &[
     "carma_pod_gpu_info",
     "carma_pod_gpu_memory_reserved_bytes",
     "carma_pod_gpu_memory_used_bytes",
+    "carma_pod_gpu_memory_peak_bytes",
     "carma_device_plugin_allocations_total",
     "carma_telemetry_last_sample_timestamp_seconds",
     "carma_gpunode_publish_total",
@@ -296,6 +297,19 @@ async fn simulated_gpus_reach_gpunode_status_and_metrics() {
     );
     let used = metric_lines(&body, "carma_pod_gpu_memory_used_bytes");
     assert!(used.iter().any(|l| l.contains(r#"pod="p1""#)), "{used:?}");
+    let peak = metric_lines(&body, "carma_pod_gpu_memory_peak_bytes");
+    let value = |lines: &[&str]| -> f64 {
+        lines
+            .iter()
+            .find(|l| l.contains(r#"pod="p1""#))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1.0)
+    };
+    assert!(
+        value(&peak) >= value(&used) && value(&used) > 0.0,
+        "the running peak is at least the current use: {peak:?} {used:?}"
+    );
     let sm = metric_lines(&body, "carma_gpu_sm_activity_ratio");
     assert!(
         sm.iter().all(|l| l.contains(r#"source="simulated""#)),

@@ -69,12 +69,18 @@ struct ResultLabels {
 /// Buckets of peak ÷ reservation: well under, near, and over 1 (an underestimate).
 const PEAK_RATIO_BUCKETS: [f64; 11] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25];
 
-/// Reservation sources that exist from the start (others appear when first seen).
-const SOURCES: [&str; 4] = [
+/// Every reservation source an attempt can report, created at zero so that `increase()` sees the
+/// first underestimate of each: the estimator's sources, then the extender's own (`history`,
+/// `override`, `whole-gpu`) and `unknown` (an attempt that ended before it was bound).
+const SOURCES: [&str; 8] = [
     "gpumemnet-mlp",
+    "gpumemnet-cnn",
+    "gpumemnet-transformer",
     "analytic-upper-bound",
     "history",
     "override",
+    "whole-gpu",
+    "unknown",
 ];
 
 /// The operator's metrics and their registry.
@@ -312,6 +318,28 @@ pub fn outcome_label(kind: AttemptOutcomeKind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_estimator_source_starts_at_zero() {
+        use carma_estimator::EstimateSource as S;
+        for source in [
+            S::GpumemnetMlp,
+            S::GpumemnetCnn,
+            S::GpumemnetTransformer,
+            S::AnalyticUpperBound,
+        ] {
+            assert!(SOURCES.contains(&source.as_str()), "{source}");
+        }
+        let text = Metrics::new().encode();
+        for source in SOURCES {
+            assert!(
+                text.contains(&format!(
+                    "carma_operator_underestimates_total{{source=\"{source}\"}} 0"
+                )),
+                "{source}: {text}"
+            );
+        }
+    }
 
     #[test]
     fn exact_names_and_labels() {

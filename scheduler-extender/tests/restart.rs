@@ -133,6 +133,7 @@ async fn ledger_is_rebuilt_from_annotations_and_nothing_is_double_booked() {
         nodes: snap.nodes.clone(),
         gpu_nodes: snap.gpu_nodes.clone(),
         pods: after.pods.clone(),
+        ..Snapshot::default()
     };
     let ext2 = extender_with(&all, Policy::Magm, PlacementConfig::default(), rec2);
     let r2 = router(ext2.clone());
