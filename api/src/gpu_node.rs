@@ -79,6 +79,30 @@ pub struct GpuNodeStatus {
     /// When the status was published (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+    /// Pods that left this node's GPUs in the last minutes, with the peak they reached: the
+    /// operator reads an attempt's final peak here once the pod no longer occupies a GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recently_ended: Vec<EndedPodPeak>,
+}
+
+/// The final memory peak of a pod that left a GPU.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndedPodPeak {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    #[serde(default)]
+    pub uid: String,
+    /// GPU UUID.
+    pub gpu: String,
+    /// Its peak on that GPU (MiB), as `peakMiB` last showed it.
+    #[serde(rename = "peakMiB")]
+    pub peak_mib: u64,
+    /// When the device plugin stopped seeing it there (RFC 3339).
+    pub ended_at: String,
 }
 
 /// One GPU's inventory and telemetry.

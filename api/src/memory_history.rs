@@ -8,6 +8,8 @@
 //! shows what was learned.
 
 use carma_core::{PeakHistory, RunEnd};
+
+use crate::AttemptOutcomeKind;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -32,6 +34,12 @@ pub const KEPT_SAMPLES: usize = 20;
         type_ = "string",
         json_path = ".spec.family",
         description = "Model family"
+    ),
+    printcolumn(
+        name = "GPUs",
+        type_ = "integer",
+        json_path = ".spec.gpus",
+        description = "GPUs per pod"
     ),
     printcolumn(
         name = "Completed",
@@ -62,6 +70,9 @@ pub const KEPT_SAMPLES: usize = 20;
 pub struct MemoryHistorySpec {
     /// Model family of the profile (mlp, cnn, transformer).
     pub family: String,
+    /// GPUs per pod the runs had (part of the fingerprint: a model split across GPUs peaks lower
+    /// on each).
+    pub gpus: u32,
     /// The `carma.io/model-profile` annotation of the first run recorded, for people reading the
     /// object; the fingerprint is taken over the profile's effective values, so other spellings
     /// of the same profile share the object.
@@ -94,7 +105,7 @@ pub struct MemoryHistoryStatus {
 }
 
 /// One recorded run: an attempt of a TrainingTask.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PeakSample {
     /// `namespace/name` of the TrainingTask.
@@ -103,8 +114,8 @@ pub struct PeakSample {
     pub task_uid: String,
     /// Attempt number.
     pub attempt: u32,
-    /// `Succeeded` or `GpuOutOfMemory`.
-    pub outcome: String,
+    /// How the attempt ended (`Succeeded` and `GpuOutOfMemory` are recorded).
+    pub outcome: AttemptOutcomeKind,
     /// Per-GPU reservation of the attempt, MiB.
     #[serde(
         default,
@@ -126,15 +137,17 @@ impl PeakSample {
     /// How the run ended, as [`PeakHistory::record`] takes it; `None` for outcomes that teach
     /// nothing about the model's memory (failures, evictions, host-memory kills).
     pub fn run_end(&self) -> Option<RunEnd> {
-        match self.outcome.as_str() {
-            "Succeeded" => Some(RunEnd::Completed {
+        match self.outcome {
+            AttemptOutcomeKind::Succeeded => Some(RunEnd::Completed {
                 peak_mib: self.peak_mib,
             }),
-            "GpuOutOfMemory" => Some(RunEnd::OutOfMemory {
+            AttemptOutcomeKind::GpuOutOfMemory => Some(RunEnd::OutOfMemory {
                 reserved_mib: self.reserved_mib,
                 peak_mib: self.peak_mib,
             }),
-            _ => None,
+            AttemptOutcomeKind::Failed
+            | AttemptOutcomeKind::Evicted
+            | AttemptOutcomeKind::HostOomKilled => None,
         }
     }
 }
@@ -182,11 +195,12 @@ mod tests {
     use super::*;
 
     fn sample(uid: &str, attempt: u32, outcome: &str, peak: Option<u64>) -> PeakSample {
+        let outcome = serde_json::from_value(serde_json::json!(outcome)).unwrap();
         PeakSample {
             task: "ml/resnet".into(),
             task_uid: uid.into(),
             attempt,
-            outcome: outcome.into(),
+            outcome,
             reserved_mib: Some(9_000),
             reservation_source: Some("analytic-upper-bound".into()),
             peak_mib: peak,

@@ -395,6 +395,11 @@ pub struct AttemptStatus {
     /// When it ended (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
+    /// For an attempt that ran out of GPU memory: whether the crash is recorded in its model
+    /// profile's MemoryHistory (so later tasks of the model are not reserved at the size that
+    /// crashed). `false` after a failed write; the operator retries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_recorded: Option<bool>,
 }
 
 /// How an attempt ended.

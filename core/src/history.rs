@@ -6,9 +6,10 @@
 //! from it cannot drift apart:
 //!
 //! * [`PeakHistory::record`] — how an ended run changes the record;
-//! * [`learned_reservation`] — `max(observed peaks) + headroom`, used only when it is *lower*
-//!   than the estimate, never below the largest peak seen, and never at or below a reservation
-//!   under which a run of the model still ran out of memory.
+//! * [`learned_reservation`] — `max(observed peaks) + headroom`, used when it is *lower* than
+//!   the estimate, or when the estimate is known to be too small (a run peaked at or crashed
+//!   above it); never below the largest peak seen, and always above a reservation under which a
+//!   run of the model still ran out of memory.
 
 use serde::{Deserialize, Serialize};
 
@@ -118,25 +119,38 @@ pub struct LearnedReservation {
 }
 
 /// The reservation history gives for a pod whose estimate is `estimate_mib`, or `None` when
-/// the estimate stands: history disabled, too few samples, or learning would not reserve less.
+/// the estimate stands.
 ///
-/// The learned figure is `max_peak + headroom(max_peak)`, raised to `oom + headroom(oom)` when
-/// a run crashed out of memory under a reservation `oom`.
+/// The learned figure is `max_peak + headroom(max_peak)`, raised to `oom + headroom(oom)` (at
+/// least 1 MiB above `oom`) when a run crashed out of memory under a reservation `oom`. It
+/// replaces the estimate in two cases:
+///
+/// * **the estimate is known to be too small** — a run peaked at or above it, or ran out of
+///   memory under a reservation at or above it: the learned figure, however few runs completed
+///   (reserving the estimate again would repeat the crash for every new task of the model);
+/// * **the estimate is larger than needed** — at least `min_samples` runs completed and the
+///   learned figure is lower.
 pub fn learned_reservation(
     estimate_mib: u64,
     history: &PeakHistory,
     cfg: &HistoryConfig,
 ) -> Option<LearnedReservation> {
-    if !cfg.enabled || history.completed < cfg.min_samples.max(1) || history.max_peak_mib == 0 {
+    if !cfg.enabled {
         return None;
     }
-    let mut mib = history
-        .max_peak_mib
-        .saturating_add(cfg.headroom(history.max_peak_mib));
+    let peak = history.max_peak_mib;
+    let mut mib = (peak > 0).then(|| peak.saturating_add(cfg.headroom(peak)));
     if let Some(oom) = history.largest_oom_reservation_mib {
-        mib = mib.max(oom.saturating_add(cfg.headroom(oom)));
+        let above_oom = oom.saturating_add(cfg.headroom(oom).max(1));
+        mib = Some(mib.map_or(above_oom, |m| m.max(above_oom)));
     }
-    (mib < estimate_mib).then_some(LearnedReservation {
+    let mib = mib?;
+    let too_small = peak >= estimate_mib
+        || history
+            .largest_oom_reservation_mib
+            .is_some_and(|o| o >= estimate_mib);
+    let trusted = history.completed >= cfg.min_samples.max(1) && peak > 0;
+    (too_small || (trusted && mib < estimate_mib)).then_some(LearnedReservation {
         mib,
         samples: history.completed,
     })
@@ -212,6 +226,53 @@ mod tests {
             peak_mib: None,
         });
         assert_eq!(h.largest_oom_reservation_mib, Some(9_000));
+    }
+
+    #[test]
+    fn an_estimate_known_to_be_too_small_is_raised() {
+        let cfg = HistoryConfig::default();
+        // A run crashed at the estimate (8 GiB) and its recovery peaked at 10 GiB: the next task
+        // must not start at 8 GiB again.
+        let mut h = PeakHistory::default();
+        h.record(RunEnd::OutOfMemory {
+            reserved_mib: Some(8_192),
+            peak_mib: Some(8_100),
+        });
+        assert_eq!(
+            learned_reservation(8_192, &h, &cfg),
+            Some(LearnedReservation {
+                mib: 8_192 + 1_024,
+                samples: 0
+            }),
+            "one crash at the estimate suffices, no completed run needed"
+        );
+        h.record(RunEnd::Completed {
+            peak_mib: Some(10_240),
+        });
+        assert_eq!(
+            learned_reservation(8_192, &h, &cfg).unwrap().mib,
+            10_240 + 1_024
+        );
+        // A completed run that peaked above the estimate raises it too.
+        let over = completed(&[9_000]);
+        assert_eq!(learned_reservation(8_192, &over, &cfg).unwrap().mib, 10_024);
+        // History that is merely no better than the estimate leaves it alone.
+        assert_eq!(learned_reservation(9_500, &over, &cfg), None);
+    }
+
+    #[test]
+    fn zero_headroom_still_stays_above_a_reservation_that_crashed() {
+        let cfg = HistoryConfig {
+            headroom_percent: 0,
+            headroom_min_mib: 0,
+            ..HistoryConfig::default()
+        };
+        let mut h = completed(&[5_000]);
+        h.record(RunEnd::OutOfMemory {
+            reserved_mib: Some(6_000),
+            peak_mib: None,
+        });
+        assert_eq!(learned_reservation(20_000, &h, &cfg).unwrap().mib, 6_001);
     }
 
     #[test]

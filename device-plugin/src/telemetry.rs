@@ -6,10 +6,10 @@
 //! expires metrics that stop arriving. Each GPU is judged by `carma_core::gate` under the rule its
 //! source's metrics allow, and the verdict is published (`sharingAllowed`) and exported.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use carma_api::{GpuNodeStatus, GpuPodStatus, GpuStatus};
+use carma_api::{EndedPodPeak, GpuNodeStatus, GpuPodStatus, GpuStatus};
 use carma_core::{GateRule, PlacementConfig};
 use chrono::{DateTime, SecondsFormat, Utc};
 
@@ -27,27 +27,49 @@ struct Track {
     windows: GpuWindows,
     /// Without a process list: the GPU's used memory when each pod was first seen on it.
     baselines: BTreeMap<String, u64>,
-    /// The most memory attributed to each pod (by UID) on this GPU so far, bytes.
-    peaks: BTreeMap<String, u64>,
+    /// The most memory attributed to each pod (by UID) on this GPU so far, with its namespace
+    /// and name, bytes.
+    peaks: BTreeMap<String, (String, String, u64)>,
 }
+
+/// How long a pod's final peak stays in `recentlyEnded` after it left its GPU (the operator looks
+/// at a running attempt at least every 15 s, and again when its pod ends).
+pub const ENDED_PEAK_RETENTION: Duration = Duration::from_secs(600);
+/// At most this many ended pods are published.
+pub const ENDED_PEAK_LIMIT: usize = 256;
 
 /// Without a process list, a pod counts as seen once the GPU's used memory has grown this much
 /// since the pod was first assigned to it (a CUDA context alone takes more).
 pub const MEMORY_GROWTH_VISIBLE: u64 = 256 * MIB;
 
 impl Track {
-    /// Carry each pod's largest observed memory across samples (pods gone from the GPU are
-    /// forgotten).
-    fn track_peaks(&mut self, views: &mut [PodView]) {
-        self.peaks
-            .retain(|uid, _| views.iter().any(|v| &v.uid == uid));
+    /// Carry each pod's largest observed memory across samples. Pods gone from the GPU are
+    /// returned with their final peak (namespace, name, UID, bytes).
+    fn track_peaks(&mut self, views: &mut [PodView]) -> Vec<(String, String, String, u64)> {
+        let gone: Vec<String> = self
+            .peaks
+            .keys()
+            .filter(|uid| !views.iter().any(|v| &v.uid == *uid))
+            .cloned()
+            .collect();
+        let ended = gone
+            .into_iter()
+            .filter_map(|uid| {
+                let (ns, name, peak) = self.peaks.remove(&uid)?;
+                Some((ns, name, uid, peak))
+            })
+            .collect();
         for v in views.iter_mut() {
             if let Some(now) = v.observed_bytes {
-                let peak = self.peaks.entry(v.uid.clone()).or_insert(0);
-                *peak = (*peak).max(now);
+                let entry = self
+                    .peaks
+                    .entry(v.uid.clone())
+                    .or_insert_with(|| (v.namespace.clone(), v.name.clone(), 0));
+                entry.2 = entry.2.max(now);
             }
-            v.peak_bytes = self.peaks.get(&v.uid).copied();
+            v.peak_bytes = self.peaks.get(&v.uid).map(|e| e.2);
         }
+        ended
     }
 
     /// For a backend without a process list (dcgm-exporter alone), attribute to each pod the
@@ -127,6 +149,8 @@ pub struct Snapshot {
     pub taken_at: DateTime<Utc>,
     /// GPUs in index order.
     pub gpus: Vec<GpuView>,
+    /// Pods that left a GPU recently, with their final peak.
+    pub recently_ended: Vec<EndedPodPeak>,
 }
 
 impl Snapshot {
@@ -155,6 +179,7 @@ impl Snapshot {
             summary: summary(&self.gpus),
             updated_at: Some(self.taken_at.to_rfc3339_opts(SecondsFormat::Secs, true)),
             gpus,
+            recently_ended: self.recently_ended.clone(),
         }
     }
 }
@@ -253,6 +278,8 @@ pub struct Telemetry {
     stale_after: Duration,
     gate: PlacementConfig,
     tracks: BTreeMap<String, Track>,
+    /// Pods that left a GPU, oldest first, with their final peak.
+    ended: VecDeque<(DateTime<Utc>, EndedPodPeak)>,
 }
 
 /// How long a metric that stops arriving still counts, unless set otherwise.
@@ -271,6 +298,7 @@ impl Telemetry {
                 ..PlacementConfig::default()
             },
             tracks: BTreeMap::new(),
+            ended: VecDeque::new(),
         }
     }
 
@@ -315,6 +343,7 @@ impl Telemetry {
                 track.last.health_reason = Some("not reported by the GPU backend".to_string());
             }
         }
+        let mut ended = Vec::new();
         let mut gpus: Vec<GpuView> = self
             .tracks
             .values_mut()
@@ -322,7 +351,17 @@ impl Telemetry {
                 let risks = t.windows.risks(now);
                 let mut on_gpu = pods_on(&t.last, pods);
                 t.observe_by_memory(&mut on_gpu);
-                t.track_peaks(&mut on_gpu);
+                let gpu = t.last.uuid.clone();
+                ended.extend(t.track_peaks(&mut on_gpu).into_iter().map(
+                    |(namespace, name, uid, peak)| EndedPodPeak {
+                        namespace,
+                        name,
+                        uid,
+                        gpu: gpu.clone(),
+                        peak_mib: peak / MIB,
+                        ended_at: now.to_rfc3339_opts(SecondsFormat::Secs, true),
+                    },
+                ));
                 let mut view = GpuView {
                     sample: t.last.clone(),
                     sm_activity_risk: risks.sm_activity,
@@ -343,10 +382,23 @@ impl Telemetry {
                 .cmp(&b.sample.index)
                 .then(a.sample.uuid.cmp(&b.sample.uuid))
         });
+        for e in ended {
+            self.ended.push_back((now, e));
+        }
+        let retention = chrono::Duration::from_std(ENDED_PEAK_RETENTION).unwrap_or_default();
+        while self
+            .ended
+            .front()
+            .is_some_and(|(at, _)| now - *at > retention)
+            || self.ended.len() > ENDED_PEAK_LIMIT
+        {
+            self.ended.pop_front();
+        }
         Snapshot {
             node: self.node.clone(),
             taken_at: now,
             gpus,
+            recently_ended: self.ended.iter().map(|(_, e)| e.clone()).collect(),
         }
     }
 }
@@ -592,10 +644,28 @@ mod tests {
         let status = snap.to_status();
         assert_eq!(status.gpus[0].pods[0].observed_mib, Some(5200));
         assert_eq!(status.gpus[0].pods[0].peak_mib, Some(7100));
-        // Gone and back (a new pod with the same UID cannot happen; a restarted count can):
-        // the peak starts again.
-        t.update(vec![sample(0, 0.1)], &[], now);
-        let snap = t.update(vec![with_use(1000)], &pods, now);
+        // The pod ends: its final peak stays published for the operator.
+        let snap = t.update(vec![sample(0, 0.1)], &[], now);
+        let ended = &snap.to_status().recently_ended;
+        assert_eq!(ended.len(), 1);
+        assert_eq!((ended[0].uid.as_str(), ended[0].peak_mib), ("a", 7100));
+        assert_eq!(ended[0].gpu, "GPU-0");
+        // ... for ENDED_PEAK_RETENTION, then it is dropped.
+        let later = now + chrono::Duration::from_std(ENDED_PEAK_RETENTION).unwrap();
+        assert_eq!(
+            t.update(vec![sample(0, 0.1)], &[], later)
+                .recently_ended
+                .len(),
+            1
+        );
+        let after = later + chrono::Duration::seconds(1);
+        assert!(
+            t.update(vec![sample(0, 0.1)], &[], after)
+                .recently_ended
+                .is_empty()
+        );
+        // Seen again (a restarted count): the peak starts afresh.
+        let snap = t.update(vec![with_use(1000)], &pods, after);
         assert_eq!(snap.to_status().gpus[0].pods[0].peak_mib, Some(1000));
     }
 

@@ -1,29 +1,30 @@
-//! The fingerprint of a model profile: the key under which the cluster records what runs of
-//! that model really used (`MemoryHistory`, one object per fingerprint).
+//! The fingerprint of a model profile run on a number of GPUs per pod: the key under which the
+//! cluster records what runs of that model really used (`MemoryHistory`, one object per
+//! fingerprint). The GPU count is part of it: a model split across GPUs peaks lower on each.
 //!
 //! Two annotations that describe the same training job must get the same fingerprint, however
 //! they are written: the fingerprint is taken over the profile's *effective* values (depth
 //! derived from layers, default optimizer and precision, activation name in lower case), in a
 //! fixed order, so key order, whitespace and spelled-out defaults do not matter. It is a
-//! truncated SHA-256: a user who can write annotations cannot forge another model's record
-//! (a collision would lower that model's reservation).
+//! truncated SHA-256, so no two different profiles share a record by accident or by a crafted
+//! collision; a user who declares the *same* profile does share it (records are cluster-wide).
 
 use sha2::{Digest, Sha256};
 
 use crate::Profile;
 
 /// Version of the canonical form; a change of form must change it (records start afresh).
-const FORM: &str = "carma-profile-v1";
+const FORM: &str = "carma-profile-v2";
 
 impl Profile {
-    /// The profile's fingerprint: 32 lower-case hex digits (128 bits of SHA-256), usable as a
-    /// Kubernetes object name.
-    pub fn fingerprint(&self) -> String {
+    /// The fingerprint of this profile run with `gpus` GPUs per pod: 32 lower-case hex digits
+    /// (128 bits of SHA-256), usable as a Kubernetes object name.
+    pub fn fingerprint(&self, gpus: u32) -> String {
         let l = &self.layers;
         let canonical = format!(
             "{FORM}|family={}|batchSize={}|parameters={}|activations={}|depth={}|activation={}|\
              linear={}|conv2d={}|batchNorm={}|dropout={}|layerNorm={}|attention={}|adaptiveAvgPool={}|\
-             seqLength={}|optimizer={}|mixedPrecision={}",
+             seqLength={}|optimizer={}|mixedPrecision={}|gpus={gpus}",
             self.family.as_str(),
             self.batch_size,
             self.parameters,
@@ -51,7 +52,7 @@ mod tests {
     use crate::parse_profile;
 
     fn fp(json: &str) -> String {
-        parse_profile(json).unwrap().fingerprint()
+        parse_profile(json).unwrap().fingerprint(1)
     }
 
     #[test]
@@ -84,10 +85,16 @@ mod tests {
             r#"{"family":"mlp","batchSize":64,"parameters":2500000,"activations":6000,"layers":{"linear":5},"mixedPrecision":true}"#,
             r#"{"family":"mlp","batchSize":64,"parameters":2500000,"activations":6000,"layers":{"linear":5},"activation":"GELU"}"#,
             r#"{"family":"cnn","batchSize":64,"parameters":2500000,"activations":6000,"layers":{"linear":5}}"#,
+            r#"{"family":"mlp","batchSize":64,"parameters":2500000,"activations":6000,"layers":{"linear":5},"depth":7}"#,
+            r#"{"family":"mlp","batchSize":64,"parameters":2500000,"activations":6000,"layers":{"linear":5,"dropout":2}}"#,
+            r#"{"family":"mlp","batchSize":64,"parameters":2500000,"activations":6000,"layers":{"linear":5,"batchNorm":1}}"#,
+            r#"{"family":"mlp","batchSize":64,"parameters":2500000,"activations":6000,"layers":{"linear":5},"seqLength":128}"#,
         ];
         let b = fp(base);
         for o in others {
             assert_ne!(fp(o), b, "{o}");
         }
+        let p = parse_profile(base).unwrap();
+        assert_ne!(p.fingerprint(2), p.fingerprint(1), "GPUs per pod");
     }
 }

@@ -7,6 +7,7 @@
 
 use kube::api::PostParams;
 use kube::{Api, Client};
+use thiserror::Error;
 use tracing::{debug, instrument};
 
 use carma_api::{
@@ -26,6 +27,8 @@ pub struct PeakRecord {
     pub fingerprint: String,
     /// Model family (the record's `spec.family`).
     pub family: String,
+    /// GPUs per pod (the record's `spec.gpus`).
+    pub gpus: u32,
     /// The pod's `carma.io/model-profile` annotation (the record's `spec.profile`).
     pub profile: String,
     /// The run.
@@ -51,9 +54,11 @@ pub fn peak_record(
     let raw = pod.model_profile.as_deref()?;
     let profile = carma_estimator::parse_profile(raw).ok()?;
     let reservation_source = pod.estimate.as_ref().map(|e| e.source.clone());
+    let gpus = task.spec.gpus;
     Some(PeakRecord {
-        fingerprint: profile.fingerprint(),
+        fingerprint: profile.fingerprint(gpus),
         family: profile.family.as_str().to_string(),
+        gpus,
         profile: raw.to_string(),
         sample: PeakSample {
             task: format!(
@@ -63,10 +68,11 @@ pub fn peak_record(
             ),
             task_uid: task.metadata.uid.clone().unwrap_or_default(),
             attempt: attempt.index,
-            outcome: crate::metrics::outcome_label(kind).to_string(),
-            // An exclusive attempt held whole GPUs: its size is not a reservation to learn from.
+            outcome: kind,
+            // An exclusive attempt held whole GPUs: a crash there says the model does not fit the
+            // GPU's memory at all.
             reserved_mib: if attempt.exclusive {
-                None
+                pod.gpu_memory_mib
             } else {
                 attempt.reserved_mib
             },
@@ -86,26 +92,54 @@ pub enum Recorded {
     Unchanged,
 }
 
+/// Why a sample was not recorded.
+#[derive(Debug, Error)]
+pub enum HistoryError {
+    /// Reading, creating or writing the record failed.
+    #[error("MemoryHistory {name}: {source}")]
+    Api {
+        /// The record's name (the profile's fingerprint).
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Other writers changed the record on every try.
+    #[error("MemoryHistory {name}: still conflicting after {CONFLICT_RETRIES} tries")]
+    Conflicts {
+        /// The record's name.
+        name: String,
+    },
+}
+
 /// Add `rec` to its `MemoryHistory` (created on first use), retrying on write conflicts.
 #[instrument(skip_all, fields(fingerprint = %rec.fingerprint, task = %rec.sample.task, attempt = rec.sample.attempt))]
-pub async fn record(client: &Client, rec: &PeakRecord, now: &str) -> Result<Recorded, kube::Error> {
+pub async fn record(
+    client: &Client,
+    rec: &PeakRecord,
+    now: &str,
+) -> Result<Recorded, HistoryError> {
     let api: Api<MemoryHistory> = Api::all(client.clone());
-    let mut last_conflict = None;
+    let failed = |source| HistoryError::Api {
+        name: rec.fingerprint.clone(),
+        source,
+    };
     for _ in 0..CONFLICT_RETRIES {
-        let existing = match api.get_opt(&rec.fingerprint).await? {
+        let existing = match api.get_opt(&rec.fingerprint).await.map_err(failed)? {
             Some(h) => h,
             None => {
                 let fresh = MemoryHistory::new(
                     &rec.fingerprint,
                     MemoryHistorySpec {
                         family: rec.family.clone(),
+                        gpus: rec.gpus,
                         profile: rec.profile.clone(),
                     },
                 );
                 match api.create(&PostParams::default(), &fresh).await {
                     Ok(h) => h,
                     Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(failed(e)),
                 }
             }
         };
@@ -121,9 +155,11 @@ pub async fn record(client: &Client, rec: &PeakRecord, now: &str) -> Result<Reco
             .await
         {
             Ok(_) => return Ok(Recorded::Added),
-            Err(kube::Error::Api(s)) if s.code == 409 => last_conflict = Some(s),
-            Err(e) => return Err(e),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(failed(e)),
         }
     }
-    Err(kube::Error::Api(last_conflict.unwrap_or_default()))
+    Err(HistoryError::Conflicts {
+        name: rec.fingerprint.clone(),
+    })
 }

@@ -112,26 +112,33 @@ pub fn observe(
 }
 
 /// Peak memory telemetry attributes to `pod` on `node`: the largest `peakMiB` (else
-/// `observedMiB`) over the GPUs that list it (by UID, else by namespace and name).
+/// `observedMiB`) over the GPUs that list it, and the final peaks of its `recentlyEnded` entries
+/// (the pod has left its GPUs) — matched by UID, else by namespace and name.
 pub fn observed_peak(node: &GpuNode, pod: &Pod) -> Option<u64> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     let name = pod.metadata.name.as_deref().unwrap_or("");
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-    node.status
-        .as_ref()?
+    let is_it = |p_uid: &str, p_ns: &str, p_name: &str| {
+        if !uid.is_empty() && !p_uid.is_empty() {
+            p_uid == uid
+        } else {
+            p_name == name && p_ns == ns
+        }
+    };
+    let status = node.status.as_ref()?;
+    let running = status
         .gpus
         .iter()
         .flat_map(|g| g.pods.iter())
-        .filter(|p| {
-            if !uid.is_empty() && !p.uid.is_empty() {
-                p.uid == uid
-            } else {
-                p.name == name && p.namespace == ns
-            }
-        })
+        .filter(|p| is_it(&p.uid, &p.namespace, &p.name))
         // The device plugin's running peak; its current figure when an older plugin sent none.
-        .filter_map(|p| p.peak_mib.max(p.observed_mib))
-        .max()
+        .filter_map(|p| p.peak_mib.max(p.observed_mib));
+    let ended = status
+        .recently_ended
+        .iter()
+        .filter(|e| is_it(&e.uid, &e.namespace, &e.name))
+        .map(|e| e.peak_mib);
+    running.chain(ended).max()
 }
 
 /// Memory of the GPUs named by `gpus` on `node` (the smallest); all of the node's
@@ -274,6 +281,29 @@ mod tests {
         // A peak below the current figure (an older plugin's restart) does not hide it.
         n.status.as_mut().unwrap().gpus[1].pods[0].peak_mib = Some(100);
         assert_eq!(observed_peak(&n, &pod()), Some(17_100));
+    }
+
+    #[test]
+    fn a_pod_that_left_its_gpus_is_read_from_recently_ended() {
+        let mut n = gpu_node();
+        let st = n.status.as_mut().unwrap();
+        for g in &mut st.gpus {
+            g.pods.clear();
+        }
+        assert_eq!(observed_peak(&n, &pod()), None);
+        n.status
+            .as_mut()
+            .unwrap()
+            .recently_ended
+            .push(carma_api::EndedPodPeak {
+                namespace: "ml".into(),
+                name: "t-a2".into(),
+                uid: "p-uid".into(),
+                gpu: "GPU-1".into(),
+                peak_mib: 18_400,
+                ended_at: "2026-03-01T10:00:00Z".into(),
+            });
+        assert_eq!(observed_peak(&n, &pod()), Some(18_400));
     }
 
     #[test]

@@ -125,6 +125,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     };
     step.adopt();
     step.refresh_open_attempts();
+    step.retry_history();
     step.next();
     if st != old {
         out.status = Some(Box::new(st));
@@ -318,6 +319,35 @@ impl Step<'_, '_> {
         let finished_at = a.finished_at.clone().unwrap_or_default();
         if let Some(rec) = crate::history::peak_record(input.task, a, pod, kind, &finished_at) {
             self.out.peak_records.push(rec);
+            if out_of_memory {
+                // Optimistic: the executor writes `false` when the record could not be written.
+                self.st.attempts[i].history_recorded = Some(true);
+            }
+        }
+    }
+
+    /// Crashes out of GPU memory whose MemoryHistory write failed are recorded again: a lost one
+    /// would leave later tasks of the model reserved at the size that crashed.
+    fn retry_history(&mut self) {
+        let input = self.input;
+        for a in &mut self.st.attempts {
+            if a.history_recorded != Some(false)
+                || a.outcome != Some(AttemptOutcomeKind::GpuOutOfMemory)
+            {
+                continue;
+            }
+            let pod = input.pods.iter().find(|o| o.index == a.index);
+            let finished_at = a.finished_at.clone().unwrap_or_default();
+            if let Some(rec) = crate::history::peak_record(
+                input.task,
+                a,
+                pod,
+                AttemptOutcomeKind::GpuOutOfMemory,
+                &finished_at,
+            ) {
+                self.out.peak_records.push(rec);
+                a.history_recorded = Some(true);
+            }
         }
     }
 

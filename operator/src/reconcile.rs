@@ -244,7 +244,7 @@ async fn read_logs(pods_api: &Api<Pod>, pod: &Pod, container: &str, tail: i64) -
 
 async fn execute(
     task: &TrainingTask,
-    step: Plan,
+    mut step: Plan,
     pods_api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<Action> {
@@ -268,15 +268,22 @@ async fn execute(
         return Err(e);
     }
     let now = rfc3339_now(ctx);
-    for rec in &step.peak_records {
+    let records = std::mem::take(&mut step.peak_records);
+    for rec in &records {
         match crate::history::record(&ctx.client, rec, &now).await {
             Ok(done) => ctx.metrics.history_write(match done {
                 crate::history::Recorded::Added => "added",
                 crate::history::Recorded::Unchanged => "unchanged",
             }),
             Err(e) => {
-                // Advisory: the next run of this model keeps its estimate.
+                // A lost completed run only means the next run of the model keeps its estimate;
+                // a lost crash is marked so that a later reconcile writes it again.
                 ctx.metrics.history_write("error");
+                if rec.sample.outcome == carma_api::AttemptOutcomeKind::GpuOutOfMemory {
+                    mark_unrecorded(task, &mut step, rec.sample.attempt);
+                    let retry = ctx.settings.error_requeue;
+                    step.requeue_after = Some(step.requeue_after.map_or(retry, |r| r.min(retry)));
+                }
                 warn!(
                     task = %name,
                     namespace = %ns,
@@ -319,6 +326,17 @@ async fn execute(
     Ok(step
         .requeue_after
         .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Write `historyRecorded: false` for `attempt` into the planned status (planning it when the step
+/// changed nothing else).
+fn mark_unrecorded(task: &TrainingTask, step: &mut Plan, attempt: u32) {
+    let status = step
+        .status
+        .get_or_insert_with(|| Box::new(task.status.clone().unwrap_or_default()));
+    if let Some(a) = status.attempts.iter_mut().find(|a| a.index == attempt) {
+        a.history_recorded = Some(false);
+    }
 }
 
 /// The context's time in RFC 3339 (seconds, `Z`).

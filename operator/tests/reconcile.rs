@@ -636,7 +636,7 @@ async fn ended_attempts_are_recorded_once_under_their_profile_fingerprint() {
         .to_string();
     let name = carma_estimator::parse_profile(&profile)
         .unwrap()
-        .fingerprint();
+        .fingerprint(1);
 
     h.run_pod("train-a1", "gpu-1", 8000);
     h.gpu_node("gpu-1", "train-a1", 7400);
@@ -720,4 +720,35 @@ async fn a_retried_step_records_nothing_twice() {
             .encode()
             .contains("carma_operator_history_writes_total{result=\"unchanged\"} 1")
     );
+}
+
+/// A crash that could not be recorded (403) is marked and written by a later reconcile: losing it
+/// would leave the next tasks of the model reserved at the size that crashed.
+#[tokio::test]
+async fn an_unrecorded_crash_is_retried() {
+    let mut task = task_json(json!({"backoffSeconds": 600}));
+    task["spec"]["modelProfile"]["depth"] = json!(107);
+    let h = Harness::new(task);
+    h.reconcile().await.unwrap();
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.gpu_node("gpu-1", "train-a1", 7400);
+    h.set_now(30);
+    h.reconcile().await.unwrap();
+    h.fake.lock().unwrap().forbid_history = true;
+    h.end_pod("train-a1", 1, OOM_MESSAGE);
+    h.set_now(101);
+    let action = h.reconcile().await.unwrap();
+    assert_eq!(h.status()["attempts"][0]["outcome"], "GpuOutOfMemory");
+    assert_eq!(h.status()["attempts"][0]["historyRecorded"], false);
+    assert_eq!(action, Action::requeue(Duration::from_secs(15)));
+    assert!(h.fake.lock().unwrap().memory_histories.is_empty());
+
+    h.fake.lock().unwrap().forbid_history = false;
+    h.set_now(120);
+    h.reconcile().await.unwrap();
+    assert_eq!(h.status()["attempts"][0]["historyRecorded"], true);
+    let f = h.fake.lock().unwrap();
+    let st = &f.memory_histories.values().next().unwrap()["status"];
+    assert_eq!(st["largestOomReservationMiB"], 8000);
+    assert_eq!(st["samples"].as_array().unwrap().len(), 1);
 }

@@ -121,7 +121,7 @@ impl ClusterState {
             Kind::GpuNodes => &self.gpu_nodes_synced,
             Kind::Pods => &self.pods_synced,
             Kind::MemoryHistories => {
-                tracing::info!(?kind, "records listed");
+                tracing::debug!(?kind, "records listed");
                 return;
             }
         };

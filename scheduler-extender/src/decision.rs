@@ -99,7 +99,10 @@ pub type DecisionResult = Result<Decision, DecisionError>;
 
 #[derive(Debug)]
 struct Entry {
+    /// Hash of the pod's inputs.
     fingerprint: u64,
+    /// The history book's generation the decision was made under.
+    history_generation: u64,
     /// `namespace/name` of the pod the decision was made for.
     pod: String,
     result: Arc<DecisionResult>,
@@ -154,16 +157,25 @@ impl Decisions {
     /// The decision for `pod`, from the cache when its inputs are unchanged.
     pub fn decide(&self, pod: &Pod) -> Looked {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        let fingerprint = fingerprint(pod, self.history.generation());
-        if let Some(e) = self.cache.lock().get(uid)
-            && e.fingerprint == fingerprint
-        {
-            return Looked {
-                result: Arc::clone(&e.result),
-                fresh: false,
-            };
-        }
+        let fingerprint = fingerprint(pod);
+        let history_generation = self.history.generation();
+        let previous = match self.cache.lock().get(uid) {
+            Some(e) if e.fingerprint == fingerprint => {
+                if e.history_generation == history_generation {
+                    return Looked {
+                        result: Arc::clone(&e.result),
+                        fresh: false,
+                    };
+                }
+                Some(Arc::clone(&e.result))
+            }
+            _ => None,
+        };
+        // Judged again: a new pod, edited inputs, or a history change (which may or may not
+        // concern this pod; only a changed result counts as fresh, so reservations are not counted
+        // and warnings not posted twice).
         let result = Arc::new(self.compute(pod));
+        let fresh = previous.is_none_or(|p| *p != *result);
         if !uid.is_empty() {
             let mut cache = self.cache.lock();
             if cache.len() >= CACHE_LIMIT {
@@ -177,15 +189,13 @@ impl Decisions {
                 uid.to_string(),
                 Entry {
                     fingerprint,
+                    history_generation,
                     pod: pod_key(pod),
                     result: Arc::clone(&result),
                 },
             );
         }
-        Looked {
-            result,
-            fresh: true,
-        }
+        Looked { result, fresh }
     }
 
     /// The cached decision of a pod, if filter has seen it, with the `namespace/name` of the pod it
@@ -239,7 +249,7 @@ impl Decisions {
                 .as_ref()
                 .map_err(|e| DecisionError::Profile(e.to_string()))?;
             match self.estimator.estimate(profile) {
-                Ok(e) => match self.history.learned(profile, e.mib) {
+                Ok(e) => match self.history.learned(profile, gpus, e.mib) {
                     Some(learned) => {
                         samples = Some(learned.samples);
                         (
@@ -344,10 +354,9 @@ fn container_gpus(c: &Container) -> Result<u32, DecisionError> {
     })
 }
 
-/// A hash of everything a decision depends on: the pod's inputs and the history book's generation.
-fn fingerprint(pod: &Pod, history_generation: u64) -> u64 {
+/// A hash of the pod's inputs to its decision (the history book's generation is kept beside it).
+fn fingerprint(pod: &Pod) -> u64 {
     let mut h = DefaultHasher::new();
-    history_generation.hash(&mut h);
     if let Some(a) = &pod.metadata.annotations {
         for key in [
             ANNOTATION_GPU_MEMORY,
@@ -528,9 +537,10 @@ mod tests {
         assert!(!ds.decide(&p).fresh);
 
         let mut record = MemoryHistory::new(
-            &parse_profile(profile).unwrap().fingerprint(),
+            &parse_profile(profile).unwrap().fingerprint(1),
             MemoryHistorySpec {
                 family: "cnn".into(),
+                gpus: 1,
                 profile: profile.into(),
             },
         );
@@ -543,6 +553,13 @@ mod tests {
         ds.history().apply(&record);
         let learned = ds.decide(&p);
         assert!(learned.fresh, "a history change judges cached pods again");
+        // Another model's record changes the generation but not this pod's decision: not fresh.
+        let mut other = record.clone();
+        other.metadata.name = Some("0123456789abcdef0123456789abcdef".into());
+        ds.history().apply(&other);
+        let same = ds.decide(&p);
+        assert!(!same.fresh, "an unchanged decision is not counted again");
+        assert_eq!(same.result, learned.result);
         let d = learned.result.as_ref().as_ref().unwrap();
         let expected = peak + HistoryConfig::default().headroom(peak);
         assert_eq!(d.demand.reservation, Reservation::Mib(expected));
@@ -560,10 +577,20 @@ mod tests {
             ))
             .unwrap();
         assert_eq!(o.source, SOURCE_OVERRIDE);
-        record.status.as_mut().unwrap().max_peak_mib = estimate_mib;
+        record.status.as_mut().unwrap().max_peak_mib = estimate_mib - 500;
         ds.history().apply(&record);
         let back = ds.decide(&p);
         assert_eq!(back.result.as_ref().as_ref().unwrap(), &estimate);
+        // A run that peaked at the estimate proves it too small: history raises it.
+        record.status.as_mut().unwrap().max_peak_mib = estimate_mib;
+        ds.history().apply(&record);
+        let raised = ds.decide(&p);
+        let d = raised.result.as_ref().as_ref().unwrap();
+        assert_eq!(d.source, crate::history::SOURCE_HISTORY);
+        assert_eq!(
+            d.demand.reservation,
+            Reservation::Mib(estimate_mib + HistoryConfig::default().headroom(estimate_mib))
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The `MemoryHistory` records the extender reserves from (fed by a watcher, or by a snapshot).
 //!
-//! The rule itself — `max(peaks) + headroom`, only when lower than the estimate — is
-//! `carma_core::learned_reservation`; this is the lookup by profile fingerprint, and a
-//! generation that changes with every record so that cached decisions are judged again.
+//! The rule itself — `max(peaks) + headroom` when lower than the estimate, or when the estimate
+//! is known to be too small — is `carma_core::learned_reservation`; this is the lookup by
+//! profile fingerprint, and a generation that changes with every record so that cached
+//! decisions are judged again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,13 +43,18 @@ impl HistoryBook {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// The reservation history gives a pod with `profile` whose estimate is `estimate_mib`;
-    /// `None` keeps the estimate.
-    pub fn learned(&self, profile: &Profile, estimate_mib: u64) -> Option<LearnedReservation> {
+    /// The reservation history gives a pod with `profile` on `gpus` GPUs whose estimate is
+    /// `estimate_mib`; `None` keeps the estimate.
+    pub fn learned(
+        &self,
+        profile: &Profile,
+        gpus: u32,
+        estimate_mib: u64,
+    ) -> Option<LearnedReservation> {
         if !self.config.enabled {
             return None;
         }
-        let fingerprint = profile.fingerprint();
+        let fingerprint = profile.fingerprint(gpus);
         let history = *self.records.read().get(&fingerprint)?;
         learned_reservation(estimate_mib, &history, &self.config)
     }
@@ -117,6 +123,7 @@ mod tests {
             name,
             MemoryHistorySpec {
                 family: "cnn".into(),
+                gpus: 1,
                 profile: String::new(),
             },
         );
@@ -132,11 +139,11 @@ mod tests {
     fn looks_up_by_fingerprint_and_bumps_the_generation_on_change() {
         let book = HistoryBook::new(HistoryConfig::default());
         let p = profile();
-        assert_eq!(book.learned(&p, 30_000), None);
+        assert_eq!(book.learned(&p, 1, 30_000), None);
         let g0 = book.generation();
-        book.apply(&record(&p.fingerprint(), 2, 10_000));
+        book.apply(&record(&p.fingerprint(1), 2, 10_000));
         assert!(book.generation() > g0);
-        let l = book.learned(&p, 30_000).unwrap();
+        let l = book.learned(&p, 1, 30_000).unwrap();
         assert_eq!(
             (l.mib, l.samples),
             (11_024, 2),
@@ -144,15 +151,15 @@ mod tests {
         );
         // The same record again changes nothing.
         let g1 = book.generation();
-        book.apply(&record(&p.fingerprint(), 2, 10_000));
+        book.apply(&record(&p.fingerprint(1), 2, 10_000));
         assert_eq!(book.generation(), g1);
         // Another model's record does not apply.
         book.apply(&record("0123456789abcdef0123456789abcdef", 5, 1_000));
-        assert_eq!(book.learned(&p, 30_000).unwrap().mib, 11_024);
+        assert_eq!(book.learned(&p, 1, 30_000).unwrap().mib, 11_024);
         book.retain(&HashSet::from([
             "0123456789abcdef0123456789abcdef".to_string()
         ]));
-        assert_eq!(book.learned(&p, 30_000), None);
+        assert_eq!(book.learned(&p, 1, 30_000), None);
         assert!(book.generation() > g1);
     }
 
@@ -163,7 +170,7 @@ mod tests {
             ..HistoryConfig::default()
         });
         let p = profile();
-        book.apply(&record(&p.fingerprint(), 3, 10_000));
-        assert_eq!(book.learned(&p, 30_000), None);
+        book.apply(&record(&p.fingerprint(1), 3, 10_000));
+        assert_eq!(book.learned(&p, 1, 30_000), None);
     }
 }

@@ -55,6 +55,7 @@ pub fn gpu_node(name: &str, gpus: Vec<GpuStatus>) -> GpuNode {
         summary: String::new(),
         updated_at: Some("2026-01-01T00:00:00Z".into()),
         gpus,
+        recently_ended: Vec::new(),
     });
     g
 }

@@ -49,6 +49,8 @@ pub struct Fake {
     pub memory_histories: BTreeMap<String, Value>,
     /// The next MemoryHistory status replace fails with 409 (another writer got there first).
     pub conflict_next_history_write: bool,
+    /// Every MemoryHistory request is refused with 403 (RBAC not granted).
+    pub forbid_history: bool,
     /// Every request, in order.
     pub requests: Vec<Recorded>,
     counter: u64,
@@ -250,6 +252,12 @@ impl Fake {
                 lease["metadata"]["resourceVersion"] = json!(n.to_string());
                 self.leases.insert(name.to_string(), lease.clone());
                 (StatusCode::OK, lease)
+            }
+            (_, ["apis", "carma.io", "v1alpha1", "memoryhistories", ..]) if self.forbid_history => {
+                (
+                    StatusCode::FORBIDDEN,
+                    status_body(403, "Forbidden", "memoryhistories.carma.io is forbidden"),
+                )
             }
             (&Method::GET, ["apis", "carma.io", "v1alpha1", "memoryhistories", name]) => {
                 match self.memory_histories.get(*name) {
