@@ -7,6 +7,9 @@ pub const DEFAULT_MAX_TELEMETRY_AGE_MS: u64 = 90_000;
 
 /// Default wait after which `pack` lets a pod crowd a busy GPU: two hours.
 pub const DEFAULT_PACK_AGING_MS: u64 = 120 * 60_000;
+/// `pack`'s default crowding limit: combined expected SM activity of 1.0 (a GPU's SMs cannot be
+/// busier; past it jobs only take turns).
+pub const DEFAULT_PACK_CROWDING_LIMIT: f64 = 1.0;
 
 /// Every threshold the placement rules use. Defaults are CARMA's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,6 +42,11 @@ pub struct PlacementConfig {
     /// `pack` only: a pod that has waited this long may crowd a busy GPU past full SM activity
     /// (least loaded first) instead of waiting for a GPU where its expected activity fits.
     pub pack_aging_ms: u64,
+    /// `pack` only: the combined expected SM activity up to which a busy GPU may be crowded (the
+    /// last tier; never below the SM-activity cap). Above 1.0 bets that co-located jobs lose
+    /// little throughput when they take turns on saturated SMs — right when the interference
+    /// model's slowdown exponent is near 1, wrong near 2 (README, issue #17).
+    pub pack_crowding_limit: f64,
 }
 
 impl Default for PlacementConfig {
@@ -54,6 +62,7 @@ impl Default for PlacementConfig {
             honor_reservations: true,
             max_telemetry_age_ms: Some(DEFAULT_MAX_TELEMETRY_AGE_MS),
             pack_aging_ms: DEFAULT_PACK_AGING_MS,
+            pack_crowding_limit: DEFAULT_PACK_CROWDING_LIMIT,
         }
     }
 }

@@ -135,6 +135,26 @@ fn without_an_idle_gpu_a_pod_crowds_the_least_loaded_gpu_up_to_full_activity_and
 }
 
 #[test]
+fn a_higher_crowding_limit_lets_a_pod_crowd_further() {
+    // 0.4 + 0.7 = 1.1: refused under the default limit (1.0), placed under 1.2, on the least
+    // loaded GPU; 0.6 + 0.7 = 1.3 stays refused.
+    let n = node("a", vec![gpu(0, Some(0.6)), gpu(1, Some(0.4))]);
+    let ledger = ledger_for(&[&n], 0.0);
+    let default = PlacementConfig::default();
+    assert!(place_on_node(&n, &ledger, &demand(Some(0.7)), &default, NOW, 0).is_err());
+    let cfg = PlacementConfig {
+        pack_crowding_limit: 1.2,
+        ..PlacementConfig::default()
+    };
+    let p = place_on_node(&n, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap();
+    assert_eq!(p.indices, vec![1]);
+    let busy = node("a", vec![gpu(0, Some(0.6))]);
+    let ledger = ledger_for(&[&busy], 0.0);
+    let err = place_on_node(&busy, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap_err();
+    assert!(err.to_string().contains("would pass 1.20"), "{err}");
+}
+
+#[test]
 fn booked_activity_counts_while_telemetry_lags_behind() {
     // Telemetry still shows 0.1, but the pod there was booked at 0.6: 0.6 + 0.3 is over the cap.
     let n = node("a", vec![gpu(0, Some(0.1)), gpu(1, None)]);

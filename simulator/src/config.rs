@@ -307,6 +307,12 @@ impl SimConfig {
         if self.telemetry.interval_ms == 0 || self.telemetry.window == 0 {
             return bad("telemetry interval and window must be positive".into());
         }
+        if !(1.0..=4.0).contains(&self.placement.pack_crowding_limit) {
+            return bad(format!(
+                "--pack-crowding-limit is {:?}; it must be between 1 and 4",
+                self.placement.pack_crowding_limit
+            ));
+        }
         if !(1..=MAX_ATTEMPTS).contains(&self.recovery.max_attempts) {
             return bad(format!(
                 "--max-attempts is {}; it must be between 1 and {MAX_ATTEMPTS}",

@@ -103,6 +103,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.placement.maxTelemetryAgeSeconds | toString | quote }}
 - name: CARMA_PACK_AGING_SECONDS
   value: {{ .Values.placement.packAgingSeconds | toString | quote }}
+- name: CARMA_PACK_CROWDING_LIMIT
+  value: {{ .Values.placement.packCrowdingLimit | toString | quote }}
 {{- end }}
 
 {{/* Learned reservations (MemoryHistory) as the extender's environment variables. */}}

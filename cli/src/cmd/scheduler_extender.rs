@@ -156,6 +156,15 @@ pub struct Thresholds {
         default_value_t = carma_core::config::DEFAULT_PACK_AGING_MS / 1000
     )]
     pub pack_aging_seconds: u64,
+    /// Policy `pack`: combined expected SM activity up to which a busy GPU may be crowded (1 to 4;
+    /// above 1 only where co-located jobs are known to lose little throughput, see the README).
+    #[arg(
+        long,
+        env = "CARMA_PACK_CROWDING_LIMIT",
+        default_value_t = carma_core::config::DEFAULT_PACK_CROWDING_LIMIT,
+        value_parser = crowding_limit
+    )]
+    pub pack_crowding_limit: f64,
 }
 
 impl Thresholds {
@@ -171,8 +180,22 @@ impl Thresholds {
             max_telemetry_age_ms: (self.max_telemetry_age_seconds > 0)
                 .then(|| self.max_telemetry_age_seconds.saturating_mul(1000)),
             pack_aging_ms: self.pack_aging_seconds.saturating_mul(1000),
+            pack_crowding_limit: self.pack_crowding_limit,
             ..PlacementConfig::default()
         }
+    }
+}
+
+/// A crowding limit in 1..=4.
+fn crowding_limit(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if (1.0..=4.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside 1..4"))
     }
 }
 

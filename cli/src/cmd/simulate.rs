@@ -119,6 +119,9 @@ pub struct SimulateArgs {
     /// unless the task's memory shows first (seconds; 0 to 86400).
     #[arg(long, default_value = "30", value_parser = parse_seconds, help_heading = "Placement and recovery")]
     pub warm_up: u64,
+    /// Policy pack: combined expected SM activity up to which a busy GPU may be crowded (1 to 4).
+    #[arg(long, default_value_t = carma_core::config::DEFAULT_PACK_CROWDING_LIMIT, help_heading = "Placement and recovery")]
+    pub pack_crowding_limit: f64,
     /// Attempts per task, the first included, before it fails (1 to 100).
     #[arg(long, default_value_t = 5, help_heading = "Placement and recovery")]
     pub max_attempts: u32,
@@ -202,6 +205,7 @@ impl SimulateArgs {
         cfg.telemetry.lag_ms = self.telemetry_lag;
         cfg.activity_scale = self.activity_scale;
         cfg.placement.warmup_ms = self.warm_up;
+        cfg.placement.pack_crowding_limit = self.pack_crowding_limit;
         cfg.recovery.max_attempts = self.max_attempts;
         cfg.recovery.exclusive_after_ooms = self.exclusive_after_ooms;
         cfg.recovery.backoff_base_ms = self.recovery_backoff;

@@ -89,17 +89,13 @@ pub(super) fn fits_beside(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig
 
 /// The most combined SM activity `pack` lets a busy GPU reach for a pod that has not aged.
 pub(super) fn crowding_limit(cfg: &PlacementConfig) -> f64 {
-    cfg.sm_activity_cap.max(CROWDING_LIMIT)
+    cfg.sm_activity_cap.max(cfg.pack_crowding_limit)
 }
 
 /// Whether the pod has waited long enough to crowd any busy GPU that passes the other rules.
 pub fn aged(demand: &Demand, cfg: &PlacementConfig) -> bool {
     demand.waited_ms >= cfg.pack_aging_ms
 }
-
-/// Combined SM activity up to which a busy GPU may still be crowded (last of the tiers): SM
-/// activity cannot pass 100 %, beyond it jobs only take turns.
-const CROWDING_LIMIT: f64 = 1.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Tier {
