@@ -75,7 +75,8 @@ impl PeakHistory {
 }
 
 /// Tunables of learned reservations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct HistoryConfig {
     /// Whether the extender reserves from history at all.
     pub enabled: bool,

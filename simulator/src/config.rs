@@ -162,6 +162,9 @@ pub struct SimConfig {
     /// Remember each node's placement answer until the node changes (same
     /// results, much faster on large clusters). Off only to check exactly that.
     pub memoize: bool,
+    /// Reserve first attempts from the peaks earlier tasks of the same profile reached
+    /// (carma's learned reservations); `None`: estimates only, as CARMA.
+    pub learn_peaks: Option<carma_core::HistoryConfig>,
 }
 
 impl Default for SimConfig {
@@ -178,6 +181,7 @@ impl Default for SimConfig {
             queue: QueueDiscipline::default(),
             record_timelines: false,
             memoize: true,
+            learn_peaks: None,
         }
     }
 }

@@ -40,6 +40,9 @@ pub struct Summary {
     pub failed: usize,
     /// Tasks in the trace.
     pub tasks: usize,
+    /// `--learn-peaks`: tasks whose first attempt was reserved from learned peaks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned_reservations: Option<usize>,
     /// Starvation: per task size (GPUs asked for), the longest wait relative to the task's own
     /// exclusive run time.
     pub worst_wait: Vec<WorstWait>,

@@ -425,3 +425,46 @@ fn the_work_bound_holds_when_a_task_runs_unshared_during_its_telemetry_lag() {
         );
     }
 }
+
+#[test]
+fn learned_peaks_reserve_later_tasks_of_a_profile_from_the_first_ones_peak() {
+    // Twice the true peak as the estimate: once the first task has finished, later tasks of the
+    // same workload are reserved its peak + max(10 %, 1 GiB) (carma_core::history), and only
+    // first attempts are (recovery keeps its own rule).
+    let w = catalog::by_key("resnet50-b64").unwrap();
+    let tasks: Vec<Task> = (0..6)
+        .map(|i| Task::from_workload(i, w, i as Millis * 3 * 3_600_000))
+        .collect();
+    let peak = tasks[0].peak_mib;
+    let res = vec![Reservation::Mib(peak * 2); tasks.len()];
+    let mut cfg = SimConfig {
+        record_timelines: true,
+        ..SimConfig::default()
+    };
+    let plain = simulate(&tasks, &res, "test", Policy::Magm, &cfg).unwrap();
+    assert_eq!(plain.summary.learned_reservations, None);
+    assert!(plain.attempts.iter().all(|a| a.reserved_mib == peak * 2));
+
+    cfg.learn_peaks = Some(carma_core::HistoryConfig::default());
+    let run = simulate(&tasks, &res, "test", Policy::Magm, &cfg).unwrap();
+    check_invariants(&run, &cfg, &tasks);
+    assert_eq!(run.summary.finished, tasks.len());
+    let learned = peak + (peak / 10).max(1024);
+    let first = run.attempts.iter().find(|a| a.task == 0).unwrap();
+    assert_eq!(
+        first.reserved_mib,
+        peak * 2,
+        "nothing is known before the first run ends"
+    );
+    let later: Vec<u64> = run
+        .attempts
+        .iter()
+        .filter(|a| a.task > 0)
+        .map(|a| a.reserved_mib)
+        .collect();
+    assert!(
+        later.iter().all(|m| *m == learned),
+        "{later:?} vs {learned}"
+    );
+    assert_eq!(run.summary.learned_reservations, Some(tasks.len() - 1));
+}

@@ -119,6 +119,11 @@ pub struct SimulateArgs {
     /// unless the task's memory shows first (seconds; 0 to 86400).
     #[arg(long, default_value = "30", value_parser = parse_seconds, help_heading = "Placement and recovery")]
     pub warm_up: u64,
+    /// Reserve each task's first attempt from the peaks earlier tasks of the same profile reached
+    /// (carma's learned reservations: max peak + 10 %, at least 1 GiB, when lower than the
+    /// estimate or when the estimate proved too small).
+    #[arg(long, help_heading = "Placement and recovery")]
+    pub learn_peaks: bool,
     /// Policy pack: combined expected SM activity up to which a busy GPU may be crowded (1 to 4).
     #[arg(long, default_value_t = carma_core::config::DEFAULT_PACK_CROWDING_LIMIT, help_heading = "Placement and recovery")]
     pub pack_crowding_limit: f64,
@@ -206,6 +211,7 @@ impl SimulateArgs {
         cfg.activity_scale = self.activity_scale;
         cfg.placement.warmup_ms = self.warm_up;
         cfg.placement.pack_crowding_limit = self.pack_crowding_limit;
+        cfg.learn_peaks = self.learn_peaks.then(carma_core::HistoryConfig::default);
         cfg.recovery.max_attempts = self.max_attempts;
         cfg.recovery.exclusive_after_ooms = self.exclusive_after_ooms;
         cfg.recovery.backoff_base_ms = self.recovery_backoff;

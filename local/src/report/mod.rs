@@ -147,6 +147,7 @@ pub fn report(dir: &StateDir) -> Result<Report> {
         energy_kwh: averages.energy_j / 3.6e6,
         finished: outcomes.iter().filter(|o| o.finished).count(),
         failed: jobs.iter().filter(|j| j.state == JobState::Failed).count(),
+        learned_reservations: None,
         tasks: jobs.len(),
         worst_wait: worst_waits(&outcomes, &gpu_counts, &final_run_s),
     };

@@ -47,6 +47,8 @@ use crate::result::{
 use crate::task::Task;
 use gpu::SimGpu;
 
+mod learn;
+
 /// Replay `tasks` (in arrival order) under `policy`, with per-task initial
 /// reservations `reservations`, labelled `estimator` in the summary.
 pub fn simulate(
@@ -209,6 +211,8 @@ struct Engine<'a> {
     horizon: Millis,
     /// The first event time past the horizon, if any: the run stopped there.
     beyond_horizon: Option<Millis>,
+    /// `--learn-peaks`: the observed-peak records first attempts are reserved from.
+    learn: Option<learn::PeakBook>,
 }
 
 impl<'a> Engine<'a> {
@@ -268,6 +272,7 @@ impl<'a> Engine<'a> {
                 .iter()
                 .map(|t| t.activity.scaled(cfg.activity_scale))
                 .collect(),
+            learn: cfg.learn_peaks.map(|h| learn::PeakBook::new(tasks, h)),
             expected_activity: tasks
                 .iter()
                 .map(|t| {
@@ -495,11 +500,20 @@ impl<'a> Engine<'a> {
         self.stale_risk = still;
     }
 
+    /// The reservation task `id` asks for now: a first attempt's may come from learned peaks.
+    fn reservation(&self, id: usize) -> Reservation {
+        let s = &self.state[id];
+        match &self.learn {
+            Some(book) if s.attempts == 0 => book.first_reservation(id, s.reservation),
+            _ => s.reservation,
+        }
+    }
+
     fn demand(&self, id: usize) -> Demand {
         let s = &self.state[id];
         Demand {
             gpus: self.tasks[id].gpus,
-            reservation: s.reservation,
+            reservation: self.reservation(id),
             policy: self.policy,
             exclusive: s.exclusive,
             idle_only: false,
@@ -695,8 +709,16 @@ impl<'a> Engine<'a> {
             self.rr_cursor[n] = next;
         }
         self.touch(n);
+        let reservation = self.reservation(id);
+        if attempt == 1
+            && reservation != self.state[id].reservation
+            && let Some(book) = self.learn.as_mut()
+        {
+            book.learned_tasks += 1;
+        }
         let task = &self.tasks[id];
         let s = &mut self.state[id];
+        s.reservation = reservation;
         s.attempts = attempt;
         s.wait_ms += self.now - s.ready_at;
         s.first_start.get_or_insert(self.now);
@@ -779,6 +801,9 @@ impl<'a> Engine<'a> {
             reservation: s.reservation,
             exclusive: s.exclusive,
         });
+        if let Some(book) = self.learn.as_mut() {
+            book.completed(id, self.tasks[id].peak_mib);
+        }
         self.log_attempt(id, &run, AttemptEnd::Finished);
         self.rerate_on(&run.gpus);
         self.last_end = self.last_end.max(self.now);
@@ -806,6 +831,9 @@ impl<'a> Engine<'a> {
             reservation: s.reservation,
             exclusive: run.exclusive,
         });
+        if let Some(book) = self.learn.as_mut() {
+            book.crashed(id, s.reservation);
+        }
         debug!(task = id, gpu, "out of memory");
         match decide_next(&s.history, Some(total), &self.cfg.recovery) {
             RecoveryDecision::Retry {
@@ -1050,6 +1078,7 @@ impl<'a> Engine<'a> {
             finished,
             failed,
             tasks: self.tasks.len(),
+            learned_reservations: self.learn.as_ref().map(|b| b.learned_tasks),
             worst_wait: worst_waits(
                 &outcomes,
                 &self.tasks.iter().map(|t| t.gpus).collect::<Vec<_>>(),

@@ -291,6 +291,28 @@ pub fn render_table_body(cmp: &Comparison, provenance: &Provenance) -> String {
             sizes.join(" · ")
         );
     }
+    if cmp
+        .runs
+        .iter()
+        .any(|r| r.summary.learned_reservations.is_some())
+    {
+        let learned: Vec<String> = cmp
+            .runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {}",
+                    r.summary.policy.as_str(),
+                    r.summary.learned_reservations.unwrap_or(0)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "  Learned peaks (--learn-peaks): first attempts reserved from earlier tasks' peaks: {}",
+            learned.join(" · ")
+        );
+    }
     if all_done {
         let _ = writeln!(out, "  Every task finished under every policy.");
     } else {
