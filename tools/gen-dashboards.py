@@ -296,7 +296,7 @@ def collocation() -> dict:
                thresholds=[(1, "red")]), 8, 4)
     L.add(stat("Reservations learned from history", "Share of the extender's reservations in the selected time "
                "range that came from a MemoryHistory record (largest observed peak of the same model profile "
-               "+ headroom, used only when lower than the estimate).",
+               "+ headroom, used when lower than the estimate or when the estimate proved too small).",
                "(sum(increase(carma_extender_reservations_total{source=\"history\"}[$__range])) or on () vector(0)) / "
                "sum(increase(carma_extender_reservations_total[$__range]))", "percentunit", decimals=1,
                nan_text="no reservations"), 8, 4)

@@ -81,7 +81,8 @@ pub struct GpuNodeStatus {
     pub updated_at: Option<String>,
     /// Pods that left this node's GPUs in the last minutes, with the peak they reached: the
     /// operator reads an attempt's final peak here once the pod no longer occupies a GPU.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Always written (an empty list clears the old entries under a merge patch).
+    #[serde(default)]
     pub recently_ended: Vec<EndedPodPeak>,
 }
 

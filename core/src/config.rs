@@ -10,6 +10,8 @@ pub const DEFAULT_PACK_AGING_MS: u64 = 120 * 60_000;
 /// `pack`'s default crowding limit: combined expected SM activity of 1.0 (a GPU's SMs cannot be
 /// busier; past it jobs only take turns).
 pub const DEFAULT_PACK_CROWDING_LIMIT: f64 = 1.0;
+/// The crowding limits `pack` accepts: from full SM activity to four jobs' worth.
+pub const PACK_CROWDING_LIMIT_RANGE: std::ops::RangeInclusive<f64> = 1.0..=4.0;
 
 /// Every threshold the placement rules use. Defaults are CARMA's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

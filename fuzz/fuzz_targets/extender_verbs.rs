@@ -30,6 +30,7 @@ fn harness() -> &'static Harness {
             &synthetic::cluster(4, 4),
             Policy::Magm,
             PlacementConfig::default(),
+            Default::default(),
         )
         .expect("embedded models load");
         let router = router(Arc::clone(&ext));

@@ -72,7 +72,7 @@ pub fn peak_record(
             // An exclusive attempt held whole GPUs: a crash there says the model does not fit the
             // GPU's memory at all.
             reserved_mib: if attempt.exclusive {
-                pod.gpu_memory_mib
+                attempt.reserved_mib.or(pod.gpu_memory_mib)
             } else {
                 attempt.reserved_mib
             },

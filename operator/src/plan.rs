@@ -98,8 +98,20 @@ pub struct Plan {
 }
 
 /// Whether the task is finished for good: `Succeeded` or `Failed` after at least
-/// one attempt, every attempt ended. Settled tasks need no API call at all.
+/// one attempt, every attempt ended, and no crash waits to be recorded in its model's
+/// MemoryHistory. Settled tasks need no API call at all.
 pub fn is_settled(task: &TrainingTask) -> bool {
+    is_over(task)
+        && !task.status.as_ref().is_some_and(|st| {
+            st.attempts
+                .iter()
+                .any(|a| a.history_recorded == Some(false))
+        })
+}
+
+/// `Succeeded` or `Failed` after at least one attempt, every attempt ended: nothing is left to
+/// run (a crash may still wait to be recorded).
+fn is_over(task: &TrainingTask) -> bool {
     let Some(st) = task.status.as_ref() else {
         return false;
     };
@@ -123,10 +135,15 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         st: &mut st,
         out: &mut out,
     };
-    step.adopt();
-    step.refresh_open_attempts();
-    step.retry_history();
-    step.next();
+    if is_over(input.task) {
+        // Only the MemoryHistory write of a crash is left.
+        step.retry_history();
+    } else {
+        step.adopt();
+        step.refresh_open_attempts();
+        step.retry_history();
+        step.next();
+    }
     if st != old {
         out.status = Some(Box::new(st));
     }
@@ -338,15 +355,31 @@ impl Step<'_, '_> {
             }
             let pod = input.pods.iter().find(|o| o.index == a.index);
             let finished_at = a.finished_at.clone().unwrap_or_default();
-            if let Some(rec) = crate::history::peak_record(
+            match crate::history::peak_record(
                 input.task,
                 a,
                 pod,
                 AttemptOutcomeKind::GpuOutOfMemory,
                 &finished_at,
             ) {
-                self.out.peak_records.push(rec);
-                a.history_recorded = Some(true);
+                Some(rec) => {
+                    self.out.peak_records.push(rec);
+                    a.history_recorded = Some(true);
+                }
+                None => {
+                    // The pod (and with it the profile it ran with) is gone: nothing to write.
+                    a.history_recorded = None;
+                    self.out.events.push(PlannedEvent {
+                        warning: true,
+                        reason: "HistoryNotRecorded".into(),
+                        action: "RecordPeak".into(),
+                        note: format!(
+                            "attempt {} ran out of GPU memory but its pod is gone; the crash is not in its model's MemoryHistory",
+                            a.index
+                        ),
+                        pod: None,
+                    });
+                }
             }
         }
     }

@@ -752,3 +752,40 @@ async fn an_unrecorded_crash_is_retried() {
     assert_eq!(st["largestOomReservationMiB"], 8000);
     assert_eq!(st["samples"].as_array().unwrap().len(), 1);
 }
+
+/// The last attempt's crash is the one the floor needs most: a task that failed with it
+/// unrecorded is not settled until a later reconcile has written it.
+#[tokio::test]
+async fn a_failed_task_still_records_its_last_crash() {
+    let mut task = task_json(json!({"maxAttempts": 1}));
+    task["spec"]["modelProfile"]["depth"] = json!(107);
+    let h = Harness::new(task);
+    h.reconcile().await.unwrap();
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.set_now(30);
+    h.reconcile().await.unwrap();
+    h.fake.lock().unwrap().forbid_history = true;
+    h.end_pod("train-a1", 1, OOM_MESSAGE);
+    h.set_now(101);
+    h.reconcile().await.unwrap();
+    assert_eq!(h.status()["phase"], "Failed");
+    assert_eq!(h.status()["attempts"][0]["historyRecorded"], false);
+    assert!(!carma_operator::plan::is_settled(&h.task()));
+
+    h.fake.lock().unwrap().forbid_history = false;
+    h.set_now(120);
+    h.reconcile().await.unwrap();
+    assert_eq!(
+        h.status()["phase"],
+        "Failed",
+        "nothing else happens to a failed task"
+    );
+    assert_eq!(h.pod_count(), 1);
+    assert_eq!(h.status()["attempts"][0]["historyRecorded"], true);
+    assert!(carma_operator::plan::is_settled(&h.task()));
+    let f = h.fake.lock().unwrap();
+    assert_eq!(
+        f.memory_histories.values().next().unwrap()["status"]["largestOomReservationMiB"],
+        8000
+    );
+}

@@ -1,8 +1,9 @@
 //! Per-pod decisions: how many GPUs, how much memory on each, which policy.
 //!
 //! The reservation is the `carma.io/gpu-memory` override, else the estimator's
-//! answer for the `carma.io/model-profile` annotation — or, when lower, what earlier runs of
-//! the same profile were seen to use plus headroom ([`crate::history`]) — else the whole GPU. It is
+//! answer for the `carma.io/model-profile` annotation — or what earlier runs of the same profile
+//! were seen to use plus headroom, when that is lower or the estimate proved too small
+//! ([`crate::history`]) — else the whole GPU. It is
 //! computed once per pod and cached by pod UID (with a fingerprint of the inputs,
 //! so that a pod whose annotations are edited while pending is judged again).
 
@@ -175,7 +176,7 @@ impl Decisions {
         // concern this pod; only a changed result counts as fresh, so reservations are not counted
         // and warnings not posted twice).
         let result = Arc::new(self.compute(pod));
-        let fresh = previous.is_none_or(|p| *p != *result);
+        let fresh = previous.is_none_or(|p| !same_reservation(&p, &result));
         if !uid.is_empty() {
             let mut cache = self.cache.lock();
             if cache.len() >= CACHE_LIMIT {
@@ -302,6 +303,15 @@ impl Decisions {
                 .as_ref()
                 .and_then(|t| u64::try_from(t.0.as_millisecond()).ok()),
         })
+    }
+}
+
+/// Whether two results reserve the same (a new sample count alone is not a new reservation).
+fn same_reservation(a: &DecisionResult, b: &DecisionResult) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => a.demand == b.demand && a.source == b.source && a.class == b.class,
+        (Err(a), Err(b)) => a == b,
+        _ => false,
     }
 }
 

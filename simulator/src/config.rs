@@ -311,10 +311,13 @@ impl SimConfig {
         if self.telemetry.interval_ms == 0 || self.telemetry.window == 0 {
             return bad("telemetry interval and window must be positive".into());
         }
-        if !(1.0..=4.0).contains(&self.placement.pack_crowding_limit) {
+        let crowding = carma_core::config::PACK_CROWDING_LIMIT_RANGE;
+        if !crowding.contains(&self.placement.pack_crowding_limit) {
             return bad(format!(
-                "--pack-crowding-limit is {:?}; it must be between 1 and 4",
-                self.placement.pack_crowding_limit
+                "--pack-crowding-limit is {:?}; it must be between {} and {}",
+                self.placement.pack_crowding_limit,
+                crowding.start(),
+                crowding.end()
             ));
         }
         if !(1..=MAX_ATTEMPTS).contains(&self.recovery.max_attempts) {

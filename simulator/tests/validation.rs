@@ -429,8 +429,8 @@ fn the_work_bound_holds_when_a_task_runs_unshared_during_its_telemetry_lag() {
 #[test]
 fn learned_peaks_reserve_later_tasks_of_a_profile_from_the_first_ones_peak() {
     // Twice the true peak as the estimate: once the first task has finished, later tasks of the
-    // same workload are reserved its peak + max(10 %, 1 GiB) (carma_core::history), and only
-    // first attempts are (recovery keeps its own rule).
+    // same workload are reserved its peak + max(10 %, 1 GiB) (carma_core::history). (Only first
+    // attempts are learned; recovery keeps its own rule — no task crashes here.)
     let w = catalog::by_key("resnet50-b64").unwrap();
     let tasks: Vec<Task> = (0..6)
         .map(|i| Task::from_workload(i, w, i as Millis * 3 * 3_600_000))

@@ -192,10 +192,11 @@ fn crowding_limit(text: &str) -> Result<f64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{text:?} is not a number"))?;
-    if (1.0..=4.0).contains(&v) {
+    let range = carma_core::config::PACK_CROWDING_LIMIT_RANGE;
+    if range.contains(&v) {
         Ok(v)
     } else {
-        Err(format!("{v} is outside 1..4"))
+        Err(format!("{v} is outside {}..{}", range.start(), range.end()))
     }
 }
 

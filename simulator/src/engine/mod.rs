@@ -832,7 +832,13 @@ impl<'a> Engine<'a> {
             exclusive: run.exclusive,
         });
         if let Some(book) = self.learn.as_mut() {
-            book.crashed(id, s.reservation);
+            // As the operator records it: an exclusive crash did not fit the whole GPU.
+            let floor = if run.exclusive {
+                Reservation::Mib(total)
+            } else {
+                s.reservation
+            };
+            book.crashed(id, floor);
         }
         debug!(task = id, gpu, "out of memory");
         match decide_next(&s.history, Some(total), &self.cfg.recovery) {
