@@ -35,8 +35,8 @@ struct Track {
 /// How long a pod's final peak stays in `recentlyEnded` after it left its GPU (the operator looks
 /// at a running attempt at least every 15 s, and again when its pod ends).
 pub const ENDED_PEAK_RETENTION: Duration = Duration::from_secs(600);
-/// At most this many ended pods are published (the newest; each entry is ~200 bytes of every
-/// GpuNode write).
+/// At most this many ended pods are published (the newest; each entry's names, UID, GPU UUID and
+/// time go into every GpuNode write).
 pub const ENDED_PEAK_LIMIT: usize = 64;
 
 /// Without a process list, a pod counts as seen once the GPU's used memory has grown this much

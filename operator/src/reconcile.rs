@@ -267,7 +267,7 @@ async fn execute(
         publish(task, ctx, &event).await;
         return Err(e);
     }
-    let now = rfc3339_now(ctx);
+    let now = crate::status::rfc3339((ctx.clock)());
     let records = std::mem::take(&mut step.peak_records);
     for rec in &records {
         match crate::history::record(&ctx.client, rec, &now).await {
@@ -337,11 +337,6 @@ fn mark_unrecorded(task: &TrainingTask, step: &mut Plan, attempt: u32) {
     if let Some(a) = status.attempts.iter_mut().find(|a| a.index == attempt) {
         a.history_recorded = Some(false);
     }
-}
-
-/// The context's time in RFC 3339 (seconds, `Z`).
-fn rfc3339_now(ctx: &Context) -> String {
-    (ctx.clock)().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// Create an attempt pod; an existing pod of the same name that this task owns

@@ -33,11 +33,6 @@ impl HistoryBook {
         }
     }
 
-    /// The rule's tunables.
-    pub fn config(&self) -> &HistoryConfig {
-        &self.config
-    }
-
     /// Changes whenever a record changes (decisions cached before are judged again).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
@@ -93,16 +88,6 @@ impl HistoryBook {
         if records.len() != before {
             self.generation.fetch_add(1, Ordering::AcqRel);
         }
-    }
-
-    /// Number of records known.
-    pub fn len(&self) -> usize {
-        self.records.read().len()
-    }
-
-    /// Whether no record is known.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

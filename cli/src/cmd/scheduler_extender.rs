@@ -186,30 +186,26 @@ impl Thresholds {
     }
 }
 
-/// A crowding limit in 1..=4.
+/// A crowding limit in `carma_core::config::PACK_CROWDING_LIMIT_RANGE`.
 fn crowding_limit(text: &str) -> Result<f64, String> {
-    let v: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number"))?;
-    let range = carma_core::config::PACK_CROWDING_LIMIT_RANGE;
-    if range.contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!("{v} is outside {}..{}", range.start(), range.end()))
-    }
+    number_in(text, carma_core::config::PACK_CROWDING_LIMIT_RANGE)
 }
 
 /// A ratio in 0..=1.
 fn ratio(text: &str) -> Result<f64, String> {
+    number_in(text, 0.0..=1.0)
+}
+
+/// A number within `range`.
+fn number_in(text: &str, range: std::ops::RangeInclusive<f64>) -> Result<f64, String> {
     let v: f64 = text
         .trim()
         .parse()
         .map_err(|_| format!("{text:?} is not a number"))?;
-    if (0.0..=1.0).contains(&v) {
+    if range.contains(&v) {
         Ok(v)
     } else {
-        Err(format!("{v} is outside 0..1"))
+        Err(format!("{v} is outside {}..{}", range.start(), range.end()))
     }
 }
 

@@ -62,6 +62,16 @@ fn bound(mut o: ObservedAttempt, mib: u64) -> ObservedAttempt {
     o
 }
 
+/// The memory observation of attempt 1 crashing out of memory under `bound(…, 8000)`.
+fn first_oom_memory() -> Observation {
+    Observation::AttemptMemory {
+        source: "gpumemnet-cnn".into(),
+        reserved_mib: Some(8000),
+        peak_mib: None,
+        out_of_memory: true,
+    }
+}
+
 fn oom() -> PodProgress {
     PodProgress::Finished(Verdict::GpuOutOfMemory {
         evidence: "torch.OutOfMemoryError: CUDA out of memory".into(),
@@ -264,12 +274,7 @@ fn oom_creates_a_recovery_attempt_with_a_larger_reservation() {
         p.observations,
         vec![
             Observation::AttemptFinished(AttemptOutcomeKind::GpuOutOfMemory),
-            Observation::AttemptMemory {
-                source: "gpumemnet-cnn".into(),
-                reserved_mib: Some(8000),
-                peak_mib: None,
-                out_of_memory: true,
-            },
+            first_oom_memory(),
             Observation::OomRecoveryStarted
         ]
     );
@@ -304,12 +309,7 @@ fn backoff_waits_then_creates() {
         p.observations,
         vec![
             Observation::AttemptFinished(AttemptOutcomeKind::GpuOutOfMemory),
-            Observation::AttemptMemory {
-                source: "gpumemnet-cnn".into(),
-                reserved_mib: Some(8000),
-                peak_mib: None,
-                out_of_memory: true,
-            },
+            first_oom_memory(),
         ]
     );
     apply(&mut tk, &p);
