@@ -24,23 +24,11 @@ const (
 // learnTask is a TrainingTask of a ResNet-50-sized CNN profile whose one attempt runs long enough for
 // the operator to read its memory from the GpuNode while it runs.
 func learnTask(name string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "carma.io/v1alpha1", "kind": "TrainingTask",
-		"metadata": map[string]any{"name": name, "namespace": "history"},
-		"spec": map[string]any{
-			"gpus": int64(1),
-			"modelProfile": map[string]any{
-				"family": "cnn", "batchSize": int64(256), "parameters": int64(25_557_032), "activations": int64(11_000_000),
-				"layers": map[string]any{"conv2d": int64(53), "batchNorm": int64(53), "linear": int64(1), "adaptiveAvgPool": int64(1)},
-			},
-			"template": map[string]any{
-				"metadata": map[string]any{"annotations": map[string]any{annOutcome: "succeed", annRunSeconds: "20"}},
-				"spec": map[string]any{"restartPolicy": "Never", "containers": []any{map[string]any{
-					"name": "train", "image": "example.com/train:1", "command": []any{"python", "train.py"},
-				}}},
-			},
-		},
-	}}
+	profile := map[string]any{
+		"family": "cnn", "batchSize": int64(256), "parameters": int64(25_557_032), "activations": int64(11_000_000),
+		"layers": map[string]any{"conv2d": int64(53), "batchNorm": int64(53), "linear": int64(1), "adaptiveAvgPool": int64(1)},
+	}
+	return fakeTask("history", name, profile, nil, "succeed", "20")
 }
 
 type estimateAnnotation struct {

@@ -96,27 +96,38 @@ func indent(s string) string {
 	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ") + "\n"
 }
 
-// oomTask is a TrainingTask whose attempts end as outcomes says (see node-harness).
-func oomTask(name, outcomes string, exclusiveAfter int) *unstructured.Unstructured {
+// fakeTask is a one-GPU TrainingTask of `profile` whose attempts run runSeconds on the fake kubelet and
+// end as outcomes says (see node-harness); recovery is left to the defaults when nil.
+func fakeTask(ns, name string, profile, recovery map[string]any, outcomes, runSeconds string) *unstructured.Unstructured {
+	spec := map[string]any{
+		"gpus":         int64(1),
+		"modelProfile": profile,
+		"template": map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{annOutcome: outcomes, annRunSeconds: runSeconds}},
+			"spec": map[string]any{"restartPolicy": "Never", "containers": []any{map[string]any{
+				"name": "train", "image": "example.com/train:1", "command": []any{"python", "train.py"},
+			}}},
+		},
+	}
+	if recovery != nil {
+		spec["recovery"] = recovery
+	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "carma.io/v1alpha1", "kind": "TrainingTask",
-		"metadata": map[string]any{"name": name, "namespace": "recovery"},
-		"spec": map[string]any{
-			"gpus": int64(1),
-			"modelProfile": map[string]any{
-				"family": "mlp", "batchSize": int64(64), "parameters": int64(2_500_000), "activations": int64(6_000),
-				"depth": int64(6), "activation": "ReLU", "layers": map[string]any{"linear": int64(5), "batchNorm": int64(0), "dropout": int64(1)},
-			},
-			"recovery": map[string]any{"maxAttempts": int64(5), "backoffSeconds": int64(1), "exclusiveAfterOoms": int64(exclusiveAfter),
-				"headroomMiB": int64(1024), "retriesOnFailure": int64(1)},
-			"template": map[string]any{
-				"metadata": map[string]any{"annotations": map[string]any{annOutcome: outcomes, annRunSeconds: "2"}},
-				"spec": map[string]any{"restartPolicy": "Never", "containers": []any{map[string]any{
-					"name": "train", "image": "example.com/train:1", "command": []any{"python", "train.py"},
-				}}},
-			},
-		},
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     spec,
 	}}
+}
+
+// oomTask is an MLP task whose attempts end as outcomes says.
+func oomTask(name, outcomes string, exclusiveAfter int) *unstructured.Unstructured {
+	profile := map[string]any{
+		"family": "mlp", "batchSize": int64(64), "parameters": int64(2_500_000), "activations": int64(6_000),
+		"depth": int64(6), "activation": "ReLU", "layers": map[string]any{"linear": int64(5), "batchNorm": int64(0), "dropout": int64(1)},
+	}
+	recovery := map[string]any{"maxAttempts": int64(5), "backoffSeconds": int64(1), "exclusiveAfterOoms": int64(exclusiveAfter),
+		"headroomMiB": int64(1024), "retriesOnFailure": int64(1)}
+	return fakeTask("recovery", name, profile, recovery, outcomes, "2")
 }
 
 // scenarioOOM: CUDA out-of-memory crashes are recovered with a larger reservation at recovery priority,
