@@ -1,4 +1,8 @@
-//! Names shared by every part of carma (see DESIGN.md, "Names").
+//! Names shared by every part of carma: the API group and version, the `carma.io/gpu`
+//! extended resource and its device IDs, the pod annotations users and the operator write
+//! (input) and the extender and device plugin write (output), labels, the environment
+//! variables set in training containers, and the scheduler profile and priority class names. The extender, device plugin, operator, chart and
+//! users' pod specs all depend on these strings, so renaming one is a breaking change.
 
 /// API group of carma's resources.
 pub const GROUP: &str = "carma.io";

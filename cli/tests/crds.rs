@@ -1,5 +1,5 @@
 //! The TrainingTask CRD's `modelProfile` ranges are the estimator's: the API server refuses a
-//! profile exactly when `carma estimate` and the extender would (issue #18), and the committed CRD
+//! profile exactly when `carma estimate` and the extender would, and the committed CRD
 //! files are what `carma crds` generates.
 
 use carma_estimator::{

@@ -216,9 +216,8 @@ proptest! {
     }
 }
 
-/// Issue #18: absurd values were accepted and answered with exit 0 (all-maximum
-/// fields gave an estimate of u64::MAX MiB). Each is refused naming the key and
-/// its range.
+/// Absurd values used to be accepted and answered with exit 0 (all-maximum fields
+/// gave an estimate of u64::MAX MiB). Each is refused naming the key and its range.
 #[test]
 fn out_of_range_values_are_named_with_their_range() {
     let base = serde_json::json!({"family":"transformer","batchSize":8,"parameters":1000000,"activations":1000,"depth":4});

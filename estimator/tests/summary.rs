@@ -154,7 +154,7 @@ fn multi_output_rows_and_explicit_batch_dimension() {
     assert_eq!(p.depth, Some(4));
 }
 
-/// Issue #18: `--batch-size 4294967295` gave 6.5e9 MiB with exit 0.
+/// `--batch-size 4294967295` used to give 6.5e9 MiB with exit 0; it is refused with the range.
 #[test]
 fn batch_size_is_bounded() {
     let good = read("mnist_cnn_64.model");
@@ -164,7 +164,7 @@ fn batch_size_is_bounded() {
     parse_torchsummary(&good, Family::Cnn, 1 << 20).unwrap();
 }
 
-/// Issue #18: a hand-edited `Total params` line was trusted over the rows.
+/// A hand-edited `Total params` line used to be trusted over the rows; a mismatch is refused.
 #[test]
 fn total_params_must_agree_with_the_rows() {
     let good = read("mnist_cnn_64.model");
@@ -190,7 +190,7 @@ fn total_params_must_agree_with_the_rows() {
     );
 }
 
-/// Issue #18: a CNN table was accepted with `--family mlp`.
+/// A CNN table used to be accepted with `--family mlp`; layers outside the family are refused.
 #[test]
 fn layers_must_fit_the_family() {
     let cnn = read("mnist_cnn_64.model");

@@ -1,4 +1,4 @@
-//! The operator's HTTP server under hostile clients (issue #18): a connection
+//! The operator's HTTP server under hostile clients: a connection
 //! that sends nothing is closed; unknown paths and methods are explained.
 
 use std::sync::Arc;

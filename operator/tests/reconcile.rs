@@ -622,8 +622,9 @@ async fn oomkilled_is_a_host_memory_kill_that_keeps_the_gpu_reservation() {
     assert!(has_line(&m, "carma_operator_oom_recoveries_total 0"), "{m}");
 }
 
-/// #14 part 3: an attempt that ran out of GPU memory and one that succeeded are recorded, once
-/// each, in the MemoryHistory named by the profile's fingerprint; a write conflict is retried.
+/// Learned reservations: an attempt that ran out of GPU memory and one that succeeded are
+/// recorded, once each, in the MemoryHistory named by the profile's fingerprint; a write conflict
+/// is retried.
 #[tokio::test]
 async fn ended_attempts_are_recorded_once_under_their_profile_fingerprint() {
     let mut task = task_json(json!({"backoffSeconds": 0}));

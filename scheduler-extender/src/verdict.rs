@@ -15,7 +15,7 @@
 //! find most verdicts already made: only nodes whose telemetry or bookings
 //! changed are judged again. Bind always judges afresh under the write lock.
 //!
-//! A demand not seen before must be judged on every node (issue #13: 16–25 ms at
+//! A demand not seen before must be judged on every node (that took 16–25 ms at
 //! 5,000 nodes × 8 GPUs when every node went through `place_on_node`'s ledger
 //! lookups and allocations). Each node keeps its GPUs' `carma_core::placement::GpuSummary`s,
 //! refreshed on every change of the node or of the ledger records on its GPUs, so a node

@@ -1,4 +1,4 @@
-//! Hostile input and bounded resources (issue #18): the body limit and its
+//! Hostile input and bounded resources: the body limit and its
 //! 413, request text cut in answers, bodies on 404/405, connections that send
 //! nothing, and TLS files that cannot be used.
 
@@ -198,8 +198,8 @@ async fn a_connection_that_sends_nothing_is_closed() {
 
 #[tokio::test]
 async fn a_slow_sender_is_closed_mid_request() {
-    // Issue #18: a client that trickles its headers or body a byte at a time, each byte inside
-    // the idle timeout, held its connection (and the request's buffers) for ever.
+    // A client that trickles its headers or body a byte at a time, each byte inside the idle
+    // timeout, used to hold its connection (and the request's buffers) for ever.
     let (ext, _) = fixture_extender();
     let timeout = Duration::from_millis(400);
     let (addr, _stop) = start(router(ext), None, timeout).await;
@@ -238,7 +238,7 @@ async fn a_slow_sender_is_closed_mid_request() {
 
 #[tokio::test]
 async fn a_bind_body_has_its_own_small_limit() {
-    // Issue #18: /bind took bodies of up to 4 MiB, like /filter, though a bind names four strings.
+    // /bind used to take bodies of up to 4 MiB, like /filter, though a bind names four strings.
     let (ext, _) = fixture_extender();
     let body = vec![b' '; BIND_BODY_LIMIT + 1];
     let (status, answer) = post_raw(&router(ext.clone()), "/bind", body).await;
@@ -276,7 +276,7 @@ async fn a_body_that_stops_arriving_gets_408() {
 
 #[tokio::test]
 async fn placement_requests_beyond_the_limit_wait_their_turn() {
-    // Issue #18: any number of /filter requests were read and decoded at once, each up to 4 MiB
+    // Any number of /filter requests used to be read and decoded at once, each up to 4 MiB
     // of body and its decoded Pod, so concurrent callers could take the extender past its memory
     // limit. PLACEMENT_CONCURRENCY requests still reading their bodies hold every turn: another
     // filter is answered only once one of them finishes.

@@ -376,7 +376,7 @@ async fn health_and_readiness() {
 
 #[tokio::test]
 async fn a_bind_must_name_the_pod_its_uid_was_filtered_as() {
-    // Issue #18: a bind naming another namespace/name with the UID of a filtered pod was booked
+    // A bind naming another namespace/name with the UID of a filtered pod used to be booked
     // and recorded under that other name (snapshot mode never reads the pod back).
     let (ext, rec) = fixture_extender();
     let r = router(ext);

@@ -1,4 +1,4 @@
-//! Issue #18: out-of-range input is refused with the flag or file:line and the
+//! Out-of-range input is refused with the flag or file:line and the
 //! valid range, instead of overflowing, exhausting memory or spinning.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! `carma device-plugin` (issue #5): the per-node DaemonSet process.
+//! `carma device-plugin`: the per-node DaemonSet process.
 //!
 //! Serves the kubelet device-plugin API on `<--device-plugin-dir>/carma.sock`, registers
 //! `carma.io/gpu` with `--replicas` replicas per GPU, samples the GPUs every `--sample-interval`,

@@ -1,4 +1,4 @@
-//! `carma estimate` (issues #3, #14): a training job's GPU memory with GPUMemNet or
+//! `carma estimate`: a training job's GPU memory with GPUMemNet or
 //! the analytic bound, an evaluation of the shipped model on a GPUMemNet CSV, or
 //! carma's reservations against CARMA's measured peaks.
 //!
@@ -86,8 +86,8 @@ pub enum EstimateAction {
         /// The CSV file.
         #[arg(long, value_name = "FILE.csv", required_unless_present = "peaks")]
         dataset: Option<PathBuf>,
-        /// Compare carma's reservation, the pre-#14 bound and GPUMemNet's recorded
-        /// estimate with the peaks in CARMA's task files.
+        /// Compare carma's reservation, the legacy (uncalibrated) analytic bound and
+        /// GPUMemNet's recorded estimate with the peaks in CARMA's task files.
         #[arg(long, conflicts_with = "dataset")]
         peaks: bool,
         /// CARMA's `.rad` task files (with `--peaks`).
@@ -285,7 +285,8 @@ mod tests {
         assert!(parse(&["--summary", "b", "--family", "gpu", "--batch-size", "1"]).is_err());
         assert!(parse(&["--profile", "a", "--batch-size", "1"]).is_err());
         assert!(parse(&["--profile", "a", "eval", "--dataset", "x"]).is_err());
-        // Issue #18: out of range is a usage error naming the flag and the range.
+        // Out of range (zero, u32::MAX, one past the limit) is a usage error naming the flag and
+        // the range, not an absurd estimate with exit 0.
         for bad in ["0", "4294967295", "1048577"] {
             let e = parse(&["--summary", "b", "--family", "cnn", "--batch-size", bad]).unwrap_err();
             assert_eq!(e.exit_code(), i32::from(EXIT_BAD_INPUT));

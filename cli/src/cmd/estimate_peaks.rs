@@ -1,6 +1,6 @@
 //! `carma estimate eval --peaks`: carma's reservations against the peaks CARMA
-//! measured (v2 task files), beside the bound carma used before (#14) and the
-//! GPUMemNet estimates CARMA recorded.
+//! measured (v2 task files), beside the legacy bound carma used before the analytic
+//! bound was calibrated on measured peaks, and the GPUMemNet estimates CARMA recorded.
 //!
 //! Rows come from three descriptions of the same jobs:
 //!
@@ -117,7 +117,7 @@ pub struct PeakRow {
     pub carma_mib: u64,
     /// Where carma's reservation comes from.
     pub carma_source: String,
-    /// The bound carma used before #14 ([`legacy_upper_bound_mib`]).
+    /// The legacy bound, used before the analytic bound was calibrated ([`legacy_upper_bound_mib`]).
     pub legacy_mib: u64,
     /// GPUMemNet's estimate recorded in the task file, when there is one.
     pub gpumemnet_mib: Option<u64>,
@@ -173,7 +173,8 @@ pub struct PeaksReport {
     pub skipped: Vec<String>,
 }
 
-/// The bound carma used before #14, kept for comparison only:
+/// The legacy bound carma used before the analytic bound was calibrated on measured peaks, kept
+/// for comparison only:
 /// `1536 + 24 B × parameters + 8 B × activations × batch (+ 8 B × attention ×
 /// batch × seqLength²)` MiB, rounded up to 256 MiB.
 pub fn legacy_upper_bound_mib(p: &Profile) -> u64 {
@@ -417,7 +418,7 @@ mod tests {
         p
     }
 
-    /// #14's goal, on CARMA's measured peaks: no underestimate, a mean
+    /// The calibrated bound's goal, on CARMA's measured peaks: no underestimate, a mean
     /// over-reservation at most half the legacy bound's and below GPUMemNet's.
     #[test]
     fn carma_meets_the_goal_on_carmas_peaks() {
@@ -462,7 +463,7 @@ mod tests {
             r#"{"family":"cnn","batchSize":128,"parameters":25557032,"activations":37560000,"depth":108}"#,
         )
         .unwrap();
-        // ResNet-50 at batch 128: 38,912 MiB before #14 (README of the time)
+        // ResNet-50 at batch 128: 38,912 MiB under the legacy bound (the figure the README quoted then)
         assert_eq!(legacy_upper_bound_mib(&p), 38_912);
     }
 

@@ -1,4 +1,4 @@
-//! `carma local` (issue #16): CARMA on one GPU machine without Kubernetes.
+//! `carma local`: CARMA on one GPU machine without Kubernetes.
 //!
 //! ```text
 //! carma local serve  --state-dir DIR --backend nvml|dcgm|simulated [--simulated-gpus 4x40GiB] [--policy P]

@@ -1,4 +1,4 @@
-//! `carma operator` (issue #6): the TrainingTask controller with GPU
+//! `carma operator`: the TrainingTask controller with GPU
 //! out-of-memory recovery.
 
 use std::net::SocketAddr;

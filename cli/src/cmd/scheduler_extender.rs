@@ -1,4 +1,5 @@
-//! `carma scheduler-extender` (issue #4).
+//! `carma scheduler-extender`: the kube-scheduler extender (filter, prioritize and bind over
+//! HTTP, optionally mutual TLS) that places pods on shared GPUs.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

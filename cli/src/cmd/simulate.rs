@@ -1,4 +1,4 @@
-//! `carma simulate` (issue #7): replay a job trace on simulated GPUs and compare
+//! `carma simulate`: replay a job trace on simulated GPUs and compare
 //! placement policies. With no flags it replays a generated 90-task mix on one
 //! node with 4 × 40 GiB GPUs under every policy and prints the comparison.
 

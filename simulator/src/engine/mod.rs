@@ -1137,7 +1137,7 @@ mod horizon_tests {
 
     #[test]
     fn a_run_that_passes_the_horizon_stops_with_an_error() {
-        // Issue #18: times were added unchecked, so a run whose events pass u64 milliseconds
+        // Times used to be added unchecked, so a run whose events pass u64 milliseconds
         // would wrap around (a shorter makespan than the real one, exit 0). Here the horizon is
         // lowered below the run's end to see the engine stop and say why.
         let cfg = SimConfig::default();

@@ -1,9 +1,11 @@
 // Command scenarios drives carma on the real control plane that run.sh started and asserts what a
 // cluster user would see: TrainingTasks end to end, OOM recovery, reservations learned from observed
-// peaks, a 300-pod load with an extender
-// crash, operator failover, a device-plugin and a kubelet restart, admission policies and bad input,
-// and the kubelet device manager's per-container admission. Each scenario prints its figures; the last
-// two lines are the summaries run.sh's caller looks for. Any failed assertion exits 1.
+// peaks, a 300-pod load with an extender crash, operator failover, a device-plugin and a kubelet
+// restart, admission policies and bad input, the kubelet device manager's per-container admission,
+// and a canary that plants the faults the checkers exist to catch. A monitor checks every carma pod
+// for over-commit during the whole run. Each scenario prints its figures; the summary lines at the end
+// are read from the cluster (a part that did not run says "not run") and are printed even when an
+// assertion failed. Any failed assertion exits 1.
 package main
 
 import (
@@ -13,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -40,21 +43,26 @@ type env struct {
 	namespace     string
 	schedulerName string
 	extender      string
+	mon           *monitor   // set once the cluster is ready; the canary reads its findings
+	mu            sync.Mutex // guards failures: scenarios check from goroutines
 	failures      []string
 }
 
-// summary collects the figures of the final lines.
+// summary collects the figures the scenarios observed for the final lines.
 type summary struct {
-	podsBound      int
-	oomRecoveries  int
-	overCommitted  int
+	ran            map[string]bool
 	p99BindMs      float64
 	failoverS      float64
 	dmAdmitted     int
 	dmMulti        int
 	dmInit         int
-	dmSwapped      int
 	dmReregistered bool
+	// The admission check (devices and environment against the assignment), over every pod it read.
+	admissionChecked int
+	swapped          int
+	// The canary: faults planted and faults the checker meant for each reported.
+	planted int
+	caught  int
 }
 
 func main() {
@@ -69,7 +77,6 @@ func main() {
 	flag.StringVar(&e.schedulerName, "scheduler-name", "", "the chart's scheduler profile name")
 	flag.StringVar(&e.extender, "extender", "", "extender base URL")
 	only := flag.String("only", "", "comma-separated scenarios to run (default: all)")
-	flag.String("operator-metrics", "", "operator metrics addresses (unused)")
 	flag.Parse()
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.kubeconfig)
@@ -83,7 +90,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
-	var s summary
+	s := summary{ran: map[string]bool{}}
 	steps := []struct {
 		name string
 		run  func(context.Context, *summary)
@@ -95,6 +102,7 @@ func main() {
 		{"load", e.scenarioLoad},
 		{"policies", e.scenarioPolicies},
 		{"devicemanager", e.scenarioDeviceManager},
+		{"canary", e.scenarioCanary},
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(*only, ",") {
@@ -102,6 +110,7 @@ func main() {
 			want[n] = true
 		}
 	}
+	var m *monitor
 	for _, st := range steps {
 		if len(want) > 0 && !want[st.name] && st.name != "ready" {
 			continue
@@ -109,27 +118,38 @@ func main() {
 		t0 := time.Now()
 		fmt.Printf("\n=== scenario %s\n", st.name)
 		st.run(ctx, &s)
+		s.ran[st.name] = true
 		fmt.Printf("=== scenario %s: %.1f s\n", st.name, time.Since(t0).Seconds())
-		if len(e.failures) > 0 && st.name == "ready" {
-			break
+		if st.name == "ready" {
+			if e.failed() {
+				break
+			}
+			m = e.startMonitor(ctx)
+			e.mon = m
 		}
 	}
+	var lines []string
+	if m != nil {
+		m.finish()
+		lines = e.judgeRun(ctx, m, &s)
+	}
 	e.checkProcessesAlive()
-	if len(e.failures) > 0 {
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	if e.failed() {
 		fmt.Printf("\n%d assertion(s) failed:\n", len(e.failures))
 		for _, f := range e.failures {
 			fmt.Println("  - " + f)
 		}
 		os.Exit(1)
 	}
-	fmt.Printf("control-plane: %d pods bound, %d OOM recoveries, %d over-committed GPUs, p99 bind %.0f ms, leader failover %.1f s\n",
-		s.podsBound, s.oomRecoveries, s.overCommitted, s.p99BindMs, s.failoverS)
-	rereg := "not re-registered after restart"
-	if s.dmReregistered {
-		rereg = "re-registered after restart"
-	}
-	fmt.Printf("device-manager: %d pods admitted (%d multi-container, %d with GPU init containers), %d swapped, %s\n",
-		s.dmAdmitted, s.dmMulti, s.dmInit, s.dmSwapped, rereg)
+}
+
+func (e *env) failed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.failures) > 0
 }
 
 func fatal(format string, args ...any) {
@@ -140,6 +160,8 @@ func fatal(format string, args ...any) {
 // check records a failed assertion (the run goes on, so one report shows every failure).
 func (e *env) check(ok bool, format string, args ...any) bool {
 	msg := fmt.Sprintf(format, args...)
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if ok {
 		fmt.Println("  ok   " + msg)
 	} else {
