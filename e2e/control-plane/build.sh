@@ -3,7 +3,9 @@
 # Kubernetes release; go.sum is committed):
 #   etcd, kube-apiserver, kube-scheduler   -> cached in $CARMA_E2E_CACHE/<release>/<key>/bin, reused
 #                                             while go.mod, go.sum and the Go version are unchanged
-#   node-harness, dm-harness               -> rebuilt each run (seconds with a warm Go build cache)
+#   node-harness, scenarios                -> rebuilt each run (seconds with a warm Go build cache);
+#                                             scenarios with Go's race detector (its checks run
+#                                             from many goroutines), so CI runs it under -race
 # Prints the bin directory on its last line.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,7 +33,8 @@ else
   rmdir "$bin/.tmp"
 fi
 t1=$(date +%s)
-go build -trimpath -ldflags "$ldflags" -o "$bin/" ./cmd/...
+go build -trimpath -ldflags "$ldflags" -o "$bin/" ./cmd/node-harness
+CGO_ENABLED=1 go build -race -trimpath -ldflags "$ldflags" -o "$bin/" ./cmd/scenarios
 t2=$(date +%s)
 echo "build: control plane $((t1 - t0)) s, harness programs $((t2 - t1)) s" >&2
 echo "$bin"

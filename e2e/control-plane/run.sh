@@ -4,8 +4,12 @@
 #   modules (build.sh); the chart rendered by `helm template` and applied with kubectl; kube-scheduler,
 #   the extender, two operators and one device plugin per node run from the rendered pod specs
 #   (podrun.py), each with a token of its own ServiceAccount; node-harness plays each node's kubelet
-#   around the kubelet's own device manager. Then the scenarios (cmd/scenarios) run and print one line:
-#   control-plane: <k> pods bound, <r> OOM recoveries, 0 over-committed GPUs, p99 bind <x> ms, leader failover <y> s
+#   around the kubelet's own device manager. Then the scenarios (cmd/scenarios, built with Go's race
+#   detector) run and print their summary lines, every figure read from the cluster:
+#   control-plane: <k> of <K> pods bound, <r> OOM recoveries, 0 over-committed GPUs in <c> checks, p99 bind <x> ms, leader failover <y> s
+#   device-manager: ...
+#   canary: <n> of <n> planted faults caught
+#   (CARMA_E2E_ONLY=<scenario,...> runs a subset; figures of parts that did not run read "not run")
 #
 # Usage: e2e/control-plane/run.sh            # build what is missing, run everything, exit 0 on success
 #        CARMA_E2E_KEEP=1 run.sh            # leave the work directory (logs, certs, kubeconfig) behind
@@ -244,7 +248,7 @@ log "scenarios"
 "$BIN/scenarios" --kubeconfig "$WORK/kubeconfig" --kubectl "$KUBECTL" --ctl "$HERE/run.sh ctl" \
   --work "$WORK" --nodes "$NODES" --examples "$ROOT/deploy/examples" --namespace "$NS" \
   --scheduler-name "$(awk '/schedulerName:/{print $2; exit}' "$HERE/values.yaml")" \
-  ${CARMA_E2E_ONLY:+--only "$CARMA_E2E_ONLY"} --extender "http://127.0.0.1:$EXT_METRICS_PORT" --operator-metrics "127.0.0.1:$(nth "$OP_PORTS" 0),127.0.0.1:$(nth "$OP_PORTS" 1)"
+  ${CARMA_E2E_ONLY:+--only "$CARMA_E2E_ONLY"} --extender "http://127.0.0.1:$EXT_METRICS_PORT"
 log "mutual TLS: the verbs port answers kube-scheduler's client certificate only"
 tls_dir="$WORK/volumes/$RELEASE-scheduler-0/extender-tls"
 host="$RELEASE-scheduler-extender.$NS.svc"

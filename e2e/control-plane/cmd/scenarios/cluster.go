@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -93,19 +92,13 @@ func (e *env) waitReady(ctx context.Context, _ *summary) {
 		e.nodes, want, gpuResource, gpusPerNode)
 }
 
-// reservationMiB is what a bound pod holds on each of its GPUs: the whole GPU when exclusive, else
-// the estimate the extender wrote at bind.
-func reservationMiB(p *v1.Pod, gpuTotal int64) int64 {
+// reservationMiB is what a bound pod holds on each of its GPUs: the whole GPU (gpuTotal) when
+// exclusive, else the estimate the extender wrote at bind; an unreadable estimate is an error.
+func reservationMiB(p *v1.Pod, gpuTotal int64) (int64, error) {
 	if p.Annotations[annExclusive] == "true" {
-		return gpuTotal
+		return gpuTotal, nil
 	}
-	var est struct {
-		MiB int64 `json:"mib"`
-	}
-	if err := json.Unmarshal([]byte(p.Annotations[annEstimate]), &est); err != nil {
-		return -1
-	}
-	return est.MiB
+	return estimateMiB(p)
 }
 
 func assignedGPUs(p *v1.Pod) []string {
@@ -120,56 +113,6 @@ func assignedGPUs(p *v1.Pod) []string {
 
 func terminated(p *v1.Pod) bool {
 	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
-}
-
-// overCommitted lists the GPUs whose live pods' reservations exceed their memory, or that hold more
-// pods than they advertise replicas, judged from the pods' annotations and the GpuNodes.
-func (e *env) overCommitted(ctx context.Context, namespaces ...string) ([]string, error) {
-	gn, err := e.gpuNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	type use struct {
-		mib  int64
-		pods []string
-	}
-	per := map[string]*use{}
-	for _, ns := range namespaces {
-		pods, err := e.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Spec.NodeName == "" || terminated(p) {
-				continue
-			}
-			for _, u := range assignedGPUs(p) {
-				g := gn[p.Spec.NodeName][u]
-				key := p.Spec.NodeName + "/" + u
-				if per[key] == nil {
-					per[key] = &use{}
-				}
-				per[key].mib += reservationMiB(p, g.TotalMiB)
-				per[key].pods = append(per[key].pods, p.Name)
-			}
-		}
-	}
-	var bad []string
-	for key, u := range per {
-		node, uuid, _ := strings.Cut(key, "/")
-		g, ok := gn[node][uuid]
-		switch {
-		case !ok:
-			bad = append(bad, fmt.Sprintf("%s: assigned GPU is not in the GpuNode", key))
-		case u.mib > g.TotalMiB:
-			bad = append(bad, fmt.Sprintf("%s: %d MiB reserved on %d MiB by %v", key, u.mib, g.TotalMiB, u.pods))
-		case len(u.pods) > replicasPerGPU:
-			bad = append(bad, fmt.Sprintf("%s: %d pods on a GPU advertised as %d replicas", key, len(u.pods), replicasPerGPU))
-		}
-	}
-	sort.Strings(bad)
-	return bad, nil
 }
 
 // admissionRecord is one line the node harness wrote for an admitted pod.
@@ -236,8 +179,21 @@ func deviceGPUs(ids []string) []string {
 
 // checkAdmission: what the device manager gave each GPU container of a bound pod agrees with the
 // extender's assignment (the devices kubelet chose and the environment the plugin returned).
-// Returns false for a swapped or missing assignment.
+// Returns false for a swapped or missing assignment; the check is counted in the summary.
 func (e *env) checkAdmission(p *v1.Pod, rec admissionRecord, quiet bool) bool {
+	ok := admissionMatches(p, rec, func(container, got, visible string) {
+		if !quiet {
+			e.check(false, "pod %s container %s: assigned %s, kubelet's devices on %s, NVIDIA_VISIBLE_DEVICES %s",
+				p.Name, container, strings.Join(assignedGPUs(p), ","), got, visible)
+		}
+	})
+	e.recordAdmission(p.Namespace, ok)
+	return ok
+}
+
+// admissionMatches: every GPU container of rec got exactly the pod's assigned GPUs (the device
+// manager's devices, NVIDIA_VISIBLE_DEVICES and the CDI names); mismatch is called for each that did not.
+func admissionMatches(p *v1.Pod, rec admissionRecord, mismatch func(container, got, visible string)) bool {
 	want := strings.Join(assignedGPUs(p), ",")
 	ok := true
 	for name, c := range rec.Containers {
@@ -246,10 +202,7 @@ func (e *env) checkAdmission(p *v1.Pod, rec admissionRecord, quiet bool) bool {
 		sort.Strings(vis)
 		if got != want || strings.Join(vis, ",") != want || strings.Join(cdiGPUs(c.CDI), ",") != want {
 			ok = false
-			if !quiet {
-				e.check(false, "pod %s container %s: assigned %s, kubelet's devices on %s, NVIDIA_VISIBLE_DEVICES %s",
-					p.Name, name, want, got, c.Env["NVIDIA_VISIBLE_DEVICES"])
-			}
+			mismatch(name, got, c.Env["NVIDIA_VISIBLE_DEVICES"])
 		}
 	}
 	return ok && len(rec.Containers) > 0

@@ -111,6 +111,7 @@ func (e *env) scenarioDeviceManager(ctx context.Context, s *summary) {
 	finished := e.waitTerminated(ctx, ns, len(shapes), 500*time.Millisecond, 2*time.Minute)
 	e.check(finished, "all %d device-manager pods finished", len(shapes))
 	adm := e.admissions()
+	swapped := 0
 	for _, sh := range shapes {
 		p, err := e.kube.CoreV1().Pods(ns).Get(ctx, sh.pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -130,8 +131,11 @@ func (e *env) scenarioDeviceManager(ctx context.Context, s *summary) {
 				s.dmInit++
 			}
 		}
-		if admitted && !consistent {
-			s.dmSwapped++
+		if admitted {
+			e.recordAdmission(p.Namespace, consistent)
+			if !consistent {
+				swapped++
+			}
 		}
 	}
 
@@ -163,5 +167,5 @@ func (e *env) scenarioDeviceManager(ctx context.Context, s *summary) {
 		phase, msg = string(p.Status.Phase), p.Status.Message
 	}
 	e.check(s.dmReregistered, "after a kubelet restart on %s the plugin re-registered and a new pod was admitted (%s %s)", node, phase, msg)
-	e.check(s.dmSwapped == 0, "no container got GPUs other than its pod's assignment (%d pods differ)", s.dmSwapped)
+	e.check(swapped == 0, "no container got GPUs other than its pod's assignment (%d pods differ)", swapped)
 }

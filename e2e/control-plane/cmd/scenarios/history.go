@@ -77,7 +77,6 @@ func (e *env) scenarioHistory(ctx context.Context, s *summary) {
 	if !e.check(first != nil, "learn-first: its attempt pod exists") {
 		return
 	}
-	s.podsBound++
 	var firstEst estimateAnnotation
 	_ = json.Unmarshal([]byte(first.Annotations[annEstimate]), &firstEst)
 	peak, _ := st.attempts[0]["observedPeakMiB"].(int64)
@@ -123,7 +122,6 @@ func (e *env) scenarioHistory(ctx context.Context, s *summary) {
 		peak, headroom, peak+headroom, firstEst.MiB, est.MiB)
 	st2 := e.waitTask(ctx, "history", "learn-second", "Succeeded", 3*time.Minute)
 	e.check(st2.phase == "Succeeded", "learn-second: %s", st2.phase)
-	s.podsBound++
 	poll(ctx, 500*time.Millisecond, 30*time.Second, func() bool {
 		rec, err = e.historyOf(ctx, "learn-second")
 		return err == nil

@@ -44,8 +44,9 @@ type env struct {
 	schedulerName string
 	extender      string
 	mon           *monitor   // set once the cluster is ready; the canary reads its findings
-	mu            sync.Mutex // guards failures: scenarios check from goroutines
+	mu            sync.Mutex // guards failures and admTally: scenarios check from goroutines
 	failures      []string
+	admTally      admissionTally
 }
 
 // summary collects the figures the scenarios observed for the final lines.

@@ -118,7 +118,9 @@ func (e *env) scenarioPolicies(ctx context.Context, s *summary) {
 		{"bad-activity", annSMActivity, "1.5"},
 	}
 	for _, m := range malformed {
-		_, err = pods.Create(ctx, gpuPod(m.name, ns, e.schedulerName, map[string]string{annPolicy: "pack", m.key: m.value}), metav1.CreateOptions{})
+		badPod := gpuPod(m.name, ns, e.schedulerName, map[string]string{annPolicy: "pack", m.key: m.value})
+		badPod.Labels = map[string]string{labelExpect: expectPending} // not counted among the pods that must bind
+		_, err = pods.Create(ctx, badPod, metav1.CreateOptions{})
 		e.check(err == nil, "a pod with a malformed %s is accepted by the API (%v)", m.key, err)
 		var reason string
 		ok := poll(ctx, 500*time.Millisecond, time.Minute, func() bool {

@@ -84,7 +84,6 @@ func (e *env) scenarioTasks(ctx context.Context, s *summary) {
 	pods, _ := e.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "carma.io/task"})
 	for i := range pods.Items {
 		e.checkAttemptPod(ctx, &pods.Items[i], gn, adm)
-		s.podsBound++
 	}
 	out, _ := e.kubectlOut("", "get", "tt,gpunodes", "-A")
 	fmt.Print(indent(out))
@@ -158,7 +157,6 @@ func (e *env) scenarioOOM(ctx context.Context, s *summary) {
 		adm := e.admissions()
 		for _, p := range byAttempt {
 			e.checkAttemptPod(ctx, p, gn, adm)
-			s.podsBound++
 		}
 		outcomes := []string{}
 		for _, a := range st.attempts {
@@ -171,10 +169,13 @@ func (e *env) scenarioOOM(ctx context.Context, s *summary) {
 				e.check(false, "%s: attempt pods 1..%d all exist", t.name, len(byAttempt))
 				continue
 			}
-			prevMiB, curMiB := reservationMiB(prev, 0), reservationMiB(cur, 0)
+			prevMiB, prevErr := reservationMiB(prev, 0)
+			curMiB, curErr := reservationMiB(cur, 0)
+			if !e.check(prevErr == nil && curErr == nil, "%s attempts %d and %d: readable reservations (%v, %v)", t.name, i-1, i, prevErr, curErr) {
+				continue
+			}
 			gpuOOM := strings.HasPrefix(t.outcomes, "cuda-oom") && i-1 <= strings.Count(t.outcomes, "cuda-oom")
 			if gpuOOM {
-				s.oomRecoveries++
 				e.check(cur.Spec.PriorityClassName == "carma-recovery", "%s attempt %d: priority class %q", t.name, i, cur.Spec.PriorityClassName)
 				if cur.Annotations[annExclusive] == "true" {
 					e.check(i > t.exclusiveAfter, "%s attempt %d: exclusive only after %d OOMs", t.name, i, t.exclusiveAfter)
