@@ -229,13 +229,12 @@ pub fn place_on_node(
     }
     let mut by_index: Vec<&Gpu> = node.gpus.iter().collect();
     by_index.sort_by_key(|g| g.index);
-    // Exclusive first: enough idle GPUs → take the first N alone. Judged before any summary is
-    // built: it needs only the pod count of each GPU. `pack` shares first and keeps idle GPUs.
+    // Exclusive first is judged before any summary is built: it needs only the pod count of each
+    // GPU.
     let pods: Vec<usize> = by_index.iter().map(|g| ledger.pods_on(&g.uuid)).collect();
     let idle: Vec<usize> = (0..by_index.len())
         .filter(|&at| idle(by_index[at].healthy, by_index[at].processes, pods[at]))
         .collect();
-    let packs = pack::packs(demand, by_index.iter().map(|g| g.memory_total_mib));
     let take_idle = |score: u8| {
         let chosen: Vec<&Gpu> = idle[..wanted as usize]
             .iter()
@@ -268,85 +267,128 @@ pub fn place_on_node(
             expected_sm_activity: pack::booked_activity(demand),
         }
     };
-    if idle.len() >= wanted as usize && !packs {
-        return Ok(take_idle(EXCLUSIVE_SCORE));
-    }
-    if demand.wants_exclusive() {
-        let rejections = (0..by_index.len())
-            .filter(|at| !idle.contains(at))
-            .map(|at| {
-                let g = by_index[at];
-                if g.healthy {
-                    GpuRejection::NotIdle {
-                        uuid: g.uuid.clone(),
-                        index: g.index,
-                        pods: pods[at],
-                        processes: g.processes,
+    // Collocation: every rule per GPU, then the policy's order.
+    let mut summaries = Vec::new();
+    let (gpus, built) = (&by_index, &mut summaries);
+    let share = move || {
+        // Moved out whole: the fits borrow the summaries past this call.
+        let built = built;
+        built.extend(gpus.iter().map(|g| GpuSummary::of(g, ledger, cfg)));
+        let built: &Vec<GpuSummary> = built;
+        let mut fits = Vec::new();
+        let mut rejections = Vec::new();
+        for (at, s) in built.iter().enumerate() {
+            match judge_shared(at, s, demand, cfg, now) {
+                Ok(fit) => fits.push(fit),
+                Err(f) => rejections.push(rejection(f, gpus[at], s, ledger, demand, cfg, now)),
+            }
+        }
+        (fits.len(), (fits, rejections))
+    };
+    let totals = by_index.iter().map(|g| g.memory_total_mib);
+    match exclusive_first(demand, wanted as usize, idle.len(), totals, share) {
+        Route::Idle(score) => Ok(take_idle(score)),
+        Route::NotIdle => {
+            let rejections = (0..by_index.len())
+                .filter(|at| !idle.contains(at))
+                .map(|at| {
+                    let g = by_index[at];
+                    if g.healthy {
+                        GpuRejection::NotIdle {
+                            uuid: g.uuid.clone(),
+                            index: g.index,
+                            pods: pods[at],
+                            processes: g.processes,
+                        }
+                    } else {
+                        GpuRejection::Unhealthy {
+                            uuid: g.uuid.clone(),
+                            index: g.index,
+                        }
                     }
-                } else {
-                    GpuRejection::Unhealthy {
-                        uuid: g.uuid.clone(),
-                        index: g.index,
-                    }
-                }
+                })
+                .collect();
+            Err(NodeRejection::NotEnoughGpus {
+                node: node.name.clone(),
+                wanted,
+                passing: idle.len(),
+                mode: "exclusively",
+                rejections,
             })
-            .collect();
-        return Err(NodeRejection::NotEnoughGpus {
-            node: node.name.clone(),
-            wanted,
-            passing: idle.len(),
-            mode: "exclusively",
-            rejections,
-        });
-    }
-
-    if demand.idle_only {
-        return Err(NodeRejection::RecoveryFirst {
+        }
+        Route::RecoveryFirst => Err(NodeRejection::RecoveryFirst {
             node: node.name.clone(),
             wanted,
             idle: idle.len(),
-        });
-    }
-
-    // Collocation: every rule per GPU, then the policy's order.
-    let summaries: Vec<GpuSummary> = by_index
-        .iter()
-        .map(|g| GpuSummary::of(g, ledger, cfg))
-        .collect();
-    let mut fits = Vec::new();
-    let mut rejections = Vec::new();
-    for (at, s) in summaries.iter().enumerate() {
-        match judge_shared(at, s, demand, cfg, now) {
-            Ok(fit) => fits.push(fit),
-            Err(f) => rejections.push(rejection(f, by_index[at], s, ledger, demand, cfg, now)),
-        }
-    }
-    if fits.len() < wanted as usize {
-        // `pack` falls back on exclusive-first when too few GPUs pass the sharing rules (stale
-        // telemetry, say): idle GPUs are as good to it as to every other policy.
-        if packs && idle.len() >= wanted as usize {
-            return Ok(take_idle(pack::IDLE_SCORE));
-        }
-        return Err(NodeRejection::NotEnoughGpus {
+        }),
+        Route::TooFewFits((fits, rejections)) => Err(NodeRejection::NotEnoughGpus {
             node: node.name.clone(),
             wanted,
             passing: fits.len(),
             mode: "to share",
             rejections,
-        });
+        }),
+        Route::Share((mut fits, _)) => {
+            order(&mut fits, demand, cfg, rr_cursor, node.gpus.len());
+            let chosen = &fits[..wanted as usize];
+            Ok(NodePlacement {
+                node: node.name.clone(),
+                gpus: chosen.iter().map(|f| by_index[f.at].uuid.clone()).collect(),
+                indices: chosen.iter().map(|f| f.gpu.index).collect(),
+                exclusive: false,
+                reserved_mib: chosen.iter().map(|f| f.need_mib).max().unwrap_or(0),
+                score: collocation_score(chosen, demand, cfg),
+                capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
+                expected_sm_activity: pack::booked_activity(demand),
+            })
+        }
     }
-    order(&mut fits, demand, cfg, rr_cursor, node.gpus.len());
-    let chosen = &fits[..wanted as usize];
-    Ok(NodePlacement {
-        node: node.name.clone(),
-        gpus: chosen.iter().map(|f| by_index[f.at].uuid.clone()).collect(),
-        indices: chosen.iter().map(|f| f.gpu.index).collect(),
-        exclusive: false,
-        reserved_mib: chosen.iter().map(|f| f.need_mib).max().unwrap_or(0),
-        score: collocation_score(chosen, demand, cfg),
-        capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
-        expected_sm_activity: pack::booked_activity(demand),
-    })
+}
+
+/// Where [`exclusive_first`] sends a demand on a node.
+enum Route<T> {
+    /// Take the first idle GPUs; the node scores this.
+    Idle(u8),
+    /// The demand must not share, and too few GPUs are idle.
+    NotIdle,
+    /// The demand may take idle GPUs only (recovery first), and too few are idle.
+    RecoveryFirst,
+    /// Too few GPUs pass the sharing rules; what judging them gave.
+    TooFewFits(T),
+    /// Enough GPUs pass the sharing rules; what judging them gave.
+    Share(T),
+}
+
+/// The skeleton [`place_on_node`] and [`quick_score`] share. Exclusive first: enough idle GPUs
+/// are taken alone, unless `pack` packs (it shares first and keeps idle GPUs). Otherwise a demand
+/// that must not share, or may take idle GPUs only, is refused; the rest go through the sharing
+/// rules (`share` judges every GPU and says how many pass), and `pack` falls back on idle GPUs when
+/// too few pass (stale telemetry, say).
+fn exclusive_first<T>(
+    demand: &Demand,
+    wanted: usize,
+    idle: usize,
+    totals_mib: impl Iterator<Item = u64>,
+    share: impl FnOnce() -> (usize, T),
+) -> Route<T> {
+    let packs = pack::packs(demand, totals_mib);
+    if idle >= wanted && !packs {
+        return Route::Idle(EXCLUSIVE_SCORE);
+    }
+    if demand.wants_exclusive() {
+        return Route::NotIdle;
+    }
+    if demand.idle_only {
+        return Route::RecoveryFirst;
+    }
+    let (passing, judged) = share();
+    if passing >= wanted {
+        Route::Share(judged)
+    } else if packs && idle >= wanted {
+        Route::Idle(pack::IDLE_SCORE)
+    } else {
+        Route::TooFewFits(judged)
+    }
 }
 
 /// The earliest moments at which [`place_on_node`]'s answer for `node` can change by time alone:
@@ -371,4 +413,54 @@ pub fn score_node(
     now: Millis,
 ) -> u8 {
     place_on_node(node, ledger, demand, cfg, now, 0).map_or(0, |p| p.score)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Policy;
+
+    /// The route of `demand` needing 2 GPUs of 40 GiB with `idle` idle and `passing` passing the
+    /// sharing rules; `None` in the route: the sharing rules were not judged.
+    fn route(demand: &Demand, idle: usize, passing: usize) -> Route<Option<usize>> {
+        let totals = [40_960u64; 4].into_iter();
+        exclusive_first(demand, 2, idle, totals, || (passing, Some(passing)))
+    }
+
+    fn is(r: &Route<Option<usize>>) -> String {
+        match r {
+            Route::Idle(score) => format!("idle {score}"),
+            Route::NotIdle => "not idle".into(),
+            Route::RecoveryFirst => "recovery first".into(),
+            Route::TooFewFits(j) => format!("too few {j:?}"),
+            Route::Share(j) => format!("share {j:?}"),
+        }
+    }
+
+    #[test]
+    fn exclusive_first_then_sharing_then_packs_idle_fallback() {
+        let ff = Demand::new(2, Reservation::Mib(8_000), Policy::Ff);
+        // Enough idle GPUs: taken alone, the sharing rules not judged.
+        assert_eq!(is(&route(&ff, 2, 0)), "idle 10");
+        assert_eq!(is(&route(&ff, 1, 4)), "share Some(4)");
+        assert_eq!(is(&route(&ff, 1, 1)), "too few Some(1)");
+        // Must not share, or may take idle GPUs only: refused without judging.
+        let mut alone = ff.clone();
+        alone.exclusive = true;
+        assert_eq!(is(&route(&alone, 1, 4)), "not idle");
+        let mut recovery_first = ff.clone();
+        recovery_first.idle_only = true;
+        assert_eq!(is(&route(&recovery_first, 1, 4)), "recovery first");
+        // `pack` shares first and falls back on idle GPUs when too few pass.
+        let pack = Demand::new(2, Reservation::Mib(8_000), Policy::Pack);
+        assert_eq!(is(&route(&pack, 4, 2)), "share Some(2)");
+        assert_eq!(
+            is(&route(&pack, 4, 1)),
+            format!("idle {}", pack::IDLE_SCORE)
+        );
+        assert_eq!(is(&route(&pack, 1, 1)), "too few Some(1)");
+        // A reservation that fills a GPU does not pack: exclusive first.
+        let full = Demand::new(2, Reservation::Mib(40_960), Policy::Pack);
+        assert_eq!(is(&route(&full, 2, 0)), "idle 10");
+    }
 }

@@ -269,40 +269,42 @@ pub fn quick_score(
         return None;
     }
     let idle = gpus.iter().filter(|s| s.is_idle()).count();
-    let packs = super::pack::packs(demand, gpus.iter().map(|s| s.total_mib));
-    if idle >= wanted && !packs {
-        return Some(super::EXCLUSIVE_SCORE);
-    }
-    if demand.wants_exclusive() || demand.idle_only {
-        return None;
-    }
-    let judged = gpus
-        .iter()
-        .enumerate()
-        .filter_map(|(at, s)| judge_shared(at, s, demand, cfg, now).ok());
     let mut heap = Vec::new();
     let mut inline = [Fit {
         at: 0,
         gpu: gpus.first()?,
         need_mib: 0,
     }; INLINE_GPUS];
-    let fits: &mut [Fit<'_>] = if gpus.len() <= INLINE_GPUS {
-        let mut n = 0;
-        for fit in judged {
-            inline[n] = fit;
-            n += 1;
-        }
-        &mut inline[..n]
-    } else {
-        heap.extend(judged);
-        &mut heap
+    let (heap, inline) = (&mut heap, &mut inline);
+    let share = move || {
+        // Moved out whole: the fits borrow the buffers past this call.
+        let (heap, inline) = (heap, inline);
+        let judged = gpus
+            .iter()
+            .enumerate()
+            .filter_map(|(at, s)| judge_shared(at, s, demand, cfg, now).ok());
+        let fits: &mut [Fit<'_>] = if gpus.len() <= INLINE_GPUS {
+            let mut n = 0;
+            for fit in judged {
+                inline[n] = fit;
+                n += 1;
+            }
+            &mut inline[..n]
+        } else {
+            heap.extend(judged);
+            heap
+        };
+        (fits.len(), fits)
     };
-    if fits.len() < wanted {
-        // `pack` falls back on exclusive-first when too few GPUs pass the sharing rules.
-        return (packs && idle >= wanted).then_some(super::pack::IDLE_SCORE);
+    let totals = gpus.iter().map(|s| s.total_mib);
+    match super::exclusive_first(demand, wanted, idle, totals, share) {
+        super::Route::Idle(score) => Some(score),
+        super::Route::Share(fits) => {
+            order(fits, demand, cfg, rr_cursor, gpus.len());
+            Some(collocation_score(&fits[..wanted], demand, cfg))
+        }
+        super::Route::NotIdle | super::Route::RecoveryFirst | super::Route::TooFewFits(_) => None,
     }
-    order(fits, demand, cfg, rr_cursor, gpus.len());
-    Some(collocation_score(&fits[..wanted], demand, cfg))
 }
 
 /// When an answer of [`super::place_on_node`] can change by time alone.
