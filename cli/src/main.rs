@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[macro_use]
 mod cmd;
 
 /// Collocation-aware GPU scheduling for deep-learning training on Kubernetes.
@@ -59,12 +60,13 @@ fn main() -> ExitCode {
         Command::Local(args) => cmd::local::run(args),
         Command::Crds(args) => cmd::crds::run(args),
         Command::Version => {
-            println!("carma {}", env!("CARGO_PKG_VERSION"));
-            Ok(ExitCode::SUCCESS)
+            outln!("carma {}", env!("CARGO_PKG_VERSION")).map(|()| ExitCode::SUCCESS)
         }
     };
     match result {
         Ok(code) => code,
+        // `carma ... | head`: the reader has what it wanted
+        Err(e) if cmd::is_stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("carma: error: {e:#}");
             ExitCode::from(1)

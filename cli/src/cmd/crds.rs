@@ -16,7 +16,7 @@ pub struct CrdsArgs {
 /// Run `carma crds`.
 pub fn run(args: CrdsArgs) -> anyhow::Result<ExitCode> {
     match args.out_dir {
-        None => print!("{}", carma_api::crds::all_yaml()?),
+        None => out!("{}", carma_api::crds::all_yaml()?)?,
         Some(dir) => {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             for (file, crd) in carma_api::crds::all() {

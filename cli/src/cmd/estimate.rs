@@ -17,7 +17,7 @@
 //! Output is JSON on stdout. Bad input (unreadable file, malformed profile,
 //! summary or CSV) prints a message naming the problem on stderr and exits 2.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -139,11 +139,8 @@ pub fn run(args: EstimateArgs) -> anyhow::Result<ExitCode> {
                 Output::Json(v) => serde_json::to_string_pretty(&v)?,
                 Output::Text(t) => t.trim_end().to_string(),
             };
-            match writeln!(std::io::stdout().lock(), "{text}") {
-                // a closed pipe (`| head`) is the reader's choice, not an error
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-                _ => Ok(ExitCode::SUCCESS),
-            }
+            outln!("{text}")?;
+            Ok(ExitCode::SUCCESS)
         }
         Err(BadInput(message)) => {
             eprintln!("carma estimate: {message}");

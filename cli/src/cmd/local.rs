@@ -11,7 +11,6 @@
 //! Bad input (flags, files, a missing state directory) prints what is wrong and exits 2.
 //! The library is `carma-local`; see `local/README.md`.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -236,15 +235,17 @@ pub fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     };
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(e) if e.is_bad_input() => {
-            eprintln!("carma local: {e}");
-            Ok(ExitCode::from(EXIT_BAD_INPUT))
-        }
-        Err(e) => Err(e.into()),
+        Err(e) => match e.downcast_ref::<LocalError>() {
+            Some(local) if local.is_bad_input() => {
+                eprintln!("carma local: {local}");
+                Ok(ExitCode::from(EXIT_BAD_INPUT))
+            }
+            _ => Err(e),
+        },
     }
 }
 
-fn serve(a: ServeArgs) -> Result<(), LocalError> {
+fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let backend = match a.backend {
         Backend::Nvml => BackendChoice::Nvml,
         Backend::Dcgm => BackendChoice::Dcgm {
@@ -264,10 +265,10 @@ fn serve(a: ServeArgs) -> Result<(), LocalError> {
     cfg.exit_when_idle = a.exit_when_idle;
     let rt =
         super::runtime().map_err(|e| LocalError::bad_input(format!("cannot start tokio: {e}")))?;
-    rt.block_on(carma_local::serve(cfg, super::shutdown_signal()))
+    Ok(rt.block_on(carma_local::serve(cfg, super::shutdown_signal()))?)
 }
 
-fn submit_job(a: SubmitArgs) -> Result<(), LocalError> {
+fn submit_job(a: SubmitArgs) -> anyhow::Result<()> {
     let dir = StateDir::existing(&a.state_dir)?;
     let rad = a
         .rad
@@ -295,7 +296,8 @@ fn submit_job(a: SubmitArgs) -> Result<(), LocalError> {
         (None, true) => {
             return Err(LocalError::bad_input(
                 "no command: put it after `--` (e.g. `carma local submit --state-dir DIR -- python train.py`) or give --rad",
-            ));
+            )
+            .into());
         }
     };
     let now = now_ms();
@@ -318,8 +320,7 @@ fn submit_job(a: SubmitArgs) -> Result<(), LocalError> {
         submitted_at_ms: now,
     };
     submit(&dir, &spec)?;
-    println!("{}", spec.id);
-    Ok(())
+    outln!("{}", spec.id)
 }
 
 /// The program's base name, as a job's default display name.
@@ -330,17 +331,16 @@ fn command_name(command: &[String]) -> String {
         .unwrap_or_default()
 }
 
-fn status(a: StatusArgs) -> Result<(), LocalError> {
+fn status(a: StatusArgs) -> anyhow::Result<()> {
     let dir = StateDir::existing(&a.state_dir)?;
     let s = carma_local::status::status(&dir)?;
     match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default()),
-        Format::Table => print!("{}", carma_local::status::render_table(&s)),
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&s)?),
+        Format::Table => out!("{}", carma_local::status::render_table(&s)),
     }
-    Ok(())
 }
 
-fn replay(a: ReplayArgs) -> Result<(), LocalError> {
+fn replay(a: ReplayArgs) -> anyhow::Result<()> {
     let dir = StateDir::existing(&a.state_dir)?;
     let cwd = match a.cwd {
         Some(c) => c,
@@ -359,22 +359,18 @@ fn replay(a: ReplayArgs) -> Result<(), LocalError> {
         cwd,
     };
     let ids = carma_local::replay::replay(&dir, &opts)?;
-    let mut out = std::io::stdout().lock();
     for id in ids {
-        let _ = writeln!(out, "{id}");
+        outln!("{id}")?;
     }
     Ok(())
 }
 
-fn report(a: ReportArgs) -> Result<(), LocalError> {
+fn report(a: ReportArgs) -> anyhow::Result<()> {
     let dir = StateDir::existing(&a.state_dir)?;
     let r = carma_local::report::report(&dir)?;
     match a.format {
-        Format::Table => print!("{}", r.table()),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&r.json()).unwrap_or_default()
-        ),
+        Format::Table => out!("{}", r.table())?,
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&r.json())?)?,
     }
     if let Some(out) = &a.out {
         let written = r.write(out)?;

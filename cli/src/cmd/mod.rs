@@ -1,5 +1,25 @@
 //! One module per subcommand. Each exposes its clap arguments and a `run`
 //! function returning the process exit code.
+//!
+//! Commands print their results with [`out!`] and [`outln!`], never `print!`/`println!`: those
+//! panic ("failed printing to stdout: Broken pipe", exit 101) when the reader has closed the pipe,
+//! as `carma simulate | head -1` does once it has its line. The macros return
+//! [`StdoutClosed`] instead, which `main` turns into a quiet exit 0.
+
+/// Print on stdout like `print!`, returning `anyhow::Result<()>`: [`StdoutClosed`] when the
+/// reader has closed the pipe, any other write error as itself.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cmd::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// Print a line on stdout like `println!`; see [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cmd::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 pub mod crds;
 pub mod device_plugin;
@@ -9,7 +29,8 @@ pub mod operator;
 pub mod scheduler_extender;
 pub mod simulate;
 
-use std::io::IsTerminal;
+use std::fmt;
+use std::io::{IsTerminal, Write as _};
 
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
@@ -36,6 +57,36 @@ pub fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
         LogFormat::Json => builder.json().init(),
     }
     Ok(())
+}
+
+/// The reader of stdout went away before the command finished printing (`carma ... | head`).
+/// Not a failure: the reader has what it wanted, so the command stops and exits 0, as if its
+/// output had been read to the end.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("stdout was closed by its reader")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Whether `e` is, or was caused by, [`StdoutClosed`].
+pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<StdoutClosed>())
+}
+
+/// What [`out!`] and [`outln!`] call: write and flush, so that a closed pipe is seen here and not
+/// ignored at exit.
+pub fn write_stdout(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("cannot write to stdout")),
+    }
 }
 
 /// Exit code for bad input (malformed files, flags, annotations).

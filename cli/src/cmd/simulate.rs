@@ -3,7 +3,6 @@
 //! node with 4 × 40 GiB GPUs under every policy and prints the comparison.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -279,11 +278,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    let mut stdout = std::io::stdout().lock();
     match args.format {
-        Format::Table => write!(stdout, "{}", report::render_table(&cmp))?,
-        Format::Json => writeln!(
-            stdout,
+        Format::Table => out!("{}", report::render_table(&cmp))?,
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&report::render_json(&cmp))?
         )?,
@@ -297,7 +294,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         fs::write(&json, serde_json::to_string_pretty(&cmp)?)
             .with_context(|| format!("cannot write {}", json.display()))?;
         if args.format == Format::Table {
-            writeln!(stdout, "  Report: {} (and results.json)", html.display())?;
+            outln!("  Report: {} (and results.json)", html.display())?;
         } else {
             eprintln!("carma simulate: report written to {}", html.display());
         }
