@@ -14,8 +14,9 @@
 //! printout (told apart by their headers and first line); `--optimizer` and `--mixed-precision` set the
 //! profile's optional fields for either.
 //!
-//! Output is JSON on stdout. Bad input (unreadable file, malformed profile,
-//! summary or CSV) prints a message naming the problem on stderr and exits 2.
+//! Output is JSON on stdout (a table with `eval --peaks --table`). Bad input (unreadable
+//! file, malformed profile, summary or CSV) prints a message naming the problem on stderr and
+//! exits 2.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
