@@ -77,7 +77,7 @@ pub struct Node {
 }
 
 /// How much memory a pod reserves on each of its GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind", content = "mib")]
 pub enum Reservation {
     /// A known per-GPU reservation in MiB (override or estimate).

@@ -27,8 +27,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use carma_core::placement::{VerdictExpiry, expiry_of, quick_score, verdict_expiry};
-use carma_core::{Demand, Millis, NodeRejection, PlacementConfig, Policy, Reservation};
+use carma_core::placement::{DemandKey, VerdictExpiry, expiry_of, quick_score, verdict_expiry};
+use carma_core::{Demand, Millis, NodeRejection, PlacementConfig};
 use parking_lot::Mutex;
 
 use crate::cluster::{Inner, NodeEntry};
@@ -85,39 +85,6 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct DemandKey {
-    gpus: u32,
-    reservation: (u8, u64),
-    policy: Policy,
-    exclusive: bool,
-    idle_only: bool,
-    /// Expected SM activity in thousandths (`pack` orders and scores by it).
-    activity_milli: Option<u16>,
-    /// `pack`: the pod has waited long enough to crowd a busy GPU.
-    aged: bool,
-}
-
-impl DemandKey {
-    fn of(d: &Demand, cfg: &PlacementConfig) -> Self {
-        Self {
-            gpus: d.gpus,
-            reservation: match d.reservation {
-                Reservation::Mib(m) => (0, m),
-                Reservation::WholeGpu => (1, 0),
-                Reservation::Unknown => (2, 0),
-            },
-            policy: d.policy,
-            exclusive: d.exclusive,
-            idle_only: d.idle_only,
-            activity_milli: (d.policy == Policy::Pack)
-                .then(|| carma_core::placement::pack::activity_key(d))
-                .flatten(),
-            aged: d.policy == Policy::Pack && carma_core::placement::pack::aged(d, cfg),
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 struct Cached {
     generation: u64,
@@ -145,7 +112,8 @@ impl Verdicts {
     }
 
     fn slots_for(&self, demand: &Demand, cfg: &PlacementConfig) -> Arc<Mutex<Slots>> {
-        let key = DemandKey::of(demand, cfg);
+        // Only the verdict is kept, not the placement: its booking does not matter.
+        let key = DemandKey::of(demand, cfg).verdict_only();
         let mut demands = self.demands.lock();
         if demands.len() >= DEMANDS_KEPT && !demands.contains_key(&key) {
             demands.clear();
@@ -306,6 +274,7 @@ mod tests {
     use super::*;
     use crate::cluster::ClusterState;
     use crate::synthetic;
+    use carma_core::{Policy, Reservation};
 
     fn demands() -> Vec<Demand> {
         vec![

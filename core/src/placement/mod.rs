@@ -21,7 +21,7 @@ use crate::Millis;
 use crate::config::PlacementConfig;
 use crate::gate::utilization_gate;
 use crate::ledger::Ledger;
-use crate::model::{Demand, Gpu, Node, Reservation};
+use crate::model::{Demand, Gpu, Node, Policy, Reservation};
 use crate::reason::{GpuRejection, NodeRejection};
 
 pub use summary::{GpuSummary, VerdictExpiry, expiry_of, quick_score, summarize};
@@ -391,6 +391,47 @@ fn exclusive_first<T>(
     }
 }
 
+/// What [`place_on_node`] reads of a demand: on the same node, ledger and time, demands with equal
+/// keys are placed alike (the simulator's memo and the extender's verdict cache key on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DemandKey {
+    gpus: u32,
+    reservation: Reservation,
+    policy: Policy,
+    exclusive: bool,
+    idle_only: bool,
+    /// Expected SM activity in thousandths: `pack` orders and scores by it, and every placement
+    /// books it.
+    activity_milli: Option<u16>,
+    /// `pack`: the demand has waited long enough to crowd a busy GPU.
+    aged: bool,
+}
+
+impl DemandKey {
+    /// The key of `demand` under `cfg`.
+    pub fn of(demand: &Demand, cfg: &PlacementConfig) -> Self {
+        let packs = demand.policy == Policy::Pack;
+        Self {
+            gpus: demand.gpus,
+            reservation: demand.reservation,
+            policy: demand.policy,
+            exclusive: demand.exclusive,
+            idle_only: demand.idle_only,
+            activity_milli: pack::activity_key(demand),
+            aged: packs && pack::aged(demand, cfg),
+        }
+    }
+
+    /// The key for the score or rejection alone: outside `pack` they do not depend on the
+    /// expected activity (only the booking does), so demands differing in it share the key.
+    pub fn verdict_only(mut self) -> Self {
+        if self.policy != Policy::Pack {
+            self.activity_milli = None;
+        }
+        self
+    }
+}
+
 /// The earliest moments at which [`place_on_node`]'s answer for `node` can change by time alone:
 /// a warm-up lock lifting or the node's telemetry turning stale. Until then an answer may be
 /// reused while the node, the ledger records on its GPUs and the demand stay the same (the
@@ -418,7 +459,6 @@ pub fn score_node(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Policy;
 
     /// The route of `demand` needing 2 GPUs of 40 GiB with `idle` idle and `passing` passing the
     /// sharing rules; `None` in the route: the sharing rules were not judged.
@@ -462,5 +502,39 @@ mod tests {
         // A reservation that fills a GPU does not pack: exclusive first.
         let full = Demand::new(2, Reservation::Mib(40_960), Policy::Pack);
         assert_eq!(is(&route(&full, 2, 0)), "idle 10");
+    }
+    #[test]
+    fn demand_keys_tell_apart_what_placement_reads() {
+        let cfg = PlacementConfig::default();
+        let mut ff = Demand::new(1, Reservation::Mib(8_000), Policy::Ff);
+        ff.expected_sm_activity = Some(0.3);
+        let key = DemandKey::of(&ff, &cfg);
+        // How long a demand waited matters to `pack` alone, and only once it has aged.
+        let mut waited = ff.clone();
+        waited.waited_ms = cfg.pack_aging_ms;
+        assert_eq!(DemandKey::of(&waited, &cfg), key);
+        let mut pack = ff.clone();
+        pack.policy = Policy::Pack;
+        let mut aged = pack.clone();
+        aged.waited_ms = cfg.pack_aging_ms;
+        assert_ne!(DemandKey::of(&aged, &cfg), DemandKey::of(&pack, &cfg));
+        // Every placement books the expected activity; a verdict outside `pack` does not read it.
+        let mut busier = ff.clone();
+        busier.expected_sm_activity = Some(0.9);
+        assert_ne!(DemandKey::of(&busier, &cfg), key);
+        assert_eq!(
+            DemandKey::of(&busier, &cfg).verdict_only(),
+            key.verdict_only()
+        );
+        let mut busier_pack = pack.clone();
+        busier_pack.expected_sm_activity = Some(0.9);
+        assert_ne!(
+            DemandKey::of(&busier_pack, &cfg).verdict_only(),
+            DemandKey::of(&pack, &cfg).verdict_only()
+        );
+        // Recovery first changes the answer.
+        let mut idle_only = ff.clone();
+        idle_only.idle_only = true;
+        assert_ne!(DemandKey::of(&idle_only, &cfg), key);
     }
 }

@@ -29,7 +29,7 @@ mod gpu;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use carma_core::placement::{recovery_first, verdict_expiry};
+use carma_core::placement::{DemandKey, recovery_first, verdict_expiry};
 use carma_core::{
     AttemptOutcome, AttemptRecord, Demand, Gpu, GpuRejection, Ledger, Millis, Node, NodePlacement,
     NodeRejection, PlacementConfig, Policy, RecoveryDecision, Reservation, decide_next,
@@ -132,19 +132,6 @@ struct TaskState {
     /// kube queue: failed scheduling passes of the current attempt, and when it may be tried again.
     unschedulable: u32,
     retry_at: Millis,
-}
-
-/// What `place_on_node` sees of a demand, plus whether sharing is allowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct DemandKey {
-    gpus: u32,
-    reservation: Reservation,
-    exclusive: bool,
-    share: bool,
-    /// The demand's expected SM activity in thousandths.
-    activity_milli: Option<u16>,
-    /// `pack`: the task waited long enough to crowd a GPU.
-    aged: bool,
 }
 
 /// Outcomes remembered per node.
@@ -529,16 +516,7 @@ impl<'a> Engine<'a> {
 
     fn try_place(&mut self, id: usize, share: bool) -> TryPlace {
         let demand = recovery_first(self.demand(id), !share, false);
-        let key = DemandKey {
-            gpus: demand.gpus,
-            reservation: demand.reservation,
-            exclusive: demand.exclusive,
-            share,
-            // Every policy: the remembered placement books the demand's activity.
-            activity_milli: carma_core::placement::pack::activity_key(&demand),
-            aged: demand.policy == Policy::Pack
-                && carma_core::placement::pack::aged(&demand, &self.pcfg),
-        };
+        let key = DemandKey::of(&demand, &self.pcfg);
         let mut best: Option<(usize, NodePlacement)> = None;
         let mut wake: Option<Millis> = None;
         let mut too_few = 0;
