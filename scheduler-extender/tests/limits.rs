@@ -33,7 +33,7 @@ async fn a_body_over_the_limit_gets_413_naming_the_limit() {
         error.contains(&format!("limit of {BODY_LIMIT} bytes")) && error.contains("/filter"),
         "{error}"
     );
-    const { assert!(BODY_LIMIT <= 4 * 1024 * 1024, "see README, Limits") };
+    const { assert!(BODY_LIMIT <= 4 * 1024 * 1024, "see docs/hostile-input.md") };
 
     let small = router_with_limit(ext, 1000);
     let pod = fixture_pod("resnet-train-1");
@@ -421,7 +421,7 @@ fn peak_rss_mib() -> u64 {
 
 /// POST `body` (at most [`BODY_LIMIT`] bytes) to `/filter` and print the
 /// process's peak RSS before and after. Run one at a time, each in its own
-/// process (README, "Limits"):
+/// process (docs/hostile-input.md):
 /// `cargo test --release -p carma-scheduler-extender --test limits peak_ -- --ignored --nocapture --test-threads=1 --exact limits::peak_NAME`
 async fn measure(what: &str, body: Vec<u8>) {
     assert!(body.len() <= BODY_LIMIT, "{} bytes", body.len());
