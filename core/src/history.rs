@@ -6,6 +6,7 @@
 //! from it cannot drift apart:
 //!
 //! * [`PeakHistory::record`] — how an ended run changes the record;
+//! * [`recorded_reservation_mib`] — the reservation an ended run is recorded under;
 //! * [`learned_reservation`] — `max(observed peaks) + headroom`, used when it is *lower* than
 //!   the estimate, or when the estimate is known to be too small (a run peaked at or crashed
 //!   above it); never below the largest peak seen, and always above a reservation under which a
@@ -71,6 +72,21 @@ impl PeakHistory {
             }
         }
         *self != before
+    }
+}
+
+/// The per-GPU reservation an ended run is recorded under: its own, or for an exclusive run the
+/// whole memory of its GPUs (`whole_gpu_mib`). A run that held its GPUs whole and still ran out
+/// of memory does not fit them at all, whatever was estimated for it.
+pub fn recorded_reservation_mib(
+    exclusive: bool,
+    reserved_mib: Option<u64>,
+    whole_gpu_mib: Option<u64>,
+) -> Option<u64> {
+    if exclusive {
+        whole_gpu_mib
+    } else {
+        reserved_mib
     }
 }
 
@@ -259,6 +275,31 @@ mod tests {
         assert_eq!(learned_reservation(8_192, &over, &cfg).unwrap().mib, 10_024);
         // History that is merely no better than the estimate leaves it alone.
         assert_eq!(learned_reservation(9_500, &over, &cfg), None);
+    }
+
+    #[test]
+    fn an_exclusive_crash_records_the_whole_gpu() {
+        assert_eq!(
+            recorded_reservation_mib(true, Some(8_192), Some(40_960)),
+            Some(40_960)
+        );
+        assert_eq!(recorded_reservation_mib(true, None, None), None);
+        assert_eq!(
+            recorded_reservation_mib(false, Some(8_192), Some(40_960)),
+            Some(8_192)
+        );
+        // Learned from that crash: never the estimate that crashed on a whole GPU again.
+        let mut h = PeakHistory::default();
+        h.record(RunEnd::OutOfMemory {
+            reserved_mib: recorded_reservation_mib(true, Some(8_192), Some(40_960)),
+            peak_mib: None,
+        });
+        assert_eq!(
+            learned_reservation(8_192, &h, &HistoryConfig::default())
+                .unwrap()
+                .mib,
+            40_960 + 4_096
+        );
     }
 
     #[test]

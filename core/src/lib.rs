@@ -29,7 +29,10 @@ pub mod telemetry;
 
 pub use config::{PlacementConfig, RecoveryConfig};
 pub use gate::{GateRule, utilization_gate};
-pub use history::{HistoryConfig, LearnedReservation, PeakHistory, RunEnd, learned_reservation};
+pub use history::{
+    HistoryConfig, LearnedReservation, PeakHistory, RunEnd, learned_reservation,
+    recorded_reservation_mib,
+};
 pub use ledger::{Ledger, LedgerError, PlacementRecord};
 pub use model::{Demand, Gpu, Node, Policy, PolicyParseError, Reservation};
 pub use placement::{NodePlacement, place_on_node, score_node};

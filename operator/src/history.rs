@@ -69,13 +69,13 @@ pub fn peak_record(
             task_uid: task.metadata.uid.clone().unwrap_or_default(),
             attempt: attempt.index,
             outcome: kind,
-            // An exclusive attempt held whole GPUs: a crash there says the model does not fit the
-            // GPU's memory at all.
-            reserved_mib: if attempt.exclusive {
-                attempt.reserved_mib.or(pod.gpu_memory_mib)
-            } else {
-                attempt.reserved_mib
-            },
+            // The extender books an exclusive attempt's GPUs whole; the GpuNode's memory stands in
+            // where that figure is missing.
+            reserved_mib: carma_core::recorded_reservation_mib(
+                attempt.exclusive,
+                attempt.reserved_mib,
+                attempt.reserved_mib.or(pod.gpu_memory_mib),
+            ),
             reservation_source,
             peak_mib: attempt.observed_peak_mib,
             finished_at: finished_at.to_string(),

@@ -2,8 +2,9 @@
 //! (`carma_core::history`) replayed on the trace. Tasks of the same workload, batch size and GPU
 //! count share a record keyed by the same profile fingerprint the cluster uses; a finished task
 //! records its true peak (telemetry in a cluster sees it at its sample interval), a crash records
-//! the reservation it crashed under, and a task's *first* attempt is reserved from the record
-//! when the rule says so. Recovery attempts keep the recovery rule's figure, as in a cluster.
+//! the reservation it crashed under (an exclusive crash the whole GPU), and a task's *first*
+//! attempt is reserved from the record when the rule says so. Recovery attempts keep the recovery
+//! rule's figure, as in a cluster.
 
 use std::collections::HashMap;
 
@@ -61,12 +62,9 @@ impl PeakBook {
         );
     }
 
-    /// Task `id` ran out of memory under `reserved`.
-    pub(super) fn crashed(&mut self, id: usize, reserved: Reservation) {
-        let reserved_mib = match reserved {
-            Reservation::Mib(m) => Some(m),
-            _ => None,
-        };
+    /// Task `id` ran out of memory under `reserved_mib` per GPU (as
+    /// `carma_core::recorded_reservation_mib` records it).
+    pub(super) fn crashed(&mut self, id: usize, reserved_mib: Option<u64>) {
         self.record(
             id,
             RunEnd::OutOfMemory {

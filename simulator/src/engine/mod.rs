@@ -810,13 +810,14 @@ impl<'a> Engine<'a> {
             exclusive: run.exclusive,
         });
         if let Some(book) = self.learn.as_mut() {
-            // As the operator records it: an exclusive crash did not fit the whole GPU.
-            let floor = if run.exclusive {
-                Reservation::Mib(total)
-            } else {
-                s.reservation
+            let reserved = match s.reservation {
+                Reservation::Mib(m) => Some(m),
+                Reservation::WholeGpu | Reservation::Unknown => None,
             };
-            book.crashed(id, floor);
+            book.crashed(
+                id,
+                carma_core::recorded_reservation_mib(run.exclusive, reserved, Some(total)),
+            );
         }
         debug!(task = id, gpu, "out of memory");
         match decide_next(&s.history, Some(total), &self.cfg.recovery) {
