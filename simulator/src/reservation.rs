@@ -8,9 +8,9 @@
 //! | `none` | `Reservation::Unknown` (share when 5120 MiB are free) | CARMA's OR-MAGM / OR-LUG |
 //!
 //! A task without a profile or recorded estimate gets a whole GPU, as carma does
-//! for a pod without an estimate (the extender reserves an override, else the estimate,
-//! else the whole GPU: `carma_scheduler_extender::decision`); so does any reservation
-//! that cannot fit beside another job on the simulated GPU.
+//! for a pod without an estimate (its first reservation is the `carma.io/gpu-memory`
+//! override, else the estimate, else the whole GPU); so does any reservation that cannot
+//! fit beside another job on the simulated GPU.
 
 use std::collections::HashMap;
 use std::fmt;
