@@ -47,7 +47,7 @@ pub struct PlacementConfig {
     /// `pack` only: the combined expected SM activity up to which a busy GPU may be crowded (the
     /// last tier; never below the SM-activity cap). Above 1.0 bets that co-located jobs lose
     /// little throughput when they take turns on saturated SMs — right when the interference
-    /// model's slowdown exponent is near 1, wrong near 2 (README, "carma's own policy: `pack`").
+    /// model's slowdown exponent is near 1, wrong near 2 (docs/pack-policy.md).
     pub pack_crowding_limit: f64,
 }
 

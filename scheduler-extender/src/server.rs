@@ -26,7 +26,7 @@ use crate::wire::{BadRequest, ExtenderArgs, ExtenderBindingArgs};
 /// sets `nodeCacheCapable: true`, so a request is one Pod (etcd keeps objects
 /// under 1.5 MiB) and the candidate node names (5,000 nodes: ~100 KB). The
 /// worst body of this size that decodes keeps the extender's peak memory well
-/// under the chart's 256Mi limit (README, "Limits"). A scheduler that sends full
+/// under the chart's 256Mi limit (docs/hostile-input.md). A scheduler that sends full
 /// Node objects (`nodeCacheCapable: false`) needs a larger limit and more memory.
 pub const BODY_LIMIT: usize = 4 * 1024 * 1024;
 
@@ -36,8 +36,8 @@ pub use carma_net::IDLE_TIMEOUT;
 /// their turn. Each may hold a body of up to [`BODY_LIMIT`] while it is read (for at most
 /// [`BODY_READ_TIMEOUT`]); decoding and judging run on the runtime's workers, one request each at a
 /// time. kube-scheduler calls these verbs from its one scheduling loop; eight turns leave room for
-/// retries and a second profile while a few stalled callers cannot hold every turn (README,
-/// "Limits").
+/// retries and a second profile while a few stalled callers cannot hold every turn
+/// (docs/hostile-input.md).
 pub const PLACEMENT_CONCURRENCY: usize = 8;
 
 /// How long a request body may take to arrive once its handler runs; then HTTP 408. It bounds how

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 /// Most JSON values (objects, arrays, strings, numbers…) a request's Pod may
 /// hold. Decoding multiplies small JSON: `{}` in `spec.containers` is 2 bytes
 /// of text and ~2 KiB of `Container`, so 4 MiB of it took 2.9 GB; at this bound
-/// such a Pod peaks at ~90 MiB (README, "Limits"). A Pod that
+/// such a Pod peaks at ~90 MiB (docs/hostile-input.md). A Pod that
 /// etcd can store (1.5 MiB) has far fewer values than this.
 pub const MAX_POD_VALUES: usize = 32_768;
 

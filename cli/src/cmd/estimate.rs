@@ -562,7 +562,7 @@ mod printout_tests {
             assert!(out.get(key).is_some(), "missing {key}");
         }
         assert_eq!(out["carma"]["underestimates"], 0);
-        // `--table`: the text the README quotes.
+        // `--table`: the text docs/estimator-evaluation.md quotes.
         let argv = ["estimate"].into_iter().chain(eval).chain(["--table"]);
         let args = Cli::try_parse_from(argv).unwrap().args;
         match execute(&Estimator::new().unwrap(), &args).unwrap() {

@@ -431,7 +431,7 @@ mod tests {
         .unwrap();
         let table = render_table(&r);
         // Every v2 task file is restated by the catalog (39 jobs) plus 13 summaries and 1 printout:
-        // the rows README and estimator/README.md quote.
+        // the rows docs/estimator-evaluation.md and estimator/README.md quote.
         assert_eq!(r.rows.len(), 53, "{table}");
         assert!(r.skipped.is_empty(), "{:?}\n{table}", r.skipped);
         assert_eq!(

@@ -158,7 +158,7 @@ pub struct Thresholds {
     )]
     pub pack_aging_seconds: u64,
     /// Policy `pack`: combined expected SM activity up to which a busy GPU may be crowded (1 to 4;
-    /// above 1 only where co-located jobs are known to lose little throughput, see the README).
+    /// above 1 only where co-located jobs are known to lose little throughput, see docs/pack-policy.md).
     #[arg(
         long,
         env = "CARMA_PACK_CROWDING_LIMIT",
