@@ -15,6 +15,8 @@
 //! * [`recovery`] — what to do after an attempt ends.
 //! * [`quantity`] — Kubernetes memory quantities in MiB.
 //! * [`history`] — reservations learned from the peaks earlier runs of a model reached.
+//! * [`reservation`] — where a first reservation comes from: override, estimate or history,
+//!   whole GPU.
 
 pub mod config;
 pub mod gate;
@@ -25,6 +27,7 @@ pub mod placement;
 pub mod quantity;
 pub mod reason;
 pub mod recovery;
+pub mod reservation;
 pub mod telemetry;
 
 pub use config::{PlacementConfig, RecoveryConfig};
@@ -38,6 +41,7 @@ pub use model::{Demand, Gpu, Node, Policy, PolicyParseError, Reservation};
 pub use placement::{NodePlacement, place_on_node, score_node};
 pub use reason::{GpuRejection, NodeRejection};
 pub use recovery::{AttemptOutcome, AttemptRecord, RecoveryDecision, decide_next};
+pub use reservation::{FirstReservation, first_reservation};
 pub use telemetry::{RiskScores, SampleWindow, risk_score};
 
 /// Time in milliseconds on a monotonic or wall clock chosen by the caller.

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use carma_core::Reservation;
+use carma_core::{FirstReservation, Reservation, first_reservation};
 use carma_estimator::activity::expected_sm_activity;
 use carma_estimator::{Estimator, Family, parse_profile, parse_torchsummary};
 
@@ -72,39 +72,57 @@ pub fn resolve_full(source: &MemorySource) -> Result<Resolved> {
     let estimator = || {
         Estimator::new().map_err(|e| LocalError::bad_input(format!("cannot load GPUMemNet: {e}")))
     };
-    match source {
-        MemorySource::Override(q) => Ok(plain(Reservation::Mib(parse_memory(q)?), "override")),
-        MemorySource::None => Ok(plain(Reservation::WholeGpu, "none")),
-        MemorySource::Profile(path) => {
-            let profile = parse_profile(&read(path, "--profile")?)
-                .map_err(|e| LocalError::bad_input(format!("--profile {}: {e}", path.display())))?;
-            let e = estimator()?
-                .estimate(&profile)
-                .map_err(|e| LocalError::bad_input(format!("--profile {}: {e}", path.display())))?;
-            Ok(Resolved {
-                reservation: Reservation::Mib(e.mib),
-                source: e.source.as_str().to_string(),
-                expected_sm_activity: Some(expected_sm_activity(&profile)),
-            })
+    let override_mib = match source {
+        MemorySource::Override(q) => Some(parse_memory(q)?),
+        _ => None,
+    };
+    let estimate = || -> Result<Option<(u64, (String, f64))>> {
+        let (profile, flag, path) = match source {
+            MemorySource::Override(_) | MemorySource::None => return Ok(None),
+            MemorySource::Profile(path) => {
+                let profile = parse_profile(&read(path, "--profile")?).map_err(|e| {
+                    LocalError::bad_input(format!("--profile {}: {e}", path.display()))
+                })?;
+                (profile, "--profile", path)
+            }
+            MemorySource::Summary {
+                path,
+                family,
+                batch_size,
+            } => {
+                let family: Family = family
+                    .parse()
+                    .map_err(|e| LocalError::bad_input(format!("--family: {e}")))?;
+                let profile = parse_torchsummary(&read(path, "--summary")?, family, *batch_size)
+                    .map_err(|e| {
+                        LocalError::bad_input(format!("--summary {}: {e}", path.display()))
+                    })?;
+                (profile, "--summary", path)
+            }
+        };
+        let e = estimator()?
+            .estimate(&profile)
+            .map_err(|e| LocalError::bad_input(format!("{flag} {}: {e}", path.display())))?;
+        let activity = expected_sm_activity(&profile);
+        Ok(Some((e.mib, (e.source.as_str().to_string(), activity))))
+    };
+    // `carma local` keeps no history of peaks.
+    let first = first_reservation(override_mib, estimate, |_| None)?;
+    let reservation = first.reservation();
+    Ok(match first {
+        FirstReservation::Override(_) => plain(reservation, "override"),
+        FirstReservation::WholeGpu => plain(reservation, "none"),
+        FirstReservation::Estimate {
+            estimate: (source, activity),
+            ..
         }
-        MemorySource::Summary {
-            path,
-            family,
-            batch_size,
-        } => {
-            let family: Family = family
-                .parse()
-                .map_err(|e| LocalError::bad_input(format!("--family: {e}")))?;
-            let profile = parse_torchsummary(&read(path, "--summary")?, family, *batch_size)
-                .map_err(|e| LocalError::bad_input(format!("--summary {}: {e}", path.display())))?;
-            let e = estimator()?
-                .estimate(&profile)
-                .map_err(|e| LocalError::bad_input(format!("--summary {}: {e}", path.display())))?;
-            Ok(Resolved {
-                reservation: Reservation::Mib(e.mib),
-                source: e.source.as_str().to_string(),
-                expected_sm_activity: Some(expected_sm_activity(&profile)),
-            })
-        }
-    }
+        | FirstReservation::Learned {
+            estimate: (source, activity),
+            ..
+        } => Resolved {
+            reservation,
+            source,
+            expected_sm_activity: Some(activity),
+        },
+    })
 }

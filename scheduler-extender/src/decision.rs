@@ -3,7 +3,7 @@
 //! The reservation is the `carma.io/gpu-memory` override, else the estimator's
 //! answer for the `carma.io/model-profile` annotation — or what earlier runs of the same profile
 //! were seen to use plus headroom, when that is lower or the estimate proved too small
-//! ([`crate::history`]) — else the whole GPU. It is
+//! ([`crate::history`]) — else the whole GPU (`carma_core::first_reservation`). It is
 //! computed once per pod and cached by pod UID (with a fingerprint of the inputs,
 //! so that a pod whose annotations are edited while pending is judged again).
 
@@ -16,7 +16,7 @@ use carma_api::names::{
     RESOURCE_GPU,
 };
 use carma_api::{AnnotationError, PodRequest};
-use carma_core::{Demand, HistoryConfig, Policy, Reservation};
+use carma_core::{Demand, FirstReservation, HistoryConfig, Policy, Reservation, first_reservation};
 use carma_estimator::{EstimateError, Estimator, Profile, parse_profile};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use parking_lot::Mutex;
@@ -235,50 +235,54 @@ impl Decisions {
         let mut samples = None;
         let (reservation, source, class) = if gpus == 0 {
             (Reservation::WholeGpu, SOURCE_NO_GPU.to_string(), None)
-        } else if request.exclusive && request.gpu_memory_mib.is_none() {
-            // An exclusive pod (e.g. recovery escalation after repeated OOMs)
-            // owns its GPUs: book them whole, never the estimate that crashed.
-            // A malformed profile is still an error the user must see.
-            if let Some(Err(e)) = &parsed {
-                return Err(DecisionError::Profile(e.to_string()));
-            }
-            (Reservation::WholeGpu, SOURCE_WHOLE_GPU.to_string(), None)
-        } else if let Some(mib) = request.gpu_memory_mib {
-            (Reservation::Mib(mib), SOURCE_OVERRIDE.to_string(), None)
-        } else if let Some(parsed) = &parsed {
-            let profile = parsed
-                .as_ref()
-                .map_err(|e| DecisionError::Profile(e.to_string()))?;
-            match self.estimator.estimate(profile) {
-                Ok(e) => match self.history.learned(profile, gpus, e.mib) {
-                    Some(learned) => {
-                        samples = Some(learned.samples);
-                        (
-                            Reservation::Mib(learned.mib),
-                            SOURCE_HISTORY.to_string(),
-                            None,
-                        )
-                    }
-                    None => (
-                        Reservation::Mib(e.mib),
-                        e.source.as_str().to_string(),
-                        Some(e.class),
-                    ),
-                },
-                Err(EstimateError::InvalidProfile(e)) => {
-                    return Err(DecisionError::Profile(e.to_string()));
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        pod = %pod_key(pod),
-                        error = %e,
-                        "estimator failed; reserving whole GPUs for this pod"
-                    );
-                    (Reservation::WholeGpu, SOURCE_WHOLE_GPU.to_string(), None)
-                }
-            }
         } else {
-            (Reservation::WholeGpu, SOURCE_WHOLE_GPU.to_string(), None)
+            let estimate = || {
+                // A malformed profile is an error the user must see, estimated or not.
+                let Some(profile) = parsed.as_ref() else {
+                    return Ok(None);
+                };
+                let profile = profile
+                    .as_ref()
+                    .map_err(|e| DecisionError::Profile(e.to_string()))?;
+                // An exclusive pod (e.g. recovery escalation after repeated OOMs) owns its GPUs:
+                // book them whole, never the estimate that crashed.
+                if request.exclusive {
+                    return Ok(None);
+                }
+                match self.estimator.estimate(profile) {
+                    Ok(e) => Ok(Some((e.mib, e))),
+                    Err(EstimateError::InvalidProfile(e)) => {
+                        Err(DecisionError::Profile(e.to_string()))
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            pod = %pod_key(pod),
+                            error = %e,
+                            "estimator failed; reserving whole GPUs for this pod"
+                        );
+                        Ok(None)
+                    }
+                }
+            };
+            let learned = |mib| match &parsed {
+                Some(Ok(profile)) => self.history.learned(profile, gpus, mib),
+                _ => None,
+            };
+            let first = first_reservation(request.gpu_memory_mib, estimate, learned)?;
+            let reservation = first.reservation();
+            match first {
+                FirstReservation::Override(_) => (reservation, SOURCE_OVERRIDE.to_string(), None),
+                FirstReservation::Learned { learned, .. } => {
+                    samples = Some(learned.samples);
+                    (reservation, SOURCE_HISTORY.to_string(), None)
+                }
+                FirstReservation::Estimate { estimate, .. } => (
+                    reservation,
+                    estimate.source.as_str().to_string(),
+                    Some(estimate.class),
+                ),
+                FirstReservation::WholeGpu => (reservation, SOURCE_WHOLE_GPU.to_string(), None),
+            }
         };
         Ok(Decision {
             demand: Demand {

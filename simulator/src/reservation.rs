@@ -13,10 +13,11 @@
 //! fit beside another job on the simulated GPU.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;
 
-use carma_core::Reservation;
+use carma_core::{FirstReservation, Reservation, first_reservation};
 use carma_estimator::Estimator;
 use serde::Serialize;
 
@@ -113,36 +114,41 @@ pub fn plan(
     let mut fallbacks = 0;
     let mut reservations = Vec::with_capacity(tasks.len());
     for task in tasks {
-        let r = match kind {
-            EstimatorKind::Oracle => Some(Reservation::Mib(task.peak_mib)),
-            EstimatorKind::Recorded => task.recorded_mib.map(Reservation::Mib),
-            EstimatorKind::None => Some(Reservation::Unknown),
-            EstimatorKind::Gpumemnet => {
-                let est = estimator.as_ref().expect("estimator loaded for gpumemnet");
-                task.workload.and_then(|w| {
-                    let key = (w.key, w.batch_size);
-                    let entry = cache.entry(key).or_insert_with(|| {
-                        match est.estimate(&w.arch.profile(w.batch_size)) {
-                            Ok(e) => Some((e.mib, e.source.as_str().to_string())),
-                            Err(e) => {
-                                tracing::warn!(workload = w.key, error = %e, "estimate failed; whole GPU");
-                                None
+        let estimate = || {
+            let mib = match kind {
+                EstimatorKind::Oracle => Some(task.peak_mib),
+                EstimatorKind::Recorded => task.recorded_mib,
+                EstimatorKind::None => None,
+                EstimatorKind::Gpumemnet => {
+                    let est = estimator.as_ref().expect("estimator loaded for gpumemnet");
+                    task.workload.and_then(|w| {
+                        let key = (w.key, w.batch_size);
+                        let entry = cache.entry(key).or_insert_with(|| {
+                            match est.estimate(&w.arch.profile(w.batch_size)) {
+                                Ok(e) => Some((e.mib, e.source.as_str().to_string())),
+                                Err(e) => {
+                                    tracing::warn!(workload = w.key, error = %e, "estimate failed; whole GPU");
+                                    None
+                                }
                             }
-                        }
-                    });
-                    entry.as_ref().map(|(mib, source)| {
-                        *sources.entry(source.clone()).or_default() += 1;
-                        Reservation::Mib(*mib)
+                        });
+                        entry.as_ref().map(|(mib, source)| {
+                            *sources.entry(source.clone()).or_default() += 1;
+                            *mib
+                        })
                     })
-                })
-            }
+                }
+            };
+            Ok::<_, Infallible>(mib.map(|mib| (mib, ())))
         };
-        let r = match r {
-            Some(r) => r,
-            None => {
-                fallbacks += 1;
-                Reservation::WholeGpu
-            }
+        let r = if kind == EstimatorKind::None {
+            // CARMA's OR-* rule, outside carma's order: no estimate, yet the task may share.
+            Reservation::Unknown
+        } else {
+            // A trace has no overrides; history is learned as the run goes (`engine::learn`).
+            let Ok(first) = first_reservation(None, estimate, |_| None);
+            fallbacks += usize::from(first == FirstReservation::WholeGpu);
+            first.reservation()
         };
         reservations.push(r);
     }

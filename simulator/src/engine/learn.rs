@@ -7,8 +7,11 @@
 //! rule's figure, as in a cluster.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 
-use carma_core::{HistoryConfig, PeakHistory, Reservation, RunEnd, learned_reservation};
+use carma_core::{
+    HistoryConfig, PeakHistory, Reservation, RunEnd, first_reservation, learned_reservation,
+};
 
 use crate::task::Task;
 
@@ -40,16 +43,21 @@ impl PeakBook {
         }
     }
 
-    /// The first-attempt reservation of task `id` whose estimate is `estimate`: the learned
-    /// figure when the rule replaces the estimate, else the estimate.
-    pub(super) fn first_reservation(&self, id: usize, estimate: Reservation) -> Reservation {
-        let (Some(key), Reservation::Mib(est)) = (&self.keys[id], estimate) else {
-            return estimate;
+    /// The first-attempt reservation of task `id` planned as `planned` (the estimate, or the whole
+    /// GPU without one): carma's order with the record at hand.
+    pub(super) fn first_reservation(&self, id: usize, planned: Reservation) -> Reservation {
+        let estimate = match planned {
+            Reservation::Mib(mib) => Some((mib, ())),
+            Reservation::WholeGpu => None,
+            // CARMA's OR-* rule: no estimate to learn in place of.
+            Reservation::Unknown => return planned,
         };
-        self.records
-            .get(key)
-            .and_then(|h| learned_reservation(est, h, &self.cfg))
-            .map_or(estimate, |l| Reservation::Mib(l.mib))
+        let learned = |mib| {
+            let key = self.keys[id].as_ref()?;
+            learned_reservation(mib, self.records.get(key)?, &self.cfg)
+        };
+        let Ok(first) = first_reservation(None, || Ok::<_, Infallible>(estimate), learned);
+        first.reservation()
     }
 
     /// Task `id` finished; `peak_mib` is what it used.
