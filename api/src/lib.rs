@@ -19,6 +19,6 @@ pub use annotations::{AnnotationError, Assignment, EstimateAnnotation, PodReques
 pub use gpu_node::{EndedPodPeak, GpuNode, GpuNodeSpec, GpuNodeStatus, GpuPodStatus, GpuStatus};
 pub use memory_history::{MemoryHistory, MemoryHistorySpec, MemoryHistoryStatus, PeakSample};
 pub use training_task::{
-    AttemptOutcomeKind, AttemptStatus, EstimateStatus, PlacementPolicy, RecoverySpec,
-    TaskCondition, TaskPhase, TrainingTask, TrainingTaskSpec, TrainingTaskStatus,
+    AttemptOutcomeKind, AttemptStatus, EstimateStatus, RecoverySpec, TaskCondition, TaskPhase,
+    TrainingTask, TrainingTaskSpec, TrainingTaskStatus,
 };

@@ -1,6 +1,8 @@
 //! The `TrainingTask` custom resource: a training job carma runs, watches and
 //! recovers from out-of-memory crashes.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -82,7 +84,8 @@ pub struct TrainingTaskSpec {
     pub gpu_memory: Option<String>,
     /// Placement policy; the extender's default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<PlacementPolicy>,
+    #[schemars(with = "Option<PolicyName>")]
+    pub policy: Option<Policy>,
     /// Run every attempt on GPUs of its own.
     #[serde(default)]
     pub exclusive: bool,
@@ -200,38 +203,26 @@ pub struct LayerCounts {
     pub adaptive_avg_pool: Option<u64>,
 }
 
-/// Placement policy names.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum PlacementPolicy {
-    /// Never share a GPU.
-    Exclusive,
-    /// First fit in GPU index order.
-    Ff,
-    /// Best fit: least free memory first.
-    Bf,
-    /// Most available GPU memory first.
-    Magm,
-    /// Least utilized GPU first.
-    Lug,
-    /// Round robin, no memory test (relies on recovery).
-    Rr,
-    /// carma's own: complementary packing by expected SM activity, idle GPUs kept for pods that
-    /// cannot share.
-    Pack,
-}
+/// The schema of `carma_core::Policy`: its names as it serializes them, so the API server
+/// accepts exactly the policies core has (core carries no schemars).
+struct PolicyName;
 
-impl From<PlacementPolicy> for Policy {
-    fn from(p: PlacementPolicy) -> Self {
-        match p {
-            PlacementPolicy::Exclusive => Policy::Exclusive,
-            PlacementPolicy::Ff => Policy::Ff,
-            PlacementPolicy::Bf => Policy::Bf,
-            PlacementPolicy::Magm => Policy::Magm,
-            PlacementPolicy::Lug => Policy::Lug,
-            PlacementPolicy::Rr => Policy::Rr,
-            PlacementPolicy::Pack => Policy::Pack,
-        }
+impl JsonSchema for PolicyName {
+    fn schema_name() -> Cow<'static, str> {
+        "PlacementPolicy".into()
+    }
+
+    // One variant per name, as schemars derives a documented enum; the CRD lists them as an
+    // `enum` of strings.
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let variants: Vec<serde_json::Value> = Policy::ALL
+            .iter()
+            .map(|p| serde_json::json!({"type": "string", "const": p}))
+            .collect();
+        schemars::json_schema!({
+            "description": "Placement policy names.",
+            "oneOf": variants,
+        })
     }
 }
 
@@ -453,4 +444,25 @@ pub struct TaskCondition {
     /// When the status last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_crd_accepts_exactly_cores_policies() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(TrainingTask::crd()).unwrap();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let policy = &schema["properties"]["spec"]["properties"]["policy"];
+        let names: Vec<&str> = Policy::ALL.iter().map(|p| p.as_str()).collect();
+        assert_eq!(policy["enum"], serde_json::json!(names));
+        assert_eq!(policy["nullable"], true);
+        for p in Policy::ALL {
+            let spec: Option<Policy> =
+                serde_json::from_value(serde_json::json!(p.as_str())).unwrap();
+            assert_eq!(spec, Some(p));
+        }
+    }
 }
