@@ -9,9 +9,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 
-use carma_core::{
-    HistoryConfig, PeakHistory, Reservation, RunEnd, first_reservation, learned_reservation,
-};
+use carma_core::{HistoryConfig, PeakHistory, Reservation, RunEnd, learned_reservation};
 
 use crate::task::Task;
 
@@ -56,7 +54,8 @@ impl PeakBook {
             let key = self.keys[id].as_ref()?;
             learned_reservation(mib, self.records.get(key)?, &self.cfg)
         };
-        let Ok(first) = first_reservation(None, || Ok::<_, Infallible>(estimate), learned);
+        let Ok(first) =
+            carma_core::first_reservation(None, || Ok::<_, Infallible>(estimate), learned);
         first.reservation()
     }
 
