@@ -82,7 +82,10 @@ func (e *env) plantGpuNode(ctx context.Context) ([]gpu, bool) {
 	list, _, _ := unstructured.NestedSlice(status, "gpus")
 	var out []gpu
 	for i, g := range list {
-		m := g.(map[string]any)
+		m, ok := g.(map[string]any)
+		if !e.check(ok, "canary: GpuNode gpu-node-1 status.gpus[%d] is an object", i) {
+			return nil, false
+		}
 		m["uuid"] = fmt.Sprintf("GPU-canary-%d", i)
 		raw, _ := json.Marshal(m)
 		var x gpu
