@@ -7,11 +7,14 @@
 //!
 //! * [`model`] — GPUs, nodes, demands and reservations.
 //! * [`telemetry`] — CARMA's risk reduction over a sample window.
-//! * [`gate`] — the utilization gate for each telemetry source's metric set.
+//! * [`gate`] — the utilization gate for each telemetry source's metric set ([`gate_rule`]: the
+//!   rules' names).
 //! * [`ledger`] — placements in flight and the warm-up lock.
 //! * [`placement`] — the exclusive-first rule, memory test, utilization gate, the
 //!   six policies and node scores.
 //! * [`reason`] — actionable rejection reasons.
+//! * [`exit`] — how a training process ended: success, GPU out of memory (by the OOM
+//!   patterns), a kernel OOM kill for host memory, or another failure.
 //! * [`recovery`] — what to do after an attempt ends.
 //! * [`quantity`] — Kubernetes memory quantities in MiB.
 //! * [`history`] — reservations learned from the peaks earlier runs of a model reached.
@@ -19,7 +22,9 @@
 //!   whole GPU.
 
 pub mod config;
+pub mod exit;
 pub mod gate;
+pub mod gate_rule;
 pub mod history;
 pub mod ledger;
 pub mod model;
@@ -31,6 +36,10 @@ pub mod reservation;
 pub mod telemetry;
 
 pub use config::{PlacementConfig, RecoveryConfig};
+pub use exit::{
+    ContainerExit, DEFAULT_OOM_PATTERNS, OomPatterns, PatternError, Verdict, VerdictKind,
+    classify_exit,
+};
 pub use gate::{GateRule, utilization_gate};
 pub use history::{
     HistoryConfig, LearnedReservation, PeakHistory, RunEnd, learned_reservation,

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::gate::GateRule;
+use crate::gate_rule::GateRule;
 
 /// One physical GPU as the scheduler sees it: inventory plus the latest telemetry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

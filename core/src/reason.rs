@@ -5,7 +5,7 @@ use std::fmt;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::gate::GateRule;
+use crate::gate_rule::GateRule;
 
 /// Why one GPU cannot take a demand.
 #[derive(Debug, Clone, PartialEq, Serialize, Error)]

@@ -40,7 +40,7 @@
 //! the README says how they were chosen. Transformer `k` is below 1 because those
 //! profiles count attention tensors that PyTorch frees before backward.
 
-use crate::profile::{Family, Optimizer, Profile};
+use crate::family::{Family, Optimizer};
 
 /// Fixed overhead: CUDA context, library handles, allocator floor (MiB).
 pub const CONTEXT_MIB: u64 = 1536;
@@ -85,14 +85,33 @@ pub fn activation_bytes(mixed_precision: bool) -> u64 {
 
 const MIB: u128 = 1 << 20;
 
-/// The analytic bound of `p`'s training memory in MiB (see the module docs).
+/// What the bound reads of a training job; a [`Profile`](crate::Profile) converts into it with
+/// the annotation's defaults (Adam, fp32) applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoundInputs {
+    pub family: Family,
+    pub optimizer: Optimizer,
+    pub mixed_precision: bool,
+    /// Trainable parameters.
+    pub parameters: u64,
+    /// Output values of one sample's forward pass.
+    pub activations: u64,
+    pub batch_size: u32,
+    /// Tokens per sample; attention scores are counted only when it is given.
+    pub seq_length: Option<u32>,
+    /// Attention blocks, one score matrix each.
+    pub attention_layers: u32,
+}
+
+/// The analytic bound of a job's training memory in MiB (see the module docs).
 /// Saturates instead of overflowing on absurd inputs.
-pub fn analytic_upper_bound_mib(p: &Profile) -> u64 {
-    let e = u128::from(activation_bytes(p.is_mixed_precision()));
+pub fn analytic_upper_bound_mib(job: impl Into<BoundInputs>) -> u64 {
+    let p: BoundInputs = job.into();
+    let e = u128::from(activation_bytes(p.mixed_precision));
     let f = activation_factors(p.family);
     let batch = u128::from(p.batch_size);
-    let state = u128::from(state_bytes_per_parameter(p.effective_optimizer()))
-        .saturating_mul(u128::from(p.parameters));
+    let state =
+        u128::from(state_bytes_per_parameter(p.optimizer)).saturating_mul(u128::from(p.parameters));
     // k × e × A × (b + w) in integers: k has two decimals, so scale by 100.
     let copies_pct = (f.copies * 100.0).round() as u128;
     let activations = (copies_pct * e)
@@ -103,7 +122,7 @@ pub fn analytic_upper_bound_mib(p: &Profile) -> u64 {
     if let Some(seq) = p.seq_length {
         let seq = u128::from(seq);
         let scores = e
-            .saturating_mul(u128::from(p.layers.attention))
+            .saturating_mul(u128::from(p.attention_layers))
             .saturating_mul(batch)
             .saturating_mul(seq)
             .saturating_mul(seq);
@@ -119,27 +138,24 @@ pub fn analytic_upper_bound_mib(p: &Profile) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::Layers;
 
-    fn profile(family: Family, parameters: u64, activations: u64, batch_size: u32) -> Profile {
-        Profile {
+    fn profile(family: Family, parameters: u64, activations: u64, batch_size: u32) -> BoundInputs {
+        BoundInputs {
             family,
-            batch_size,
+            optimizer: Optimizer::Adam,
+            mixed_precision: false,
             parameters,
             activations,
-            depth: Some(1),
-            activation: None,
-            layers: Layers::default(),
+            batch_size,
             seq_length: None,
-            optimizer: None,
-            mixed_precision: None,
+            attention_layers: 0,
         }
     }
 
     #[test]
     fn tiny_model_is_context_only() {
         assert_eq!(
-            analytic_upper_bound_mib(&profile(Family::Cnn, 1, 1, 1)),
+            analytic_upper_bound_mib(profile(Family::Cnn, 1, 1, 1)),
             1792
         );
     }
@@ -148,23 +164,23 @@ mod tests {
     fn resnet50_batch_128_by_hand() {
         // 25,557,032 params × 20 B = 487.5 MiB; 37.56 M activations × 1.25 × 4 B
         // × (128 + 6) = 23,997 MiB; + 1536 = 26,021 → 26,112.
-        let mib = analytic_upper_bound_mib(&profile(Family::Cnn, 25_557_032, 37_560_000, 128));
+        let mib = analytic_upper_bound_mib(profile(Family::Cnn, 25_557_032, 37_560_000, 128));
         assert_eq!(mib, 26_112);
     }
 
     #[test]
     fn optimizer_and_precision_shrink_the_bound() {
         let mut p = profile(Family::Transformer, 200_000_000, 50_000_000, 8);
-        let adam = analytic_upper_bound_mib(&p);
-        p.optimizer = Some(Optimizer::SgdMomentum);
-        let momentum = analytic_upper_bound_mib(&p);
-        p.optimizer = Some(Optimizer::Sgd);
-        let sgd = analytic_upper_bound_mib(&p);
+        let adam = analytic_upper_bound_mib(p);
+        p.optimizer = Optimizer::SgdMomentum;
+        let momentum = analytic_upper_bound_mib(p);
+        p.optimizer = Optimizer::Sgd;
+        let sgd = analytic_upper_bound_mib(p);
         // 200 M parameters: 4 B each (763 MiB) between the optimizers, ± rounding
         assert!(adam > momentum && momentum > sgd, "{adam} {momentum} {sgd}");
         assert!((512..=1024).contains(&(momentum - sgd)), "{momentum} {sgd}");
-        p.mixed_precision = Some(true);
-        let half = analytic_upper_bound_mib(&p);
+        p.mixed_precision = true;
+        let half = analytic_upper_bound_mib(p);
         // activations 0.85 × 4 B × 50 M × 12 = 1,946 MiB, halved
         assert!((800..=1300).contains(&(sgd - half)), "{sgd} {half}");
     }
@@ -173,17 +189,17 @@ mod tests {
     fn saturates_instead_of_overflowing() {
         let mut p = profile(Family::Transformer, u64::MAX, u64::MAX, u32::MAX);
         p.seq_length = Some(u32::MAX);
-        p.layers.attention = u32::MAX;
-        assert_eq!(analytic_upper_bound_mib(&p), u64::MAX);
+        p.attention_layers = u32::MAX;
+        assert_eq!(analytic_upper_bound_mib(p), u64::MAX);
     }
 
     #[test]
     fn attention_scores_count_when_seq_length_given() {
         let mut p = profile(Family::Transformer, 1_000_000, 1_000_000, 8);
-        let without = analytic_upper_bound_mib(&p);
-        p.layers.attention = 12;
+        let without = analytic_upper_bound_mib(p);
+        p.attention_layers = 12;
         p.seq_length = Some(2048);
         // 4 B × 12 × 8 × 2048² = 1,536 MiB
-        assert!(analytic_upper_bound_mib(&p) >= without + 1536);
+        assert!(analytic_upper_bound_mib(p) >= without + 1536);
     }
 }

@@ -36,13 +36,14 @@ pub mod activity;
 pub mod analytic;
 mod estimator;
 mod evaluate;
+mod family;
 pub mod features;
 mod fingerprint;
 mod model;
 mod printout;
 mod profile;
-mod summary;
 mod torchinfo;
+mod torchsummary;
 
 pub use analytic::analytic_upper_bound_mib;
 pub use estimator::{
@@ -58,5 +59,5 @@ pub use profile::{
     MAX_LAYERS, MAX_PARAMETERS, MAX_SEQ_LENGTH, Optimizer, Profile, ProfileError,
     TORCH_ACTIVATIONS, parse_profile,
 };
-pub use summary::{SummaryError, parse_torchsummary};
 pub use torchinfo::{looks_like_torchinfo, parse_torchinfo};
+pub use torchsummary::{SummaryError, parse_torchsummary};

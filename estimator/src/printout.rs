@@ -49,7 +49,7 @@
 //! `Total params` footer, say) are ignored.
 
 use crate::profile::{Family, Layers, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Profile, ProfileError};
-use crate::summary::parse_count;
+use crate::torchsummary::parse_count;
 
 /// Head size assumed to infer the number of attention heads from the width.
 pub const HEAD_DIM: u64 = 64;

@@ -2,60 +2,12 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::str::FromStr;
 
 use serde::de::{MapAccess, Visitor, value::MapAccessDeserializer};
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// Model family; each family has its own features and (once trained) its own model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Family {
-    /// Multi-layer perceptrons (Linear / activation / BatchNorm / Dropout stacks).
-    Mlp,
-    /// Convolutional networks.
-    Cnn,
-    /// Transformer encoders / decoders.
-    Transformer,
-}
-
-impl Family {
-    /// Every family, in a fixed order.
-    pub const ALL: [Family; 3] = [Family::Mlp, Family::Cnn, Family::Transformer];
-
-    /// The lowercase name used in JSON and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Family::Mlp => "mlp",
-            Family::Cnn => "cnn",
-            Family::Transformer => "transformer",
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Error of [`Family::from_str`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown model family `{0}`; expected one of `mlp`, `cnn`, `transformer`")]
-pub struct FamilyParseError(pub String);
-
-impl FromStr for Family {
-    type Err = FamilyParseError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "mlp" => Ok(Family::Mlp),
-            "cnn" => Ok(Family::Cnn),
-            "transformer" => Ok(Family::Transformer),
-            _ => Err(FamilyParseError(s.to_string())),
-        }
-    }
-}
+use crate::analytic::{BoundInputs, analytic_upper_bound_mib};
+pub use crate::family::{Family, FamilyParseError, Optimizer};
 
 // Ranges of the profile's numbers. They are generous for any job that one
 // cluster trains and keep every product the features and the analytic bound
@@ -112,32 +64,6 @@ pub const TORCH_ACTIVATIONS: [&str; 29] = [
     "Tanhshrink",
     "Threshold",
 ];
-
-/// The optimizer of a training job (`optimizer` in the annotation). It decides
-/// how many bytes of state each parameter keeps (see [`crate::analytic`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Optimizer {
-    /// Plain SGD: weights and gradients.
-    Sgd,
-    /// SGD with momentum (or Nesterov): one momentum buffer per parameter.
-    SgdMomentum,
-    /// Adam or AdamW: two moment buffers per parameter. The default when
-    /// `optimizer` is absent, because it keeps the most state.
-    #[serde(alias = "adamW", alias = "adamw")]
-    Adam,
-}
-
-impl Optimizer {
-    /// The name used in JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Optimizer::Sgd => "sgd",
-            Optimizer::SgdMomentum => "sgdMomentum",
-            Optimizer::Adam => "adam",
-        }
-    }
-}
 
 /// Layer counts by type (`layers` in the annotation). Absent counts are 0,
 /// each at most [`MAX_LAYERS`].
@@ -311,7 +237,7 @@ impl Profile {
         if let Some(seq) = self.seq_length {
             range("seqLength", seq.into(), MAX_SEQ_LENGTH.into())?;
         }
-        let bound = crate::analytic::analytic_upper_bound_mib(self);
+        let bound = analytic_upper_bound_mib(self);
         if bound > MAX_ESTIMATE_MIB {
             return invalid(
                 "batchSize",
@@ -322,6 +248,22 @@ impl Profile {
             );
         }
         Ok(())
+    }
+}
+
+/// The figures of a profile that the analytic bound reads, with the annotation's defaults applied.
+impl From<&Profile> for BoundInputs {
+    fn from(p: &Profile) -> Self {
+        BoundInputs {
+            family: p.family,
+            optimizer: p.effective_optimizer(),
+            mixed_precision: p.is_mixed_precision(),
+            parameters: p.parameters,
+            activations: p.activations,
+            batch_size: p.batch_size,
+            seq_length: p.seq_length,
+            attention_layers: p.layers.attention,
+        }
     }
 }
 

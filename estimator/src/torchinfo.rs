@@ -23,7 +23,7 @@
 //! every line where it was, so errors name the line of the original.
 
 use crate::profile::{Family, Profile};
-use crate::summary::{SummaryError, parse_torchsummary};
+use crate::torchsummary::{SummaryError, parse_torchsummary};
 
 /// Whether `text` has torchinfo's `Layer (type:depth-idx)` header.
 pub fn looks_like_torchinfo(text: &str) -> bool {

@@ -9,9 +9,10 @@
 
 //!
 //! Every sharing rule, the policies' order and the score are judged on per-GPU summaries
-//! ([`summary`]), so that [`place_on_node`] and the allocation-free [`quick_score`] are one
-//! implementation.
+//! ([`summary`]) by one set of rules ([`judge`]), so that [`place_on_node`] and the
+//! allocation-free [`quick_score`] are one implementation.
 
+mod judge;
 pub mod pack;
 mod summary;
 
@@ -24,8 +25,10 @@ use crate::ledger::Ledger;
 use crate::model::{Demand, Gpu, Node, Policy, Reservation};
 use crate::reason::{GpuRejection, NodeRejection};
 
-pub use summary::{GpuSummary, VerdictExpiry, expiry_of, quick_score, summarize};
-use summary::{SharedFailure, collocation_score, idle, judge_shared, memory_test, order};
+pub use judge::quick_score;
+use judge::{SharedFailure, collocation_score, judge_shared, memory_test, order};
+use summary::idle;
+pub use summary::{GpuSummary, VerdictExpiry, expiry_of, summarize};
 
 /// A node that can give the pod idle GPUs scores this (exclusive first, lifted to the cluster).
 pub const EXCLUSIVE_SCORE: u8 = 10;
