@@ -1,17 +1,15 @@
-//! `/healthz`, `/readyz` and `/metrics` (axum).
+//! The plugin's liveness and readiness ([`Health`]) and what it serves on `/healthz`, `/readyz` and
+//! `/metrics` (the router is [`carma_http::health`]'s).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
+use carma_http::health::{Check, Endpoints};
 use parking_lot::Mutex;
 
-use crate::metrics::{CONTENT_TYPE, Metrics};
+use crate::metrics::Metrics;
 
 /// Liveness and readiness facts, updated by the parts of the plugin.
 #[derive(Debug)]
@@ -79,67 +77,38 @@ impl Health {
     }
 }
 
-#[derive(Debug, Clone)]
-struct AppState {
+/// What the plugin serves on `/healthz`, `/readyz` and `/metrics`.
+#[derive(Debug)]
+struct Served {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
 }
 
+/// The plugin's texts end in a newline.
+fn line(r: Result<String, String>) -> Check {
+    r.map(|t| (t + "\n").into()).map_err(|t| (t + "\n").into())
+}
+
+impl Endpoints for Served {
+    fn live(&self) -> Check {
+        line(self.health.live())
+    }
+
+    fn ready(&self) -> Check {
+        line(self.health.ready())
+    }
+
+    fn metrics(&self) -> Result<String, std::fmt::Error> {
+        self.metrics.encode()
+    }
+}
+
 /// The HTTP router.
 pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_handler))
-        .fallback(no_route)
-        .method_not_allowed_fallback(no_route)
-        .with_state(AppState { metrics, health })
+    carma_http::health::router(Arc::new(Served { metrics, health }))
 }
 
-/// The answer to a request no route takes: 405 for a known path asked with
-/// another method, else 404; the text names what was asked and the routes.
-async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> (StatusCode, String) {
-    const ROUTES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
-    let path = uri.path();
-    let status = if ROUTES.contains(&path) {
-        StatusCode::METHOD_NOT_ALLOWED
-    } else {
-        StatusCode::NOT_FOUND
-    };
-    let shown: String = path.chars().take(256).collect();
-    (
-        status,
-        format!("no route {method} {shown}; routes: GET /healthz, GET /readyz, GET /metrics\n"),
-    )
-}
-
-fn answer(r: Result<String, String>) -> (StatusCode, String) {
-    match r {
-        Ok(t) => (StatusCode::OK, t + "\n"),
-        Err(t) => (StatusCode::SERVICE_UNAVAILABLE, t + "\n"),
-    }
-}
-
-async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
-    answer(s.health.live())
-}
-
-async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    answer(s.health.ready())
-}
-
-async fn metrics_handler(State(s): State<AppState>) -> axum::response::Response {
-    match s.metrics.encode() {
-        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
-        Err(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "metrics encoding failed\n",
-        )
-            .into_response(),
-    }
-}
-
-pub use carma_net::{IDLE_TIMEOUT, IdleListener, IdleTimeout};
+pub use carma_http::{IDLE_TIMEOUT, IdleListener, IdleTimeout};
 
 #[cfg(test)]
 mod tests {
@@ -172,6 +141,44 @@ mod tests {
                 Err(_) => panic!("the connection is still open after 10 s"),
             }
         }
+    }
+
+    /// Status and body of `GET path`.
+    async fn get(app: Router, path: &str) -> (u16, String) {
+        use tower::ServiceExt;
+        let request = axum::http::Request::get(path)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn checks_answer_the_health_facts_line_by_line() {
+        let health = Arc::new(Health::new(Duration::from_secs(1)));
+        let app = router(Arc::new(Metrics::new("n1", 0.8)), health.clone());
+        assert_eq!(
+            get(app.clone(), "/healthz").await,
+            (200, "starting\n".into())
+        );
+        assert_eq!(
+            get(app.clone(), "/readyz").await,
+            (503, "serving=false sampled=false registered=false\n".into())
+        );
+        health.sampled();
+        health.set_serving(true);
+        assert_eq!(get(app.clone(), "/healthz").await, (200, "ok\n".into()));
+        assert_eq!(
+            get(app.clone(), "/readyz").await,
+            (200, "serving=true sampled=true registered=false\n".into())
+        );
+        let (status, body) = get(app, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(body.ends_with("# EOF\n"), "{body}");
     }
 
     #[tokio::test]

@@ -1,6 +1,5 @@
-//! `carma-net`: what carma's HTTP listeners (the scheduler extender, the device plugin's metrics
-//! and health server, the operator's) share — connections that wait too long for a request are
-//! closed, so a client that connects and sends nothing cannot hold a connection open.
+//! Connections that wait too long for a request are closed, so a client that connects and sends
+//! nothing cannot hold a connection open.
 
 use std::future::Future;
 use std::io;

@@ -1,5 +1,6 @@
 //! The operator's HTTP endpoints: `/healthz` (the process serves), `/readyz` (it
-//! has reached the API server) and `/metrics` (OpenMetrics text).
+//! has reached the API server) and `/metrics` (OpenMetrics text), on the router of
+//! [`carma_http::health`].
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -8,10 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
+use carma_http::health::{Check, Endpoints};
 use tokio::net::TcpListener;
 
 use crate::error::{Error, Result};
@@ -35,59 +33,34 @@ impl Health {
     }
 }
 
-#[derive(Debug, Clone)]
-struct AppState {
+/// What the operator serves on `/healthz`, `/readyz` and `/metrics`.
+#[derive(Debug)]
+struct Served {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
 }
 
-/// The router serving the three endpoints.
-pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .fallback(no_route)
-        .method_not_allowed_fallback(no_route)
-        .with_state(AppState { metrics, health })
-}
+impl Endpoints for Served {
+    fn live(&self) -> Check {
+        Ok("ok".into())
+    }
 
-/// The answer to a request no route takes: 405 for a known path asked with
-/// another method, else 404; the text names what was asked and the routes.
-async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> (StatusCode, String) {
-    const ROUTES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
-    let path = uri.path();
-    let status = if ROUTES.contains(&path) {
-        StatusCode::METHOD_NOT_ALLOWED
-    } else {
-        StatusCode::NOT_FOUND
-    };
-    let shown: String = path.chars().take(256).collect();
-    (
-        status,
-        format!("no route {method} {shown}; routes: GET /healthz, GET /readyz, GET /metrics\n"),
-    )
-}
+    fn ready(&self) -> Check {
+        if self.health.is_ready() {
+            Ok("ready".into())
+        } else {
+            Err("not ready: the API server has not been reached yet".into())
+        }
+    }
 
-async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    if s.health.is_ready() {
-        (StatusCode::OK, "ready")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the API server has not been reached yet",
-        )
+    fn metrics(&self) -> std::result::Result<String, std::fmt::Error> {
+        Ok(self.metrics.encode())
     }
 }
 
-async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
-    )
+/// The router serving the three endpoints.
+pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    carma_http::health::router(Arc::new(Served { metrics, health }))
 }
 
 /// Bind the metrics address (errors surface before anything else starts).
@@ -127,7 +100,7 @@ pub async fn serve_with_timeout(
     .map_err(|source| Error::Server { addr, source })
 }
 
-pub use carma_net::{IDLE_TIMEOUT, IdleListener, IdleTimeout};
+pub use carma_http::{IDLE_TIMEOUT, IdleListener, IdleTimeout};
 
 #[cfg(test)]
 mod tests {
@@ -160,10 +133,19 @@ mod tests {
                 let _ = rx.await;
             },
         ));
-        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        let live = get(addr, "/healthz").await;
+        assert!(live.starts_with("HTTP/1.1 200"), "{live}");
+        assert!(live.ends_with("\r\n\r\nok"), "{live}");
+        let ready = get(addr, "/readyz").await;
+        assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+        assert!(
+            ready.ends_with("\r\n\r\nnot ready: the API server has not been reached yet"),
+            "{ready}"
+        );
         health.set_ready(true);
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        let ready = get(addr, "/readyz").await;
+        assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+        assert!(ready.ends_with("\r\n\r\nready"), "{ready}");
         let m = get(addr, "/metrics").await;
         assert!(m.starts_with("HTTP/1.1 200"), "{m}");
         assert!(m.contains("application/openmetrics-text"));

@@ -1,8 +1,13 @@
 //! Decision tables of the planner: every lifecycle transition, without I/O.
 
 use super::*;
-use crate::status::condition;
+use crate::classify::{PodProgress, Verdict};
+use crate::status::{CONDITION_SCHEDULED, condition};
 use carma_api::EstimateAnnotation;
+use carma_api::names::{
+    ANNOTATION_EXCLUSIVE, ANNOTATION_GPU_MEMORY, ANNOTATION_MODEL_PROFILE, PRIORITY_CLASS_RECOVERY,
+};
+use carma_core::{AttemptOutcome, AttemptRecord, Reservation};
 use serde_json::json;
 
 fn t(secs: i64) -> DateTime<Utc> {

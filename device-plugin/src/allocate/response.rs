@@ -1,0 +1,248 @@
+//! What kubelet is told: the environment, mounts and CDI devices that expose a container's
+//! assigned GPUs (Allocate), and the replicas to prefer (GetPreferredAllocation).
+
+use std::collections::{HashMap, HashSet};
+
+use carma_api::Assignment;
+use carma_api::names::{ENV_ASSIGNED_GPUS, ENV_RESERVED_MIB, ENV_VISIBLE_DEVICES};
+
+use crate::config::MpsConfig;
+use crate::devices::ReplicaId;
+use crate::proto::{CdiDevice, ContainerAllocateResponse, Mount};
+
+/// CDI device kind of NVIDIA GPUs (devices are named `nvidia.com/gpu=<UUID>`).
+pub const CDI_KIND: &str = "nvidia.com/gpu";
+/// MPS: per-GPU device memory limit of a client.
+pub const ENV_MPS_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+/// MPS: share of SMs a client may use.
+pub const ENV_MPS_THREAD_PERCENTAGE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+/// MPS: directory of the control daemon's pipes.
+pub const ENV_MPS_PIPE_DIRECTORY: &str = "CUDA_MPS_PIPE_DIRECTORY";
+/// MPS: directory of the control daemon's logs.
+pub const ENV_MPS_LOG_DIRECTORY: &str = "CUDA_MPS_LOG_DIRECTORY";
+/// Where a container sees the MPS server's shared memory.
+pub const MPS_SHM_MOUNT: &str = "/dev/shm";
+
+/// The container response exposing exactly `assignment`'s GPUs.
+///
+/// Environment: `NVIDIA_VISIBLE_DEVICES` and `CARMA_ASSIGNED_GPUS` = the UUIDs comma-separated,
+/// `CARMA_RESERVED_MIB` = the per-GPU reservation. With MPS: `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` in
+/// the ordinal form `0=<MiB>M,1=<MiB>M,…` (ordinals are the container's own CUDA devices, i.e. the
+/// assigned GPUs; every GPU of a pod carries the same per-GPU reservation, so their enumeration order
+/// does not matter, and the ordinal form is the one MPS is known to honour), and
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` only when configured, for shared pods; the pipe, shared-memory
+/// and log directories are mounted (and the pipe and log directories exported) when configured.
+/// `gpus` are the container's share of the assignment (all of it for a pod with one GPU container).
+pub fn container_response(
+    assignment: &Assignment,
+    gpus: &[String],
+    mps: Option<&MpsConfig>,
+) -> ContainerAllocateResponse {
+    let uuids = gpus.join(",");
+    let mut envs = HashMap::new();
+    envs.insert(ENV_VISIBLE_DEVICES.to_string(), uuids.clone());
+    envs.insert(ENV_ASSIGNED_GPUS.to_string(), uuids);
+    envs.insert(
+        ENV_RESERVED_MIB.to_string(),
+        assignment.estimate.mib.to_string(),
+    );
+    let mut mounts = Vec::new();
+    if let Some(mps) = mps {
+        let limit = (0..gpus.len())
+            .map(|i| format!("{i}={}M", assignment.estimate.mib))
+            .collect::<Vec<_>>()
+            .join(",");
+        envs.insert(ENV_MPS_MEM_LIMIT.to_string(), limit);
+        if let Some(pct) = mps.active_thread_percentage
+            && !assignment.exclusive
+        {
+            envs.insert(ENV_MPS_THREAD_PERCENTAGE.to_string(), pct.to_string());
+        }
+        let text = |p: &std::path::Path| p.to_string_lossy().to_string();
+        if let Some(dir) = mps.pipe_directory.as_deref().map(text) {
+            envs.insert(ENV_MPS_PIPE_DIRECTORY.to_string(), dir.clone());
+            mounts.push(Mount {
+                container_path: dir.clone(),
+                host_path: dir,
+                read_only: false,
+            });
+        }
+        if let Some(dir) = mps.shm_directory.as_deref().map(text) {
+            mounts.push(Mount {
+                container_path: MPS_SHM_MOUNT.to_string(),
+                host_path: dir,
+                read_only: false,
+            });
+        }
+        if let Some(dir) = mps.log_directory.as_deref().map(text) {
+            envs.insert(ENV_MPS_LOG_DIRECTORY.to_string(), dir.clone());
+            mounts.push(Mount {
+                container_path: dir.clone(),
+                host_path: dir,
+                read_only: true,
+            });
+        }
+    }
+    ContainerAllocateResponse {
+        envs,
+        mounts,
+        // CDI names as NVIDIA's container toolkit generates them, for nodes whose runtime ignores
+        // NVIDIA_VISIBLE_DEVICES from unprivileged containers (accept-nvidia-visible-devices-envvar-when-unprivileged=false).
+        cdi_devices: gpus
+            .iter()
+            .map(|u| CdiDevice {
+                name: format!("{CDI_KIND}={u}"),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Replica IDs kubelet should prefer for one container.
+///
+/// `must_include` first, then one replica of each of `preferred_gpus` (the pending pod's assigned
+/// GPUs), then one replica per further GPU (spreading), then any. Never more than `size`.
+pub fn preferred_ids(
+    available: &[String],
+    must_include: &[String],
+    size: usize,
+    preferred_gpus: &[String],
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(size);
+    let mut used_gpus: HashSet<String> = HashSet::new();
+    let push = |id: &String, out: &mut Vec<String>, used: &mut HashSet<String>| {
+        if out.len() < size && !out.contains(id) {
+            if let Some(r) = ReplicaId::parse(id) {
+                used.insert(r.uuid);
+            }
+            out.push(id.clone());
+        }
+    };
+    for id in must_include {
+        push(id, &mut out, &mut used_gpus);
+    }
+    let mut sorted: Vec<(ReplicaId, &String)> = available
+        .iter()
+        .filter_map(|id| ReplicaId::parse(id).map(|r| (r, id)))
+        .collect();
+    sorted.sort();
+    for gpu in preferred_gpus {
+        if used_gpus.contains(gpu) {
+            continue;
+        }
+        if let Some((_, id)) = sorted.iter().find(|(r, _)| &r.uuid == gpu) {
+            push(id, &mut out, &mut used_gpus);
+        }
+    }
+    for (r, id) in &sorted {
+        if !used_gpus.contains(&r.uuid) {
+            push(id, &mut out, &mut used_gpus);
+        }
+    }
+    for id in available {
+        push(id, &mut out, &mut used_gpus);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use carma_api::EstimateAnnotation;
+    use chrono::{DateTime, Utc};
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A shared assignment of `GPU-a` and `GPU-b`, 6000 MiB reserved on each.
+    fn assignment() -> Assignment {
+        Assignment {
+            gpus: ids(&["GPU-a", "GPU-b"]),
+            assigned_at: DateTime::parse_from_rfc3339("2026-01-01T00:00:01Z")
+                .unwrap()
+                .with_timezone(&Utc),
+            estimate: EstimateAnnotation {
+                mib: 6000,
+                source: "override".into(),
+                class: None,
+                samples: None,
+            },
+            exclusive: false,
+            allocated: false,
+        }
+    }
+
+    #[test]
+    fn response_exposes_exactly_the_assigned_gpus() {
+        let a = &assignment();
+        let r = container_response(a, &a.gpus, None);
+        assert_eq!(r.envs[ENV_VISIBLE_DEVICES], "GPU-a,GPU-b");
+        assert_eq!(r.envs[ENV_ASSIGNED_GPUS], "GPU-a,GPU-b");
+        assert_eq!(r.envs[ENV_RESERVED_MIB], "6000");
+        assert!(!r.envs.contains_key(ENV_MPS_MEM_LIMIT));
+        let cdi: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(cdi, ["nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"]);
+        let mps = MpsConfig::with_defaults();
+        let r = container_response(a, &a.gpus, Some(&mps));
+        assert_eq!(r.envs[ENV_MPS_MEM_LIMIT], "0=6000M,1=6000M");
+        // SMs unlimited by default: a pod alone on its GPU is not held to 1/replicas of it.
+        assert!(!r.envs.contains_key(ENV_MPS_THREAD_PERCENTAGE));
+        assert_eq!(r.envs[ENV_MPS_PIPE_DIRECTORY], "/tmp/nvidia-mps");
+        assert_eq!(r.envs[ENV_MPS_LOG_DIRECTORY], "/var/log/nvidia-mps");
+        // What an MPS client needs: the pipes, the server's shared memory, the logs.
+        let mounts: Vec<(&str, &str, bool)> = r
+            .mounts
+            .iter()
+            .map(|m| (m.host_path.as_str(), m.container_path.as_str(), m.read_only))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("/tmp/nvidia-mps", "/tmp/nvidia-mps", false),
+                ("/dev/shm", "/dev/shm", false),
+                ("/var/log/nvidia-mps", "/var/log/nvidia-mps", true),
+            ]
+        );
+        // An explicit limit applies to shared pods only.
+        let capped = MpsConfig {
+            active_thread_percentage: Some(50),
+            ..MpsConfig::with_defaults()
+        };
+        let r = container_response(a, &a.gpus, Some(&capped));
+        assert_eq!(r.envs[ENV_MPS_THREAD_PERCENTAGE], "50");
+        let mut alone = a.clone();
+        alone.exclusive = true;
+        let r = container_response(&alone, &alone.gpus, Some(&capped));
+        assert!(!r.envs.contains_key(ENV_MPS_THREAD_PERCENTAGE));
+    }
+
+    #[test]
+    fn preferred_ids_take_the_assigned_gpus_first() {
+        let available = ids(&["GPU-a::0", "GPU-a::1", "GPU-b::0", "GPU-b::1", "GPU-c::0"]);
+        assert_eq!(
+            preferred_ids(&available, &[], 1, &ids(&["GPU-b"])),
+            ["GPU-b::0"]
+        );
+        assert_eq!(
+            preferred_ids(&available, &[], 2, &ids(&["GPU-c", "GPU-a"])),
+            ["GPU-c::0", "GPU-a::0"]
+        );
+        // Without a pending pod: spread over GPUs.
+        assert_eq!(
+            preferred_ids(&available, &[], 3, &[]),
+            ["GPU-a::0", "GPU-b::0", "GPU-c::0"]
+        );
+        assert_eq!(
+            preferred_ids(
+                &available,
+                &ids(&["GPU-b::1"]),
+                2,
+                &ids(&["GPU-b", "GPU-a"])
+            ),
+            ["GPU-b::1", "GPU-a::0"]
+        );
+        // More wanted than GPUs: fill with further replicas.
+        assert_eq!(preferred_ids(&available, &[], 4, &[]).len(), 4);
+    }
+}

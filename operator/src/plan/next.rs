@@ -1,0 +1,377 @@
+//! What comes after the attempts are up to date: the first attempt, watching the one in flight,
+//! or — once the last one ended — [`carma_core::decide_next`]'s finish, wait or next attempt.
+
+use std::time::Duration;
+
+use carma_api::names::*;
+use carma_api::{AttemptOutcomeKind, AttemptStatus, EstimateStatus, TaskPhase};
+use carma_core::quantity::parse_mib;
+use carma_core::{AttemptOutcome, AttemptRecord, RecoveryDecision, Reservation};
+
+use super::{Observation, Step, describe_reservation};
+use crate::attempt::{AttemptRequest, InvalidSpec, build_attempt_pod};
+use crate::classify::PodProgress;
+use crate::status::{self, CONDITION_SCHEDULED, parse_time, rfc3339};
+
+impl Step<'_, '_> {
+    pub(super) fn next(&mut self) {
+        match self.st.attempts.last().cloned() {
+            None => self.first_attempt(),
+            Some(a) if a.outcome.is_none() => self.in_flight(&a),
+            Some(a) => self.after(&a),
+        }
+    }
+
+    fn first_attempt(&mut self) {
+        let spec = &self.input.task.spec;
+        let gpu_memory_mib = match spec.gpu_memory.as_deref().map(parse_mib).transpose() {
+            Ok(v) => v,
+            Err(e) => return self.invalid(&InvalidSpec::GpuMemory(e.to_string())),
+        };
+        let req = AttemptRequest {
+            index: 1,
+            gpu_memory_mib,
+            exclusive: spec.exclusive,
+            recovery_priority: false,
+        };
+        if let Err(e) = self.create(&req, "") {
+            return self.invalid(&e);
+        }
+        let now = self.now();
+        status::set_phase(
+            self.st,
+            TaskPhase::Pending,
+            "AttemptCreated",
+            &format!(
+                "attempt 1 waits for scheduler {}",
+                self.input.scheduler_name
+            ),
+            now,
+        );
+    }
+
+    fn invalid(&mut self, e: &InvalidSpec) {
+        let message = format!("invalid TrainingTask: {e}");
+        if self.old.phase != Some(TaskPhase::Failed)
+            || self.old.message.as_deref() != Some(&message)
+        {
+            self.event(true, "InvalidSpec", "Validate", message.clone(), None);
+        }
+        let now = self.now();
+        status::set_phase(self.st, TaskPhase::Failed, "InvalidSpec", &message, now);
+    }
+
+    /// Create attempt `req.index` and record it.
+    fn create(&mut self, req: &AttemptRequest, why: &str) -> Result<(), InvalidSpec> {
+        let pod = build_attempt_pod(self.input.task, req, self.input.scheduler_name)?;
+        let ann = pod.metadata.annotations.clone().unwrap_or_default();
+        let exclusive = ann
+            .get(ANNOTATION_EXCLUSIVE)
+            .is_some_and(|v| v.trim() == "true");
+        let reserved = ann
+            .get(ANNOTATION_GPU_MEMORY)
+            .and_then(|v| parse_mib(v).ok());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let now = self.now();
+        let a = AttemptStatus {
+            index: req.index,
+            pod: name.clone(),
+            reserved_mib: reserved,
+            exclusive,
+            started_at: Some(rfc3339(now)),
+            ..AttemptStatus::default()
+        };
+        let what = describe_reservation(&a);
+        self.st.attempts.push(a);
+        self.st.attempt_count = req.index;
+        self.st.node = None;
+        self.st.reserved_mib = reserved;
+        self.st.next_attempt_at = None;
+        self.st.estimate = match (reserved, exclusive) {
+            (Some(mib), _) => Some(EstimateStatus {
+                mib: Some(mib),
+                source: if req.index == 1 {
+                    "override"
+                } else {
+                    "recovery"
+                }
+                .to_string(),
+                class: None,
+            }),
+            (None, true) => Some(EstimateStatus {
+                mib: None,
+                source: "whole-gpu".to_string(),
+                class: None,
+            }),
+            // The extender estimates at bind and writes carma.io/estimate.
+            (None, false) => None,
+        };
+        status::set_condition(
+            &mut self.st.conditions,
+            CONDITION_SCHEDULED,
+            false,
+            "WaitingForScheduler",
+            &format!(
+                "attempt {} waits for scheduler {}",
+                req.index, self.input.scheduler_name
+            ),
+            now,
+        );
+        let (reason, note) = if req.index == 1 {
+            (
+                "AttemptCreated",
+                format!("created attempt 1 ({name}) with {what}"),
+            )
+        } else {
+            let class = if req.recovery_priority {
+                format!(", priority class {PRIORITY_CLASS_RECOVERY}")
+            } else {
+                String::new()
+            };
+            (
+                "RecoveryAttemptCreated",
+                format!(
+                    "created attempt {} ({name}) with {what}{class}: {why}",
+                    req.index
+                ),
+            )
+        };
+        self.event(false, reason, "CreateAttempt", note, Some(&name));
+        self.out.create_pod = Some(Box::new(pod));
+        Ok(())
+    }
+
+    /// The last attempt has not ended.
+    fn in_flight(&mut self, a: &AttemptStatus) {
+        let now = self.now();
+        let Some(o) = self.pod(a.index).cloned() else {
+            return;
+        };
+        self.st.node.clone_from(&a.node);
+        self.st.reserved_mib = a.reserved_mib;
+        // An adopted recovery attempt ends the backoff its creator was waiting out.
+        self.st.next_attempt_at = None;
+        if let Some(e) = &o.estimate {
+            self.st.estimate = Some(EstimateStatus {
+                mib: Some(e.mib),
+                source: e.source.clone(),
+                class: e.class.clone(),
+            });
+        }
+        match &o.node {
+            Some(node) => status::set_condition(
+                &mut self.st.conditions,
+                CONDITION_SCHEDULED,
+                true,
+                "Bound",
+                &format!("attempt {} is on node {node}", a.index),
+                now,
+            ),
+            None => status::set_condition(
+                &mut self.st.conditions,
+                CONDITION_SCHEDULED,
+                false,
+                "WaitingForScheduler",
+                &format!(
+                    "attempt {} waits for scheduler {}",
+                    a.index, self.input.scheduler_name
+                ),
+                now,
+            ),
+        }
+        if o.progress == PodProgress::Running {
+            let node = a.node.as_deref().unwrap_or("?");
+            let message = format!("attempt {} ({}) runs on node {node}", a.index, a.pod);
+            if self.old.phase != Some(TaskPhase::Running) {
+                let gpus = if a.gpus.is_empty() {
+                    String::new()
+                } else {
+                    format!(", GPUs {}", a.gpus.join(","))
+                };
+                self.event(
+                    false,
+                    "AttemptRunning",
+                    "ObserveAttempt",
+                    format!("{message}{gpus}, {}", describe_reservation(a)),
+                    Some(&a.pod),
+                );
+                if let Some(d) = self.recovery_duration(a.index) {
+                    self.out.observations.push(Observation::RecoveryDuration(d));
+                }
+            }
+            status::set_phase(self.st, TaskPhase::Running, "AttemptRunning", &message, now);
+            self.out.requeue_after = Some(self.input.peak_poll);
+            return;
+        }
+        let waiting = match &o.node {
+            Some(node) => format!("attempt {} ({}) is starting on node {node}", a.index, a.pod),
+            None => format!(
+                "attempt {} ({}) waits for scheduler {}",
+                a.index, a.pod, self.input.scheduler_name
+            ),
+        };
+        if a.index == 1 {
+            status::set_phase(self.st, TaskPhase::Pending, "AttemptPending", &waiting, now);
+        } else {
+            let reason = self
+                .previous(a.index)
+                .and_then(|p| p.outcome)
+                .map_or("AttemptPending", recovering_reason);
+            status::set_phase(self.st, TaskPhase::Recovering, reason, &waiting, now);
+        }
+    }
+
+    fn previous(&self, index: u32) -> Option<&AttemptStatus> {
+        self.st.attempts.iter().rev().find(|p| p.index < index)
+    }
+
+    /// Time since the out-of-memory crash of the attempt before `index`.
+    fn recovery_duration(&self, index: u32) -> Option<Duration> {
+        let prev = self.previous(index)?;
+        if prev.outcome != Some(AttemptOutcomeKind::GpuOutOfMemory) {
+            return None;
+        }
+        let crashed = parse_time(prev.finished_at.as_deref()?)?;
+        (self.now() - crashed).to_std().ok()
+    }
+
+    /// The last attempt ended: finish, wait, or create the next one.
+    fn after(&mut self, a: &AttemptStatus) {
+        let now = self.now();
+        let task = self.input.task;
+        let cfg = task.spec.recovery.to_config(self.input.defaults);
+        let history: Vec<AttemptRecord> = self.st.attempts.iter().filter_map(record).collect();
+        let gpu_memory = self.pod(a.index).and_then(|o| o.gpu_memory_mib);
+        let kind = a.outcome.unwrap_or(AttemptOutcomeKind::Failed);
+        self.st.node.clone_from(&a.node);
+        match carma_core::decide_next(&history, gpu_memory, &cfg) {
+            RecoveryDecision::Done => {
+                let message = format!("attempt {} ({}) succeeded", a.index, a.pod);
+                status::set_phase(
+                    self.st,
+                    TaskPhase::Succeeded,
+                    "AttemptSucceeded",
+                    &message,
+                    now,
+                );
+                self.st.next_attempt_at = None;
+            }
+            RecoveryDecision::GiveUp { reason } => {
+                let used = history
+                    .iter()
+                    .filter(|r| !matches!(r.outcome, AttemptOutcome::Evicted { .. }))
+                    .count() as u32;
+                let cond_reason = if used >= cfg.max_attempts && kind != AttemptOutcomeKind::Evicted
+                {
+                    "AttemptsExhausted"
+                } else {
+                    match kind {
+                        AttemptOutcomeKind::GpuOutOfMemory => "OutOfMemoryOnExclusiveGpu",
+                        AttemptOutcomeKind::Evicted => "TooManyEvictions",
+                        AttemptOutcomeKind::HostOomKilled => "HostOOMKilled",
+                        _ => "AttemptFailed",
+                    }
+                };
+                if self.old.phase != Some(TaskPhase::Failed) {
+                    self.event(
+                        true,
+                        "TaskFailed",
+                        "GiveUp",
+                        format!("{cond_reason}: {reason}"),
+                        None,
+                    );
+                }
+                status::set_phase(self.st, TaskPhase::Failed, cond_reason, &reason, now);
+                self.st.next_attempt_at = None;
+            }
+            RecoveryDecision::Retry {
+                reservation,
+                exclusive,
+                backoff_ms,
+                recovery_priority,
+                reason,
+            } => {
+                let cond_reason = recovering_reason(kind);
+                let ended = a.finished_at.as_deref().and_then(parse_time).unwrap_or(now);
+                let due = self
+                    .st
+                    .next_attempt_at
+                    .as_deref()
+                    .and_then(parse_time)
+                    .unwrap_or_else(|| ended + chrono::Duration::milliseconds(backoff_ms as i64));
+                if now < due {
+                    if self.st.next_attempt_at.is_none() {
+                        self.st.next_attempt_at = Some(rfc3339(due));
+                        self.event(
+                            false,
+                            "RecoveryScheduled",
+                            "ScheduleRecovery",
+                            format!("{reason}; next attempt at {}", rfc3339(due)),
+                            None,
+                        );
+                    }
+                    status::set_phase(self.st, TaskPhase::Recovering, cond_reason, &reason, now);
+                    let wait = (due - now).to_std().unwrap_or_default();
+                    self.out.requeue_after = Some(wait.max(Duration::from_secs(1)));
+                    return;
+                }
+                let index = self.st.attempt_count.max(a.index) + 1;
+                let req = AttemptRequest {
+                    index,
+                    gpu_memory_mib: match reservation {
+                        Reservation::Mib(m) => Some(m),
+                        Reservation::WholeGpu | Reservation::Unknown => None,
+                    },
+                    exclusive: exclusive || reservation == Reservation::WholeGpu,
+                    recovery_priority,
+                };
+                if let Err(e) = self.create(&req, &reason) {
+                    return self.invalid(&e);
+                }
+                if kind == AttemptOutcomeKind::GpuOutOfMemory {
+                    self.out.observations.push(Observation::OomRecoveryStarted);
+                }
+                status::set_phase(self.st, TaskPhase::Recovering, cond_reason, &reason, now);
+            }
+        }
+    }
+}
+
+/// Condition reason of `Recovering` after an attempt ended this way.
+fn recovering_reason(kind: AttemptOutcomeKind) -> &'static str {
+    match kind {
+        AttemptOutcomeKind::GpuOutOfMemory => "GpuOutOfMemory",
+        AttemptOutcomeKind::Evicted => "Evicted",
+        AttemptOutcomeKind::Failed => "AttemptFailed",
+        AttemptOutcomeKind::Succeeded => "AttemptSucceeded",
+        AttemptOutcomeKind::HostOomKilled => "HostOOMKilled",
+    }
+}
+
+/// The core's view of a finished attempt; `None` while it runs. A host-memory kill
+/// is an ordinary failure to the core: retried per `retriesOnFailure` with the same
+/// reservation, never counted as a GPU out-of-memory crash.
+pub fn record(a: &AttemptStatus) -> Option<AttemptRecord> {
+    let reason = a.reason.clone().unwrap_or_default();
+    let outcome = match a.outcome? {
+        AttemptOutcomeKind::Succeeded => AttemptOutcome::Succeeded,
+        AttemptOutcomeKind::GpuOutOfMemory => AttemptOutcome::GpuOutOfMemory {
+            observed_peak_mib: a.observed_peak_mib,
+        },
+        AttemptOutcomeKind::Failed | AttemptOutcomeKind::HostOomKilled => {
+            AttemptOutcome::Failed { reason }
+        }
+        AttemptOutcomeKind::Evicted => AttemptOutcome::Evicted { reason },
+    };
+    let reservation = if a.exclusive {
+        Reservation::WholeGpu
+    } else {
+        a.reserved_mib
+            .map_or(Reservation::Unknown, Reservation::Mib)
+    };
+    Some(AttemptRecord {
+        outcome,
+        reservation,
+        exclusive: a.exclusive,
+    })
+}
