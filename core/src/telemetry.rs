@@ -76,11 +76,6 @@ impl SampleWindow {
         }
     }
 
-    /// Whether the window has been full at least once (CARMA makes no decision before).
-    pub fn is_warm(&self) -> bool {
-        self.filled_once
-    }
-
     /// Number of samples held.
     pub fn len(&self) -> usize {
         self.samples.len()
@@ -96,7 +91,8 @@ impl SampleWindow {
         self.samples.back().copied()
     }
 
-    /// Risk score of the window, or `None` until it has filled once.
+    /// Risk score of the window, or `None` until it has filled once (CARMA makes no decision
+    /// before).
     pub fn risk(&self) -> Option<f64> {
         if !self.filled_once {
             return None;
@@ -167,10 +163,8 @@ mod tests {
         let mut w = SampleWindow::new(3);
         w.push(0.2);
         w.push(0.2);
-        assert!(!w.is_warm());
         assert_eq!(w.risk(), None);
         w.push(0.2);
-        assert!(w.is_warm());
         assert!((w.risk().unwrap() - 0.2).abs() < 1e-12);
         w.push(0.8);
         assert_eq!(w.len(), 3);

@@ -1,16 +1,12 @@
-//! How an attempt ended, judged by the operator's classifier (`carma_operator::classify`).
+//! How an attempt ended, judged by carma-core's rule ([`carma_core::classify_exit`]), the one the
+//! operator applies to a TrainingTask's attempt pods.
 //!
-//! The classifier reads a Kubernetes pod; a local job is described to it as the pod a TrainingTask
-//! attempt would be: one training container, terminated with the job's exit code, an empty
-//! termination message, and the tail of the job's stderr and stdout as its log. Whatever the
-//! operator decides for that pod is the verdict here, so a job that crashes out of GPU memory is
-//! recognised by exactly the operator's patterns.
+//! A local job ends with an exit status and its output: the verdict is read from the exit code
+//! and the tail of its stderr and stdout, with no termination reason or message, so a job that
+//! crashes out of GPU memory is recognised by exactly the operator's patterns.
 
 use carma_core::AttemptOutcome;
-use carma_operator::{OomPatterns, PodProgress, Verdict, classify};
-use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodSpec, PodStatus,
-};
+use carma_core::exit::{ContainerExit, OomPatterns, Verdict, classify_exit};
 
 /// The patterns `carma local` uses: the operator's defaults.
 pub fn default_patterns() -> OomPatterns {
@@ -19,13 +15,12 @@ pub fn default_patterns() -> OomPatterns {
 
 /// The verdict on an attempt that exited with `exit_code` and printed `log_tail`.
 pub fn verdict(exit_code: i32, log_tail: &str, patterns: &OomPatterns) -> Verdict {
-    let pod = attempt_pod(exit_code);
-    match classify(&pod, Some(log_tail), patterns) {
-        PodProgress::Finished(v) => v,
-        other => Verdict::Failed {
-            reason: format!("exit code {exit_code} (unclassified: {other:?})"),
-        },
-    }
+    let exit = ContainerExit {
+        exit_code,
+        log_tail,
+        ..ContainerExit::default()
+    };
+    classify_exit(&exit, patterns)
 }
 
 /// carma-core's outcome for a verdict, with the peak memory telemetry saw.
@@ -39,42 +34,6 @@ pub fn outcome(verdict: &Verdict, observed_peak_mib: Option<u64>) -> AttemptOutc
         Verdict::Failed { .. } | Verdict::HostOomKilled { .. } => AttemptOutcome::Failed {
             reason: verdict.reason(),
         },
-    }
-}
-
-fn attempt_pod(exit_code: i32) -> Pod {
-    const NAME: &str = "training";
-    Pod {
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: NAME.to_string(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        status: Some(PodStatus {
-            phase: Some(
-                if exit_code == 0 {
-                    "Succeeded"
-                } else {
-                    "Failed"
-                }
-                .to_string(),
-            ),
-            container_statuses: Some(vec![ContainerStatus {
-                name: NAME.to_string(),
-                state: Some(ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        exit_code,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
     }
 }
 
@@ -102,5 +61,12 @@ mod tests {
             panic!("not a failure");
         };
         assert!(reason.contains("exit code 3"), "{reason}");
+        // A local job has no runtime reason: a SIGKILL (137) is a failure, not a host OOM kill.
+        assert_eq!(
+            verdict(137, "step 4\nKilled\n", &p),
+            Verdict::Failed {
+                reason: "exit code 137: Killed".into()
+            }
+        );
     }
 }

@@ -16,8 +16,7 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::time::Duration;
 
-use carma_core::{Ledger, Millis, PlacementConfig, Policy, RecoveryConfig};
-use carma_operator::OomPatterns;
+use carma_core::{Ledger, Millis, OomPatterns, PlacementConfig, Policy, RecoveryConfig};
 use serde_json::json;
 
 use crate::error::{LocalError, Result};
