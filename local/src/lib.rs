@@ -2,7 +2,7 @@
 //!
 //! * [`daemon::serve`] — the daemon: a recovery queue and a main queue (CARMA's strict
 //!   first-in-first-out), placement by carma-core, telemetry from the device plugin's backends,
-//!   GPU out-of-memory crashes recognised by the operator's classifier and requeued per
+//!   GPU out-of-memory crashes recognised by carma-core's `classify_exit` and requeued per
 //!   carma-core's `decide_next`; state in an fsync'd journal that survives restarts.
 //! * [`spec::submit`] — hand a job to the daemon through the state directory's spool.
 //! * [`status::status`], [`report::report`] — what happened, from the journal.
@@ -18,12 +18,12 @@ pub mod jobs;
 pub mod journal;
 pub mod launch;
 pub mod layout;
-pub mod rad;
 pub mod replay;
 pub mod report;
 pub mod reservation;
 pub mod spec;
 pub mod status;
+pub mod task_file;
 pub mod telemetry;
 
 pub use carma_core::Millis;

@@ -54,5 +54,5 @@ impl Error {
     }
 }
 
-/// Result with the operator's [`Error`].
+/// Result with the operator's [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

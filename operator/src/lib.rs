@@ -13,17 +13,17 @@
 //!
 //! Modules, each small and, except `history` and the last four, free of I/O:
 //!
-//! * [`classify`] — how a finished attempt ended (success, GPU OOM, failure, eviction,
-//!   host-memory kill);
+//! * [`mod@classify`] — how a finished attempt ended: the pod read into `carma_core::exit`'s rule
+//!   (success, GPU OOM, failure, host-memory kill), plus what only a pod shows (eviction);
 //! * [`attempt`] — the attempt pod built from `spec.template`;
 //! * [`observe`] — what is read off a pod and its node's `GpuNode`;
 //! * [`status`] — conditions and the status merge patch;
-//! * [`plan`] — one reconcile step as data: pod to create, status, events, requeue;
+//! * [`mod@plan`] — one reconcile step as data: pod to create, status, events, requeue;
 //! * [`history`] — ended attempts' observed peaks, recorded per model profile
 //!   (`MemoryHistory`) for the extender's learned reservations;
 //! * [`leader`] — Lease-based leader election (pure state machine + adapter);
 //! * [`metrics`] — Prometheus metrics;
-//! * [`reconcile`] — the executor: reads the API, plans, writes;
+//! * [`mod@reconcile`] — the executor: reads the API, plans, writes;
 //! * [`server`] — `/healthz`, `/readyz`, `/metrics`;
 //! * [`controller`] — wiring: controller, leader election, server, shutdown.
 //!

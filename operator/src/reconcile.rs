@@ -1,6 +1,6 @@
 //! The executor: one reconcile reads the task's attempt pods (and, for the
 //! current attempt, its node's `GpuNode` and, when needed, its log), asks the
-//! [planner](crate::plan) for the step, and carries it out — create the pod,
+//! [planner](mod@crate::plan) for the step, and carries it out — create the pod,
 //! write the status, publish the Events, record the metrics.
 
 use std::collections::BTreeMap;

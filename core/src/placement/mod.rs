@@ -9,7 +9,7 @@
 
 //!
 //! Every sharing rule, the policies' order and the score are judged on per-GPU summaries
-//! ([`summary`]) by one set of rules ([`judge`]), so that [`place_on_node`] and the
+//! (`summary.rs`) by one set of rules (`judge.rs`), so that [`place_on_node`] and the
 //! allocation-free [`quick_score`] are one implementation.
 
 mod judge;

@@ -1,6 +1,6 @@
 //! What placement reads of one GPU, taken once: its telemetry and the ledger's records on it under
 //! one [`PlacementConfig`] — a [`GpuSummary`]. Every sharing rule, the policies' order and the
-//! collocation score are judged on summaries (see [`super::judge`]), by [`super::place_on_node`]
+//! collocation score are judged on summaries (see `judge.rs`), by [`super::place_on_node`]
 //! and by [`super::quick_score`], the allocation-free answer for callers that keep summaries up to
 //! date (the extender refreshes a node's summaries on
 //! every change of the node or of the ledger records on its GPUs, and judges thousands of nodes per
