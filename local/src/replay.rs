@@ -1,16 +1,16 @@
 //! `carma local replay`: submit a CARMA trace script's jobs at its gaps (scaled), as CARMA's own
-//! `submit.py` / `sleep N` script would. The script is parsed by the simulator's parser, each
-//! task file by [`crate::rad`]. The daemon runs separately (`serve`), as with CARMA.
+//! `submit.py` / `sleep N` script would. The script is parsed by the shared trace parser, each
+//! task file by [`crate::task_file`]. The daemon runs separately (`serve`), as with CARMA.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use carma_simulator::trace::carma::{parse_durations, parse_script};
+use carma_workload::trace::carma::{parse_durations, parse_script};
 
 use crate::error::{LocalError, Result};
 use crate::layout::StateDir;
-use crate::rad::read_rad;
 use crate::spec::{JobSpec, new_job_id, now_ms, submit};
+use crate::task_file::read_rad;
 
 /// How to replay.
 #[derive(Debug, Clone)]

@@ -1,12 +1,12 @@
-//! CARMA's `.rad` task files as jobs. The numeric fields come from the simulator's parser
-//! (`carma_simulator::trace::carma::parse_rad`); the command (line 2, 0-based) is read here, as
+//! CARMA's `.rad` task files as jobs. The numeric fields come from the shared trace parser
+//! (`carma_workload::trace::carma::parse_rad`); the command (line 2, 0-based) is read here, as
 //! that parser does not keep it.
 
 use std::fs;
 use std::path::Path;
 
 use carma_core::Reservation;
-use carma_simulator::trace::carma::parse_rad;
+use carma_workload::trace::carma::parse_rad;
 
 use crate::error::{LocalError, Result};
 

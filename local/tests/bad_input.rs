@@ -37,7 +37,7 @@ fn a_bad_rad_file_is_named() {
     let tmp = tempfile::tempdir().unwrap();
     let rad = tmp.path().join("short.rad");
     std::fs::write(&rad, "# c\nenv\npython x.py\nsummary\n").unwrap();
-    let e = carma_local::rad::read_rad(&rad).unwrap_err();
+    let e = carma_local::task_file::read_rad(&rad).unwrap_err();
     assert!(e.is_bad_input());
     assert!(e.to_string().contains("short.rad"), "{e}");
 }

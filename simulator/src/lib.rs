@@ -15,68 +15,32 @@
 //! # Ok::<(), carma_simulator::SimError>(())
 //! ```
 //!
+//! The workloads it replays and the record and report of a run live in `carma-workload`, shared
+//! with `carma local`; they are re-exported here under their old paths:
+//!
 //! * [`trace`] — CARMA trace import and the Philly-like generator;
 //! * [`catalog`] — CARMA's published workloads;
 //! * [`model`] — activity, slowdown, power and telemetry models;
 //! * [`reservation`] — `--estimator gpumemnet|oracle|recorded|none`;
-//! * [`engine`] — the discrete-event engine;
-//! * [`report`] — table, JSON and HTML output.
+//! * [`result`], [`report`] — what a run produces; table, JSON and HTML output.
+//!
+//! This crate is the discrete-event [`engine`] ([`simulate`]) and [`compare`], which runs it
+//! once per policy.
 //!
 //! Every figure the simulator prints is simulated: run times and peaks are
 //! CARMA's measurements, everything that happens while jobs share a GPU comes
 //! from the documented models.
 
-pub mod catalog;
-pub mod config;
 pub mod engine;
-pub mod error;
-pub mod model;
-pub mod profile;
-pub mod report;
-pub mod reservation;
-pub mod result;
-pub mod task;
-pub mod trace;
 
-pub use config::{ClusterSpec, QueueDiscipline, SimConfig};
+pub use carma_workload::{
+    ClusterSpec, Comparison, EstimatorKind, QueueDiscipline, ReservationPlan, RunResult, SimConfig,
+    SimError, Summary, Task, Trace, catalog, config, error, model, plan, profile, report,
+    reservation, result, task, trace,
+};
 pub use engine::simulate;
-pub use error::SimError;
-pub use reservation::{EstimatorKind, ReservationPlan, plan};
-pub use result::{RunResult, Summary};
-pub use task::Task;
-pub use trace::Trace;
 
 use carma_core::Policy;
-use serde::Serialize;
-
-/// Several policies replayed on one trace with one reservation source.
-#[derive(Debug, Clone, Serialize)]
-pub struct Comparison {
-    /// What the trace is.
-    pub trace: String,
-    /// Number of tasks.
-    pub tasks: usize,
-    /// Exclusive GPU time of the whole trace, GPU-seconds.
-    pub exclusive_gpu_s: f64,
-    /// No policy's makespan can be shorter than this under the run's models
-    /// ([`SimConfig::makespan_bound_s`]); `None` where the models give no such bound.
-    pub makespan_bound_s: Option<f64>,
-    /// The configuration used.
-    pub config: SimConfig,
-    /// Reservations and how they were obtained.
-    pub plan: ReservationPlan,
-    /// One run per policy, in the order asked.
-    pub runs: Vec<RunResult>,
-}
-
-impl Comparison {
-    /// The exclusive run, if it was part of the comparison.
-    pub fn baseline(&self) -> Option<&RunResult> {
-        self.runs
-            .iter()
-            .find(|r| r.summary.policy == Policy::Exclusive)
-    }
-}
 
 /// Replay `trace` under every policy in `policies` (in parallel threads), with
 /// reservations from `kind`.

@@ -63,11 +63,49 @@ pub struct WorstWait {
     pub task: String,
 }
 
+/// The completion-time and waiting-time figures of a [`Summary`], computed from per-task outcomes
+/// the same way for a simulated run and for a `carma local` run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobTimes {
+    /// Mean completion time (submission to end) of finished tasks, seconds.
+    pub mean_jct_s: f64,
+    /// 95th percentile completion time of finished tasks, seconds.
+    pub p95_jct_s: f64,
+    /// Mean waiting time of tasks that started, seconds.
+    pub mean_wait_s: f64,
+    /// Per task size, the task that waited longest relative to its run time.
+    pub worst_wait: Vec<WorstWait>,
+}
+
+impl JobTimes {
+    /// The figures of `outcomes`; `gpus[i]` is the GPU count of `outcomes[i]` and `run_s[i]` the
+    /// run time its wait is measured against for starvation (the simulator: the task's exclusive
+    /// run time; `carma local`: the job's final attempt's measured run time).
+    pub fn of(outcomes: &[TaskOutcome], gpus: &[u32], run_s: &[f64]) -> Self {
+        let jcts: Vec<f64> = outcomes
+            .iter()
+            .filter(|o| o.finished)
+            .filter_map(|o| o.end_s.map(|e| e - o.arrival_s))
+            .collect();
+        let waits: Vec<f64> = outcomes
+            .iter()
+            .filter(|o| o.first_start_s.is_some())
+            .map(|o| o.wait_s)
+            .collect();
+        Self {
+            mean_jct_s: mean(&jcts),
+            p95_jct_s: percentile(&jcts, 0.95),
+            mean_wait_s: mean(&waits),
+            worst_wait: worst_waits(outcomes, gpus, run_s),
+        }
+    }
+}
+
 /// [`WorstWait`] per task size, smallest first, of the tasks that started; `gpus[i]` and
-/// `exclusive_s[i]` describe `outcomes[i]`.
-pub fn worst_waits(outcomes: &[TaskOutcome], gpus: &[u32], exclusive_s: &[f64]) -> Vec<WorstWait> {
+/// `run_s[i]` describe `outcomes[i]`.
+fn worst_waits(outcomes: &[TaskOutcome], gpus: &[u32], run_s: &[f64]) -> Vec<WorstWait> {
     let mut by_size: std::collections::BTreeMap<u32, WorstWait> = Default::default();
-    for ((o, &g), &run) in outcomes.iter().zip(gpus).zip(exclusive_s) {
+    for ((o, &g), &run) in outcomes.iter().zip(gpus).zip(run_s) {
         if o.first_start_s.is_none() {
             continue;
         }
@@ -231,5 +269,46 @@ mod tests {
         let v: Vec<f64> = (1..=11).map(f64::from).collect();
         assert!((percentile(&v, 0.95) - 10.5).abs() < 1e-12);
         assert_eq!(mean(&[1.0, 2.0, 6.0]), 3.0);
+    }
+
+    fn outcome(
+        name: &str,
+        arrival_s: f64,
+        start_s: Option<f64>,
+        end_s: Option<f64>,
+    ) -> TaskOutcome {
+        TaskOutcome {
+            id: 0,
+            name: name.into(),
+            arrival_s,
+            first_start_s: start_s,
+            end_s,
+            finished: end_s.is_some(),
+            failure: None,
+            attempts: u32::from(start_s.is_some()),
+            ooms: 0,
+            wait_s: start_s.map_or(0.0, |s| s - arrival_s),
+            run_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn job_times_take_jcts_of_finished_tasks_and_waits_of_started_ones() {
+        let outcomes = [
+            outcome("a", 0.0, Some(0.0), Some(10.0)),
+            outcome("b", 5.0, Some(9.0), Some(25.0)),
+            outcome("c", 6.0, Some(8.0), None),
+            outcome("d", 7.0, None, None),
+        ];
+        let t = JobTimes::of(&outcomes, &[1, 1, 2, 2], &[10.0, 2.0, 4.0, 1.0]);
+        assert_eq!(t.mean_jct_s, 15.0);
+        assert!((t.p95_jct_s - 19.5).abs() < 1e-12);
+        assert_eq!(t.mean_wait_s, 2.0);
+        let worst: Vec<(u32, usize, &str, f64)> = t
+            .worst_wait
+            .iter()
+            .map(|w| (w.gpus, w.tasks, w.task.as_str(), w.wait_over_run))
+            .collect();
+        assert_eq!(worst, [(1, 2, "b", 2.0), (2, 1, "c", 0.5)]);
     }
 }

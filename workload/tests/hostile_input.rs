@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use carma_simulator::SimConfig;
-use carma_simulator::trace::carma::{parse_durations, parse_rad, parse_script};
-use carma_simulator::trace::{GeneratorConfig, generate};
+use carma_workload::SimConfig;
+use carma_workload::trace::carma::{parse_durations, parse_rad, parse_script};
+use carma_workload::trace::{GeneratorConfig, generate};
 
 fn config_error(edit: impl FnOnce(&mut SimConfig)) -> String {
     let mut cfg = SimConfig::default();

@@ -273,7 +273,7 @@ fn submit_job(a: SubmitArgs) -> anyhow::Result<()> {
     let rad = a
         .rad
         .as_deref()
-        .map(carma_local::rad::read_rad)
+        .map(carma_local::task_file::read_rad)
         .transpose()?;
     let resolved = match (&rad, &a.gpu_memory, &a.profile, &a.summary) {
         (_, Some(q), _, _) => resolve_full(&MemorySource::Override(q.clone()))?,

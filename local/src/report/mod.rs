@@ -1,12 +1,13 @@
 //! `carma local report`: a finished (or running) local run in the simulator's terms — one
-//! `carma_simulator::RunResult` inside a `Comparison` — so that the simulator's own table, JSON and
+//! `carma_workload::RunResult` inside a `Comparison` — so that the simulator's own table, JSON and
 //! HTML writers print it, and a simulated and a measured run compare line by line.
 //!
 //! Accounting follows the simulator's (CARMA's): makespan from the first dispatch to the last end;
 //! a job's completion time from submission to its end; its waiting time the sum over attempts of
 //! queue entry to dispatch; SM activity, memory use and energy averaged over all GPUs and the
-//! makespan, from `telemetry.jsonl`. Where the simulator divides a wait by the task's exclusive run
-//! time (starvation), a local run has no exclusive time and uses the job's own final run time.
+//! makespan, from `telemetry.jsonl`. The completion and wait figures come from the simulator's own
+//! function ([`JobTimes::of`]); where the simulator divides a wait by the task's exclusive run time
+//! (starvation), a local run has no exclusive time and uses the job's own final run time.
 
 mod render;
 mod samples;
@@ -14,12 +15,11 @@ mod samples;
 use std::collections::BTreeMap;
 
 use carma_core::{Policy, Reservation};
-use carma_simulator::config::QueueDiscipline;
-use carma_simulator::result::{
-    AttemptEnd, AttemptLog, GpuTimeline, RunResult, Summary, TaskOutcome, mean, percentile,
-    worst_waits,
+use carma_workload::config::QueueDiscipline;
+use carma_workload::result::{
+    AttemptEnd, AttemptLog, GpuTimeline, JobTimes, RunResult, Summary, TaskOutcome,
 };
-use carma_simulator::{Comparison, EstimatorKind, ReservationPlan, SimConfig, Trace};
+use carma_workload::{Comparison, EstimatorKind, ReservationPlan, SimConfig, Trace};
 
 use crate::error::Result;
 use crate::jobs::{Job, JobState, JobTable};
@@ -120,26 +120,17 @@ pub fn report(dir: &StateDir) -> Result<Report> {
         (Some(s), Some(e)) if e > s => (e - s) as f64 / 1000.0,
         _ => 0.0,
     };
-    let jcts: Vec<f64> = outcomes
-        .iter()
-        .filter(|o| o.finished)
-        .filter_map(|o| Some(o.end_s? - o.arrival_s))
-        .collect();
-    let waits: Vec<f64> = outcomes
-        .iter()
-        .filter(|o| o.first_start_s.is_some())
-        .map(|o| o.wait_s)
-        .collect();
     let window = (first_dispatch.unwrap_or(0), last_end.unwrap_or(now));
     let averages = samples.averages(window.0, window.1);
     let gpu_counts: Vec<u32> = jobs.iter().map(|j| j.spec.gpus).collect();
+    let times = JobTimes::of(&outcomes, &gpu_counts, &final_run_s);
     let summary = Summary {
         policy,
         estimator: sources(&jobs),
         makespan_s,
-        mean_jct_s: mean(&jcts),
-        p95_jct_s: percentile(&jcts, 0.95),
-        mean_wait_s: mean(&waits),
+        mean_jct_s: times.mean_jct_s,
+        p95_jct_s: times.p95_jct_s,
+        mean_wait_s: times.mean_wait_s,
         ooms: outcomes.iter().map(|o| o.ooms).sum(),
         lost_gpu_s,
         smact_mean: averages.sm_activity,
@@ -149,7 +140,7 @@ pub fn report(dir: &StateDir) -> Result<Report> {
         failed: jobs.iter().filter(|j| j.state == JobState::Failed).count(),
         learned_reservations: None,
         tasks: jobs.len(),
-        worst_wait: worst_waits(&outcomes, &gpu_counts, &final_run_s),
+        worst_wait: times.worst_wait,
     };
     let gpus: Vec<GpuTimeline> = samples.timelines(t0);
     let mut config = SimConfig::default();

@@ -1,11 +1,11 @@
-//! The report written by the simulator's own writers, labelled ([`Provenance::Run`]) with what this
-//! run really is: real processes, and GPU telemetry measured (NVML, DCGM) or simulated (the device
-//! plugin's simulated backend).
+//! The report written by `carma simulate`'s own writers (`carma_workload::report`), labelled
+//! ([`Provenance::Run`]) with what this run really is: real processes, and GPU telemetry measured
+//! (NVML, DCGM) or simulated (the device plugin's simulated backend).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use carma_simulator::report::{Provenance, render_html_as, render_json, render_table_body};
+use carma_workload::report::{Provenance, render_html_as, render_json, render_table_body};
 use serde_json::json;
 
 use super::Report;

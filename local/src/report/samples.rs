@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use carma_simulator::result::{GpuPoint, GpuTimeline};
+use carma_workload::result::{GpuPoint, GpuTimeline};
 use serde::Deserialize;
 
 use crate::error::{LocalError, Result};

@@ -1,0 +1,133 @@
+//! The scheduler's pass on a tick: risk windows refreshed, then the recovery queue and the main
+//! queue served in [`QueueDiscipline`]'s order; and, once nothing can happen any more, the tasks
+//! still queued failed with the reason placement gives.
+
+use std::collections::VecDeque;
+
+use carma_core::{Millis, place_on_node};
+
+use super::place::TryPlace;
+use super::{Engine, earliest};
+use crate::config::QueueDiscipline;
+
+impl Engine<'_> {
+    /// A scheduler pass at `t`: refresh stale risk windows, serve both queues, and ask for the next
+    /// pass where time alone may change an answer.
+    pub(super) fn tick(&mut self, t: Millis) {
+        self.now = t;
+        self.next_tick = None;
+        self.ticks += 1;
+        self.refresh_risk();
+        let wake = earliest(self.drain(true), self.drain(false));
+        if let Some(w) = wake {
+            self.request_tick(w);
+        }
+    }
+
+    /// Place what can be placed from the recovery queue or the main queue, in order; the earliest
+    /// time a pass should run again for what is left. Under CARMA's discipline a task that does not
+    /// fit stops the pass; under kube-scheduler's it is set aside for its back-off and the pass
+    /// goes on.
+    fn drain(&mut self, recovery: bool) -> Option<Millis> {
+        let kube = self.cfg.queue == QueueDiscipline::Kube;
+        let mut wake: Option<Millis> = None;
+        let mut i = 0;
+        loop {
+            let queue = if recovery {
+                &self.recovery_q
+            } else {
+                &self.main_q
+            };
+            let Some(&id) = queue.get(i) else { break };
+            if kube && self.state[id].retry_at > self.now {
+                wake = earliest(wake, Some(self.state[id].retry_at));
+                i += 1;
+                continue;
+            }
+            // CARMA's recovery-first rule: no new sharing while a recovery task waits.
+            let share = recovery || self.recovery_q.is_empty();
+            match self.try_place(id, share) {
+                TryPlace::Placed => {
+                    self.queue_mut(recovery).remove(i);
+                }
+                TryPlace::Impossible(reason) => {
+                    self.queue_mut(recovery).remove(i);
+                    self.fail(id, reason);
+                }
+                TryPlace::Blocked(w) if kube => {
+                    let s = &mut self.state[id];
+                    s.unschedulable += 1;
+                    s.retry_at = self
+                        .now
+                        .saturating_add(QueueDiscipline::kube_backoff_ms(s.unschedulable));
+                    // Tried again by the next pass after the back-off; a pass at the back-off's
+                    // end only when time alone may change the answer.
+                    wake = earliest(wake, w.map(|w| w.max(s.retry_at)));
+                    i += 1;
+                }
+                TryPlace::Blocked(w) => {
+                    wake = earliest(wake, w);
+                    break;
+                }
+            }
+        }
+        wake
+    }
+
+    /// The recovery queue or the main queue.
+    fn queue_mut(&mut self, recovery: bool) -> &mut VecDeque<usize> {
+        if recovery {
+            &mut self.recovery_q
+        } else {
+            &mut self.main_q
+        }
+    }
+
+    /// Update the telemetry view of GPUs whose risk window moved since the last pass.
+    fn refresh_risk(&mut self) {
+        if self.stale_risk.is_empty() {
+            return;
+        }
+        let tel = self.cfg.telemetry;
+        let now = self.now;
+        let mut still = Vec::new();
+        for g in std::mem::take(&mut self.stale_risk) {
+            let (sm, occ, dram) = self.gpus[g].risk_scores(now, &tel);
+            let (n, slot) = (self.gpus[g].node, self.gpus[g].slot);
+            let view = &mut self.nodes[n].gpus[slot];
+            let new = (Some(sm), Some(occ), Some(dram));
+            if (view.sm_activity, view.sm_occupancy, view.dram_activity) != new {
+                (view.sm_activity, view.sm_occupancy, view.dram_activity) = new;
+                self.node_version[n] += 1;
+            }
+            if self.gpus[g].window_moving(now, &tel) {
+                still.push(g);
+            } else {
+                self.gpus[g].risk_stale = false;
+            }
+        }
+        self.stale_risk = still;
+    }
+
+    /// Tasks still queued when nothing can happen any more.
+    pub(super) fn fail_stranded(&mut self) {
+        let stranded: Vec<usize> = self
+            .recovery_q
+            .drain(..)
+            .chain(self.main_q.drain(..))
+            .collect();
+        for id in stranded {
+            let demand = self.demand(id);
+            let why = self
+                .nodes
+                .iter()
+                .filter_map(|node| {
+                    place_on_node(node, &self.ledger, &demand, &self.pcfg, self.now, 0).err()
+                })
+                .map(|r| r.to_string())
+                .next()
+                .unwrap_or_else(|| "no placement became possible".into());
+            self.fail(id, format!("never placed: {why}"));
+        }
+    }
+}
