@@ -78,8 +78,19 @@ async fn an_attempt_whose_process_vanished_while_no_daemon_ran_is_lost_and_rerun
     .await;
     daemon.abort();
     let _ = daemon.await;
+    // "running" is journaled when the launcher is spawned; on a loaded machine the launcher may
+    // not have written its pid, nor the job its first line, yet. Both outlive the daemon.
+    let pid_file = dir.join("jobs").join(&id).join("1").join("pid");
+    let started = tokio::time::Instant::now();
+    while !(pid_file.exists() && run_counts(&runs).get(id.as_str()) == Some(&1)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the first attempt never started"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     // The machine "reboots": the job's whole process group dies without an exit status.
-    let pid: i32 = std::fs::read_to_string(dir.join("jobs").join(&id).join("1").join("pid"))
+    let pid: i32 = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
         .parse()
