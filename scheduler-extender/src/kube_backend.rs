@@ -17,7 +17,7 @@ use kube::{Api, Client};
 
 use crate::backend::{BackendError, BindTarget, ClusterBackend, PodWarning};
 use crate::cluster::{ClusterState, Kind};
-use crate::extender::Extender;
+use crate::verbs::Extender;
 
 /// Name under which carma posts Events.
 pub const REPORTER: &str = "carma-scheduler-extender";

@@ -6,30 +6,41 @@
 //! create the Binding. Placement rules live in `carma-core`; memory estimates
 //! come from `carma-estimator`; this crate adapts them to HTTP and Kubernetes.
 //!
+//! A request goes [`server`] → [`verbs`], which asks [`pod_decision`] what the pod
+//! needs and [`node_verdicts`] whether each node can take it, on the [`cluster`] view.
+//!
 //! * [`wire`] — the extender's JSON, exactly as kube-scheduler speaks it.
-//! * [`decision`] — per-pod reservation, GPU count and policy, cached by UID.
+//! * [`server`] — axum routes, request bodies, TLS and graceful shutdown.
+//! * [`verbs`] — [`Extender`]: the three verbs, filter, prioritize and bind.
+//! * [`pod_decision`] — per pod: GPU count, reservation per GPU and policy, cached by UID.
+//! * [`node_verdicts`] — per node and demand: passes with a score or fails with a
+//!   reason, from `carma-core`, reused while nothing it depends on changed.
 //! * [`cluster`] — GPU nodes, telemetry and the ledger of placements.
-//! * [`extender`] — the three verbs.
-//! * [`verdict`] — per-node verdicts from `carma-core`, reused while unchanged.
+//! * [`handoff`] — one kubelet admission at a time per node, for bind.
+//! * [`history`] — reservations learned from `MemoryHistory` records.
+//! * [`recovery_queue`] — recovery attempts waiting for GPUs (recovery first).
 //! * [`backend`] — the I/O side: [`kube_backend`] (watchers, patch, Binding,
 //!   Events) or [`snapshot`] (a static `List`, binds recorded instead of written).
 //! * [`metrics`] — Prometheus metrics.
-//! * [`server`] — axum routes, TLS and graceful shutdown.
-//! * [`synthetic`] — generated clusters and pods for tests and benchmarks.
+//! * [`clip`] — request-derived text cut short for logs, Events and answers.
+//! * `synthetic` (feature `test-fixtures`) — generated clusters and pods for tests,
+//!   benchmarks and examples.
 
 pub mod backend;
+pub mod clip;
 pub mod cluster;
-pub mod decision;
-pub mod extender;
 pub mod handoff;
 pub mod history;
 pub mod kube_backend;
 pub mod metrics;
+pub mod node_verdicts;
+pub mod pod_decision;
 pub mod recovery_queue;
 pub mod server;
 pub mod snapshot;
+#[cfg(any(test, feature = "test-fixtures"))]
 pub mod synthetic;
-pub mod verdict;
+pub mod verbs;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -42,13 +53,13 @@ use thiserror::Error;
 
 pub use backend::{BindTarget, ClusterBackend, PodWarning};
 pub use cluster::ClusterState;
-pub use decision::{Decision, DecisionError, Decisions};
-pub use extender::Extender;
+pub use pod_decision::{Decision, DecisionError, Decisions};
 pub use server::{
     TlsFiles, TlsSettings, metrics_router, router, router_with_limit, serve, serve_with,
     serve_with_timeout,
 };
 pub use snapshot::{Snapshot, SnapshotBackend};
+pub use verbs::Extender;
 
 /// How to run the extender.
 #[derive(Debug, Clone)]

@@ -150,11 +150,6 @@ impl Decisions {
         &self.history
     }
 
-    /// The policy of pods without a `carma.io/policy` annotation.
-    pub fn default_policy(&self) -> Policy {
-        self.default_policy
-    }
-
     /// The decision for `pod`, from the cache when its inputs are unchanged.
     pub fn decide(&self, pod: &Pod) -> Looked {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -211,16 +206,6 @@ impl Decisions {
     /// Drop a pod's decision (bound or deleted).
     pub fn forget(&self, uid: &str) {
         self.cache.lock().remove(uid);
-    }
-
-    /// Number of cached decisions.
-    pub fn len(&self) -> usize {
-        self.cache.lock().len()
-    }
-
-    /// Whether no decision is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Compute a decision without the cache.

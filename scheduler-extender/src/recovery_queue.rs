@@ -84,12 +84,14 @@ impl RecoveryQueue {
     }
 
     /// How many recovery attempts wait.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.waiting.read().len()
     }
 
     /// Whether none waits.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.waiting.read().is_empty()
     }
 }

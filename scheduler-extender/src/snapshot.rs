@@ -215,7 +215,7 @@ impl ClusterBackend for SnapshotBackend {
             uid = %w.uid,
             reason = w.reason,
             "dry run: would post Event: {}",
-            crate::server::clip(&w.note)
+            crate::clip::clip(&w.note)
         );
     }
 }

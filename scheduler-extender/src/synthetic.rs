@@ -1,5 +1,8 @@
-//! Generated clusters and kube-scheduler-shaped objects, for tests, benchmarks
-//! and examples. Deterministic: the same arguments give the same objects.
+//! Generated clusters and kube-scheduler-shaped objects, for tests, benchmarks,
+//! examples and fuzz targets. Deterministic: the same arguments give the same objects.
+//!
+//! Built only with the `test-fixtures` feature (and for this crate's unit tests), so the
+//! extender itself never carries them.
 
 use carma_api::names::{RESOURCE_GPU, SCHEDULER_NAME};
 use carma_api::{GpuNode, GpuNodeSpec, GpuNodeStatus, GpuPodStatus, GpuStatus};

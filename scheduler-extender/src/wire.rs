@@ -299,11 +299,6 @@ impl ReasonMap<'_> {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-
-    /// The reason given for `node`.
-    pub fn get(&self, node: &str) -> Option<&str> {
-        self.0.iter().find(|(n, _)| n == node).map(|(_, r)| &**r)
-    }
 }
 
 impl Serialize for ReasonMap<'_> {

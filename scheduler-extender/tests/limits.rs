@@ -7,9 +7,10 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use carma_scheduler_extender::clip::LOGGED_INPUT_LIMIT;
 use carma_scheduler_extender::server::{
-    BIND_BODY_LIMIT, BODY_LIMIT, BODY_READ_TIMEOUT, LOGGED_INPUT_LIMIT, PLACEMENT_CONCURRENCY,
-    ServeError, TlsFiles, TlsSettings, serve_with_timeout,
+    BIND_BODY_LIMIT, BODY_LIMIT, BODY_READ_TIMEOUT, PLACEMENT_CONCURRENCY, ServeError, TlsFiles,
+    TlsSettings, serve_with_timeout,
 };
 use carma_scheduler_extender::wire::{MAX_CANDIDATES, MAX_POD_VALUES};
 use carma_scheduler_extender::{metrics_router, router, router_with_limit};

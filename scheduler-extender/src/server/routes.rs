@@ -1,0 +1,250 @@
+//! The routes: the three verbs, health, readiness and metrics, each verb counted and timed, and
+//! what a request that no route takes is told.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use tower::limit::GlobalConcurrencyLimitLayer;
+
+use super::body::{BIND_BODY_LIMIT, BODY_LIMIT, Body, BodyLimit, Outcome, WireRejection};
+use crate::clip::{LOGGED_INPUT_LIMIT, clip};
+use crate::verbs::Extender;
+use crate::wire::{ExtenderArgs, ExtenderBindingArgs};
+
+/// `/filter` and `/prioritize` requests handled at once (body read, decoded and judged); more wait
+/// their turn. Each may hold a body of up to [`BODY_LIMIT`] while it is read (for at most
+/// [`BODY_READ_TIMEOUT`](super::BODY_READ_TIMEOUT)); decoding and judging run on the runtime's
+/// workers, one request each at a time. kube-scheduler calls these verbs from its one scheduling
+/// loop; eight turns leave room for retries and a second profile while a few stalled callers cannot
+/// hold every turn (docs/hostile-input.md).
+pub const PLACEMENT_CONCURRENCY: usize = 8;
+
+/// `/bind` requests handled at once; more wait their turn. kube-scheduler binds from goroutines,
+/// many at a time.
+pub const BIND_CONCURRENCY: usize = 128;
+
+/// Cut every reason longer than [`LOGGED_INPUT_LIMIT`]: a reason quoting a pod's
+/// annotation is shared by every candidate node, and 5,000 copies of a 256 KiB
+/// annotation would make a 1.3 GB answer. Nodes sharing a reason keep sharing it.
+fn clip_reasons(map: &mut crate::wire::ReasonMap<'_>) {
+    let mut last: Option<(Arc<str>, Arc<str>)> = None;
+    for (_, reason) in &mut map.0 {
+        if reason.len() <= LOGGED_INPUT_LIMIT {
+            continue;
+        }
+        let clipped = match &last {
+            Some((from, to)) if Arc::ptr_eq(from, reason) => Arc::clone(to),
+            _ => {
+                let to: Arc<str> = Arc::from(clip(reason).as_ref());
+                last = Some((Arc::clone(reason), Arc::clone(&to)));
+                to
+            }
+        };
+        *reason = clipped;
+    }
+}
+
+fn answer<T: serde::Serialize>(body: T, outcome: &'static str) -> Response {
+    let mut r = Json(body).into_response();
+    r.extensions_mut().insert(Outcome(outcome));
+    r
+}
+
+#[tracing::instrument(name = "filter", skip_all)]
+async fn filter(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let args: ExtenderArgs<'_> = match body.decode() {
+        Ok(a) => a,
+        Err(r) => return r.into_response(),
+    };
+    let mut result = ext.filter(&args);
+    clip_reasons(&mut result.failed_nodes);
+    clip_reasons(&mut result.failed_and_unresolvable_nodes);
+    if let std::borrow::Cow::Owned(e) = clip(&result.error) {
+        result.error = e;
+    }
+    let outcome = if result.error.is_empty() {
+        "success"
+    } else {
+        "error"
+    };
+    answer(result, outcome)
+}
+
+#[tracing::instrument(name = "prioritize", skip_all)]
+async fn prioritize(
+    State(ext): State<Arc<Extender>>,
+    body: Result<Body, WireRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    match body.decode::<ExtenderArgs<'_>>() {
+        Ok(args) => answer(ext.prioritize(&args), "success"),
+        Err(r) => r.into_response(),
+    }
+}
+
+#[tracing::instrument(name = "bind", skip_all)]
+async fn bind(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
+    let args: ExtenderBindingArgs = match body.and_then(|b| b.decode()) {
+        Ok(a) => a,
+        Err(r) => return r.into_response(),
+    };
+    let mut result = ext.bind(&args).await;
+    if let std::borrow::Cow::Owned(e) = clip(&result.error) {
+        result.error = e;
+    }
+    let outcome = if result.error.is_empty() {
+        "success"
+    } else {
+        "error"
+    };
+    answer(result, outcome)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(ext): State<Arc<Extender>>) -> Response {
+    if ext.cluster().is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster caches have not synced yet\n",
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(ext): State<Arc<Extender>>) -> Response {
+    ext.refresh_gauges();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        ext.metrics().encode(),
+    )
+        .into_response()
+}
+
+/// Counts and times every verb request.
+async fn track(State(ext): State<Arc<Extender>>, req: Request, next: Next) -> Response {
+    let verb = match req.uri().path().trim_start_matches('/') {
+        "filter" => "filter",
+        "prioritize" => "prioritize",
+        "bind" => "bind",
+        _ => return next.run(req).await,
+    };
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let outcome = resp.extensions().get::<Outcome>().map_or("error", |o| o.0);
+    ext.metrics()
+        .request(verb, outcome, start.elapsed().as_secs_f64());
+    resp
+}
+
+/// The routes of [`router`].
+const ROUTES: &[(&str, &str)] = &[
+    ("POST", "/filter"),
+    ("POST", "/prioritize"),
+    ("POST", "/bind"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+];
+
+/// The routes of [`metrics_router`].
+const METRICS_ROUTES: &[(&str, &str)] = ROUTES.split_at(3).1;
+
+/// The answer to a request no route takes: 405 (with `Allow`) for a known path
+/// asked with another method, else 404; the text names what was asked and the
+/// routes served.
+fn no_route(
+    routes: &'static [(&'static str, &'static str)],
+    method: &Method,
+    uri: &Uri,
+) -> Response {
+    let path = uri.path();
+    let list = routes
+        .iter()
+        .map(|(m, p)| format!("{m} {p}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match routes.iter().find(|(_, p)| *p == path) {
+        Some((allowed, _)) => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, *allowed)],
+            format!("method {method} is not allowed on {path}; use {allowed} (routes: {list})\n"),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no route {method} {}; routes: {list}\n", clip(path)),
+        )
+            .into_response(),
+    }
+}
+
+/// The extender's routes: `POST /filter`, `/prioritize`, `/bind`; `GET /healthz`,
+/// `/readyz`, `/metrics`. Bodies over [`BODY_LIMIT`] are refused.
+pub fn router(ext: Arc<Extender>) -> Router {
+    router_with_limit(ext, BODY_LIMIT)
+}
+
+/// [`router`] refusing bodies over `max_body_bytes` with HTTP 413.
+pub fn router_with_limit(ext: Arc<Extender>, max_body_bytes: usize) -> Router {
+    let unrouted = |method: Method, uri: Uri| async move { no_route(ROUTES, &method, &uri) };
+    let placement = GlobalConcurrencyLimitLayer::new(PLACEMENT_CONCURRENCY);
+    let bind_limit = max_body_bytes.min(BIND_BODY_LIMIT);
+    Router::new()
+        .route("/filter", post(filter).layer(placement.clone()))
+        .route("/prioritize", post(prioritize).layer(placement))
+        .route(
+            "/bind",
+            post(bind).layer::<_, Infallible>(
+                tower::ServiceBuilder::new()
+                    .layer(axum::Extension(BodyLimit(bind_limit)))
+                    .layer(DefaultBodyLimit::max(bind_limit))
+                    .layer(GlobalConcurrencyLimitLayer::new(BIND_CONCURRENCY)),
+            ),
+        )
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&ext), track))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(unrouted)
+        .method_not_allowed_fallback(unrouted)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::Extension(BodyLimit(max_body_bytes)))
+        .with_state(ext)
+}
+
+/// Only `GET /healthz`, `/readyz` and `/metrics`: the routes of the separate
+/// plain-HTTP listener (`--metrics-listen`), for kubelet probes and Prometheus
+/// when the main listener requires client certificates.
+pub fn metrics_router(ext: Arc<Extender>) -> Router {
+    let unrouted =
+        |method: Method, uri: Uri| async move { no_route(METRICS_ROUTES, &method, &uri) };
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(unrouted)
+        .method_not_allowed_fallback(unrouted)
+        .with_state(ext)
+}
