@@ -1,7 +1,7 @@
 //! One module per subcommand. Each exposes its clap arguments and a `run`
 //! function returning the process exit code.
 //!
-//! Commands print their results with [`out!`] and [`outln!`], never `print!`/`println!`: those
+//! Commands print their results with `out!` and `outln!`, never `print!`/`println!`: those
 //! panic ("failed printing to stdout: Broken pipe", exit 101) when the reader has closed the pipe,
 //! as `carma simulate | head -1` does once it has its line. The macros return
 //! [`StdoutClosed`] instead, which `main` turns into a quiet exit 0.
@@ -14,7 +14,7 @@ macro_rules! out {
     };
 }
 
-/// Print a line on stdout like `println!`; see [`out!`].
+/// Print a line on stdout like `println!`; see `out!`.
 macro_rules! outln {
     ($($arg:tt)*) => {
         $crate::cmd::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
@@ -78,7 +78,7 @@ pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<StdoutClosed>())
 }
 
-/// What [`out!`] and [`outln!`] call: write and flush, so that a closed pipe is seen here and not
+/// What `out!` and `outln!` call: write and flush, so that a closed pipe is seen here and not
 /// ignored at exit.
 pub fn write_stdout(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();

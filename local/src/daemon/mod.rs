@@ -4,7 +4,7 @@
 //! GPUs, notices attempts that ended, asks carma-core what follows each ([`carma_core::decide_next`]),
 //! and dispatches the heads of the recovery queue and then of the main queue where carma-core's
 //! placement ([`carma_core::place_on_node`], with [`carma_core::placement::recovery_first`]) finds
-//! GPUs. Everything it decides is journaled before it acts; see [`recover`] for what a restart does.
+//! GPUs. Everything it decides is journaled before it acts; see `recover.rs` for what a restart does.
 
 mod attempts;
 mod recover;
