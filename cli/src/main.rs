@@ -39,7 +39,7 @@ enum Command {
     Simulate(cmd::simulate::SimulateArgs),
     /// Run CARMA on this machine without Kubernetes: a job queue daemon, submit, status, replay, report.
     Local(cmd::local::LocalArgs),
-    /// Print the CustomResourceDefinitions (TrainingTask, GpuNode) as YAML.
+    /// Print the CustomResourceDefinitions (TrainingTask, GpuNode, MemoryHistory) as YAML.
     Crds(cmd::crds::CrdsArgs),
     /// Print version and build information.
     Version,

@@ -11,7 +11,7 @@
 //!   rules' names).
 //! * [`ledger`] — placements in flight and the warm-up lock.
 //! * [`placement`] — the exclusive-first rule, memory test, utilization gate, the
-//!   six policies and node scores.
+//!   policies (CARMA's six and carma's `pack`) and node scores.
 //! * [`reason`] — actionable rejection reasons.
 //! * [`exit`] — how a training process ended: success, GPU out of memory (by the OOM
 //!   patterns), a kernel OOM kill for host memory, or another failure.

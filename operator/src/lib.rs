@@ -11,7 +11,8 @@
 //! task fails with the reason. The decisions are `carma-core`'s
 //! ([`carma_core::decide_next`]); this crate is the Kubernetes adapter.
 //!
-//! Modules, each small and, except `history` and the last four, free of I/O:
+//! Modules, each small; `history`, `leader` (its adapter), `reconcile`, `server` and `controller`
+//! do I/O, the others none:
 //!
 //! * [`mod@classify`] — how a finished attempt ended: the pod read into `carma_core::exit`'s rule
 //!   (success, GPU OOM, failure, host-memory kill), plus what only a pod shows (eviction);
