@@ -23,8 +23,8 @@
 //!   Events) or [`snapshot`] (a static `List`, binds recorded instead of written).
 //! * [`metrics`] — Prometheus metrics.
 //! * [`clip`] — request-derived text cut short for logs, Events and answers.
-//! * `synthetic` (feature `test-fixtures`) — generated clusters and pods for tests,
-//!   benchmarks and examples.
+//! * `synthetic` (feature `test-fixtures`; kept in `fixtures/`, outside `src/`) — generated
+//!   clusters and pods for tests, benchmarks and examples.
 
 pub mod backend;
 pub mod clip;
@@ -39,6 +39,7 @@ pub mod recovery_queue;
 pub mod server;
 pub mod snapshot;
 #[cfg(any(test, feature = "test-fixtures"))]
+#[path = "../fixtures/synthetic.rs"]
 pub mod synthetic;
 pub mod verbs;
 pub mod wire;
