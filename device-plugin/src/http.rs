@@ -193,9 +193,13 @@ mod tests {
     #[tokio::test]
     async fn unknown_paths_and_methods_are_explained() {
         let addr = start(Duration::from_secs(5)).await;
-        for (request, status) in [
-            ("GET /nope", "HTTP/1.1 404"),
-            ("POST /metrics", "HTTP/1.1 405"),
+        for (request, status, text) in [
+            ("GET /nope", "HTTP/1.1 404", "no route GET /nope; routes: "),
+            (
+                "POST /metrics",
+                "HTTP/1.1 405",
+                "method POST is not allowed on /metrics; use GET (routes: ",
+            ),
         ] {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
             s.write_all(format!("{request} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").as_bytes())
@@ -203,7 +207,12 @@ mod tests {
                 .unwrap();
             let answer = until_closed(&mut s).await;
             assert!(answer.starts_with(status), "{answer}");
-            assert!(answer.contains(&format!("no route {request}")), "{answer}");
+            assert!(answer.contains(text), "{answer}");
+            assert_eq!(
+                answer.to_ascii_lowercase().contains("\r\nallow: get\r\n"),
+                status.ends_with("405"),
+                "{answer}"
+            );
             assert!(answer.contains("GET /metrics"), "{answer}");
         }
     }

@@ -1,10 +1,12 @@
 //! `GET /healthz`, `GET /readyz` and `GET /metrics` (axum), for a component that says through
-//! [`Endpoints`] what its checks find and what its metrics are.
+//! [`Endpoints`] what its checks find and what its metrics are, and the answer to a request that no
+//! route takes ([`no_route`]), for this router and for a component's own larger one.
 //!
 //! A check that passes answers 200, one that fails 503, each with the component's text as the body,
 //! unchanged (`text/plain; charset=utf-8`). `/metrics` answers the OpenMetrics text, or 500 when it
-//! could not be encoded. Any other request answers 404 (405 for one of the three paths asked with
-//! another method) with a text naming what was asked and the routes served.
+//! could not be encoded. A path served asked with another method answers 405 with an `Allow` header
+//! naming the method to use; any other request answers 404; both with a text naming what was asked
+//! and the routes served.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -19,8 +21,15 @@ use axum::routing::get;
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The paths served.
-const ROUTES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+/// A router's routes as `(method, path)` pairs, in the order [`no_route`] lists them.
+pub type Routes = &'static [(&'static str, &'static str)];
+
+/// The routes of [`router`] (and of [`routes`]).
+pub const ROUTES: Routes = &[("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")];
+
+/// Longest request text (the method, the path) that [`no_route`] repeats, in bytes; longer text is
+/// cut by [`clip`]: it comes from the client.
+pub const SHOWN_REQUEST_LIMIT: usize = 256;
 
 /// What a liveness or readiness check found: `Ok` answers 200, `Err` 503; the text is the whole
 /// body (a trailing newline is the component's to add).
@@ -38,14 +47,22 @@ pub trait Endpoints: Send + Sync {
     fn metrics(&self) -> Result<String, std::fmt::Error>;
 }
 
-/// The router of `/healthz`, `/readyz` and `/metrics`, answered by `endpoints`.
+/// The router of `/healthz`, `/readyz` and `/metrics`, answered by `endpoints`; any other request
+/// gets [`no_route`] with [`ROUTES`].
 pub fn router(endpoints: Arc<dyn Endpoints>) -> Router {
+    let unrouted = |method: Method, uri: Uri| async move { no_route(ROUTES, &method, &uri) };
+    routes(endpoints)
+        .fallback(unrouted)
+        .method_not_allowed_fallback(unrouted)
+}
+
+/// The three routes of [`router`] without its fallbacks, to merge into a component's larger router
+/// (which then sets its own, [`no_route`] with its whole route list, after merging).
+pub fn routes(endpoints: Arc<dyn Endpoints>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .fallback(no_route)
-        .method_not_allowed_fallback(no_route)
         .with_state(endpoints)
 }
 
@@ -75,20 +92,54 @@ async fn metrics(State(e): State<Arc<dyn Endpoints>>) -> Response {
     }
 }
 
-/// The answer to a request no route takes. The path is shown cut to 256 characters: it comes from
-/// the client.
-async fn no_route(method: Method, uri: Uri) -> (StatusCode, String) {
+/// The answer to `method uri` when no route of `routes` takes it.
+///
+/// A path of `routes` asked with another method answers 405 with an `Allow` header listing the
+/// methods it takes (RFC 9110, section 15.5.6) and `method M is not allowed on P; use A (routes:
+/// …)`; any other request answers 404 with `no route M P; routes: …`. The method and the path are
+/// cut by [`clip`] to [`SHOWN_REQUEST_LIMIT`] bytes.
+pub fn no_route(routes: Routes, method: &Method, uri: &Uri) -> Response {
     let path = uri.path();
-    let status = if ROUTES.contains(&path) {
-        StatusCode::METHOD_NOT_ALLOWED
+    let method = clip(method.as_str(), SHOWN_REQUEST_LIMIT);
+    let list = routes
+        .iter()
+        .map(|(m, p)| format!("{m} {p}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let allowed = routes
+        .iter()
+        .filter(|(_, p)| *p == path)
+        .map(|(m, _)| *m)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if allowed.is_empty() {
+        let path = clip(path, SHOWN_REQUEST_LIMIT);
+        (
+            StatusCode::NOT_FOUND,
+            format!("no route {method} {path}; routes: {list}\n"),
+        )
+            .into_response()
     } else {
-        StatusCode::NOT_FOUND
-    };
-    let shown: String = path.chars().take(256).collect();
-    (
-        status,
-        format!("no route {method} {shown}; routes: GET /healthz, GET /readyz, GET /metrics\n"),
-    )
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, allowed.clone())],
+            format!("method {method} is not allowed on {path}; use {allowed} (routes: {list})\n"),
+        )
+            .into_response()
+    }
+}
+
+/// `text` cut to at most `limit` bytes (on a character boundary), followed by `… (N bytes)` naming
+/// the full length when cut; unchanged when it fits.
+pub fn clip(text: &str, limit: usize) -> Cow<'_, str> {
+    if text.len() <= limit {
+        return Cow::Borrowed(text);
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
 }
 
 #[cfg(test)]
@@ -187,27 +238,76 @@ mod tests {
         assert_eq!((status, body.as_str()), (500, "metrics encoding failed\n"));
     }
 
+    /// Status, `Allow` header and body of `method path`.
+    async fn refused(method: &str, path: &str) -> (u16, Option<String>, String) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        let response = router(Arc::new(passing())).oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let allow = response
+            .headers()
+            .get(header::ALLOW)
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, allow, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    const LIST: &str = "GET /healthz, GET /readyz, GET /metrics";
+
     #[tokio::test]
-    async fn unknown_paths_and_methods_are_explained() {
-        for (method, path, status) in [
-            ("GET", "/nope", 404),
-            ("POST", "/metrics", 405),
-            ("DELETE", "/readyz", 405),
+    async fn another_method_gets_405_with_allow() {
+        for (method, path) in [
+            ("POST", "/metrics"),
+            ("DELETE", "/readyz"),
+            ("PUT", "/healthz"),
         ] {
-            let (got, _, body) = call(passing(), method, path).await;
-            assert_eq!(got, status, "{method} {path}");
             assert_eq!(
-                body,
-                format!(
-                    "no route {method} {path}; routes: GET /healthz, GET /readyz, GET /metrics\n"
-                )
+                refused(method, path).await,
+                (
+                    405,
+                    Some("GET".into()),
+                    format!("method {method} is not allowed on {path}; use GET (routes: {LIST})\n")
+                ),
+                "{method} {path}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unknown_path_gets_404_naming_it_and_the_routes() {
+        for (method, path) in [("GET", "/nope"), ("POST", "/"), ("GET", "/metrics/x")] {
+            assert_eq!(
+                refused(method, path).await,
+                (
+                    404,
+                    None,
+                    format!("no route {method} {path}; routes: {LIST}\n")
+                ),
+                "{method} {path}"
             );
         }
         let long = format!("/{}", "x".repeat(1000));
-        let (_, _, body) = call(passing(), "GET", &long).await;
-        assert!(
-            body.starts_with(&format!("no route GET {}; ", &long[..256])),
-            "{body}"
+        let (status, _, body) = refused("GET", &long).await;
+        assert_eq!(status, 404);
+        assert_eq!(
+            body,
+            format!(
+                "no route GET {}… (1001 bytes); routes: {LIST}\n",
+                &long[..SHOWN_REQUEST_LIMIT]
+            )
         );
+    }
+
+    #[test]
+    fn clip_cuts_on_a_character_boundary_and_names_the_length() {
+        assert_eq!(clip("short", 5), Cow::Borrowed("short"));
+        assert_eq!(clip("abcdef", 4), "abcd… (6 bytes)");
+        // "é" is two bytes: a cut inside it moves back before it.
+        assert_eq!(clip("aéb", 2), "a… (4 bytes)");
     }
 }

@@ -8,14 +8,8 @@ use std::borrow::Cow;
 pub const LOGGED_INPUT_LIMIT: usize = 512;
 
 /// `text` cut to at most [`LOGGED_INPUT_LIMIT`] bytes (on a character
-/// boundary), followed by `… (N bytes)` naming the full length when cut.
+/// boundary), followed by `… (N bytes)` naming the full length when cut: the rule of
+/// [`carma_http::health::clip`], which also cuts what a 404 repeats of the request.
 pub fn clip(text: &str) -> Cow<'_, str> {
-    if text.len() <= LOGGED_INPUT_LIMIT {
-        return Cow::Borrowed(text);
-    }
-    let mut end = LOGGED_INPUT_LIMIT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+    carma_http::health::clip(text, LOGGED_INPUT_LIMIT)
 }

@@ -122,9 +122,13 @@ async fn wrong_method_and_unknown_path_are_explained() {
         body.contains("GET") && body.contains("/filter") && body.contains("POST"),
         "{body}"
     );
-    let (status, body, _) = text(&r, "POST", "/healthz").await;
+    let (status, body, allow) = text(&r, "POST", "/healthz").await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
-    assert!(body.contains("use GET"), "{body}");
+    assert_eq!(allow.as_deref(), Some("GET"));
+    assert!(
+        body.starts_with("method POST is not allowed on /healthz; use GET (routes: POST /filter"),
+        "{body}"
+    );
     let (status, body, _) = text(&r, "GET", "/nope").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(
@@ -132,13 +136,71 @@ async fn wrong_method_and_unknown_path_are_explained() {
         "{body}"
     );
 
-    let m = metrics_router(ext);
+    let long = format!("/{}", "x".repeat(2000));
+    let (status, body, _) = text(&r, "GET", &long).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("… (2001 bytes); routes: "), "{body}");
+    assert!(body.len() < 600, "{} bytes", body.len());
+
+    let m = metrics_router(ext.clone());
     let (status, body, _) = text(&m, "POST", "/filter").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        body,
+        "no route POST /filter; routes: GET /healthz, GET /readyz, GET /metrics\n"
+    );
+    let (status, body, allow) = text(&m, "POST", "/metrics").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(allow.as_deref(), Some("GET"));
     assert!(
-        body.contains("GET /metrics") && !body.contains("/bind"),
+        body.starts_with("method POST is not allowed on /metrics; use GET"),
         "{body}"
     );
+}
+
+/// Both routers answer the three GETs alike: the same `Endpoints`.
+#[tokio::test]
+async fn both_routers_answer_health_readiness_and_metrics_alike() {
+    let unsynced = std::sync::Arc::new(carma_scheduler_extender::Extender::new(
+        std::sync::Arc::new(carma_scheduler_extender::ClusterState::new()),
+        carma_scheduler_extender::Decisions::new(
+            carma_estimator::Estimator::new().unwrap(),
+            carma_core::Policy::Magm,
+        ),
+        std::sync::Arc::new(Recorder::default()),
+        Default::default(),
+    ));
+    for r in [router(unsynced.clone()), metrics_router(unsynced)] {
+        assert_eq!(
+            text(&r, "GET", "/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cluster caches have not synced yet\n".into(),
+                None
+            )
+        );
+    }
+    let (ext, _) = fixture_extender();
+    for r in [router(ext.clone()), metrics_router(ext.clone())] {
+        assert_eq!(
+            text(&r, "GET", "/healthz").await,
+            (StatusCode::OK, "ok\n".into(), None)
+        );
+        assert_eq!(
+            text(&r, "GET", "/readyz").await,
+            (StatusCode::OK, "ready\n".into(), None)
+        );
+        let req = Request::builder()
+            .uri("/metrics")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let resp = r.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.headers()["content-type"],
+            carma_http::health::OPENMETRICS_CONTENT_TYPE
+        );
+    }
 }
 
 /// Serve `router` on a loopback port with a short idle timeout.

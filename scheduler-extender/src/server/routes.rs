@@ -1,5 +1,6 @@
-//! The routes: the three verbs, health, readiness and metrics, each verb counted and timed, and
-//! what a request that no route takes is told.
+//! The routes: the three verbs, each counted and timed, and health, readiness and metrics (the
+//! router of [`carma_http::health`], merged in, or alone on the plain-HTTP listener); a request that
+//! no route takes gets [`carma_http::health::no_route`] with the routes served.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -7,10 +8,11 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{Method, StatusCode, Uri, header};
+use axum::http::{Method, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
+use carma_http::health::{self, Check, Endpoints, no_route};
 use tower::limit::GlobalConcurrencyLimitLayer;
 
 use super::body::{BIND_BODY_LIMIT, BODY_LIMIT, Body, BodyLimit, Outcome, WireRejection};
@@ -114,32 +116,28 @@ async fn bind(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection
     answer(result, outcome)
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
-}
+/// What the extender serves on `/healthz`, `/readyz` and `/metrics`, on both of its routers.
+struct Served(Arc<Extender>);
 
-async fn readyz(State(ext): State<Arc<Extender>>) -> Response {
-    if ext.cluster().is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "cluster caches have not synced yet\n",
-        )
-            .into_response()
+impl Endpoints for Served {
+    fn live(&self) -> Check {
+        Ok("ok\n".into())
     }
-}
 
-async fn metrics(State(ext): State<Arc<Extender>>) -> Response {
-    ext.refresh_gauges();
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        ext.metrics().encode(),
-    )
-        .into_response()
+    fn ready(&self) -> Check {
+        if self.0.cluster().is_ready() {
+            Ok("ready\n".into())
+        } else {
+            Err("cluster caches have not synced yet\n".into())
+        }
+    }
+
+    /// [`Metrics::encode`](crate::metrics::Metrics::encode) writes into a `String`, which cannot
+    /// fail, so this is never an error.
+    fn metrics(&self) -> Result<String, std::fmt::Error> {
+        self.0.refresh_gauges();
+        Ok(self.0.metrics().encode())
+    }
 }
 
 /// Counts and times every verb request.
@@ -158,7 +156,7 @@ async fn track(State(ext): State<Arc<Extender>>, req: Request, next: Next) -> Re
     resp
 }
 
-/// The routes of [`router`].
+/// The routes of [`router`]: the verbs, then [`health::ROUTES`].
 const ROUTES: &[(&str, &str)] = &[
     ("POST", "/filter"),
     ("POST", "/prioritize"),
@@ -167,38 +165,6 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/readyz"),
     ("GET", "/metrics"),
 ];
-
-/// The routes of [`metrics_router`].
-const METRICS_ROUTES: &[(&str, &str)] = ROUTES.split_at(3).1;
-
-/// The answer to a request no route takes: 405 (with `Allow`) for a known path
-/// asked with another method, else 404; the text names what was asked and the
-/// routes served.
-fn no_route(
-    routes: &'static [(&'static str, &'static str)],
-    method: &Method,
-    uri: &Uri,
-) -> Response {
-    let path = uri.path();
-    let list = routes
-        .iter()
-        .map(|(m, p)| format!("{m} {p}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    match routes.iter().find(|(_, p)| *p == path) {
-        Some((allowed, _)) => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            [(header::ALLOW, *allowed)],
-            format!("method {method} is not allowed on {path}; use {allowed} (routes: {list})\n"),
-        )
-            .into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            format!("no route {method} {}; routes: {list}\n", clip(path)),
-        )
-            .into_response(),
-    }
-}
 
 /// The extender's routes: `POST /filter`, `/prioritize`, `/bind`; `GET /healthz`,
 /// `/readyz`, `/metrics`. Bodies over [`BODY_LIMIT`] are refused.
@@ -209,6 +175,7 @@ pub fn router(ext: Arc<Extender>) -> Router {
 /// [`router`] refusing bodies over `max_body_bytes` with HTTP 413.
 pub fn router_with_limit(ext: Arc<Extender>, max_body_bytes: usize) -> Router {
     let unrouted = |method: Method, uri: Uri| async move { no_route(ROUTES, &method, &uri) };
+    let health = health::routes(Arc::new(Served(Arc::clone(&ext))));
     let placement = GlobalConcurrencyLimitLayer::new(PLACEMENT_CONCURRENCY);
     let bind_limit = max_body_bytes.min(BIND_BODY_LIMIT);
     Router::new()
@@ -224,27 +191,27 @@ pub fn router_with_limit(ext: Arc<Extender>, max_body_bytes: usize) -> Router {
             ),
         )
         .route_layer(middleware::from_fn_with_state(Arc::clone(&ext), track))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .with_state(ext)
+        .merge(health)
         .fallback(unrouted)
         .method_not_allowed_fallback(unrouted)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(axum::Extension(BodyLimit(max_body_bytes)))
-        .with_state(ext)
 }
 
-/// Only `GET /healthz`, `/readyz` and `/metrics`: the routes of the separate
-/// plain-HTTP listener (`--metrics-listen`), for kubelet probes and Prometheus
-/// when the main listener requires client certificates.
+/// Only `GET /healthz`, `/readyz` and `/metrics` ([`carma_http::health::router`], answered as on
+/// [`router`]): the routes of the separate plain-HTTP listener (`--metrics-listen`), for kubelet
+/// probes and Prometheus when the main listener requires client certificates.
 pub fn metrics_router(ext: Arc<Extender>) -> Router {
-    let unrouted =
-        |method: Method, uri: Uri| async move { no_route(METRICS_ROUTES, &method, &uri) };
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .fallback(unrouted)
-        .method_not_allowed_fallback(unrouted)
-        .with_state(ext)
+    health::router(Arc::new(Served(ext)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_route_list_ends_with_the_health_routes() {
+        assert_eq!(&ROUTES[3..], health::ROUTES);
+    }
 }
