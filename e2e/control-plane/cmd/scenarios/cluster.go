@@ -14,6 +14,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/carma/e2e/control-plane/internal/overcommit"
 )
 
 const (
@@ -31,12 +33,6 @@ const (
 	replicasPerGPU  = 8
 	gpusPerNode     = 8
 )
-
-// gpu is one GPU of a GpuNode's status.
-type gpu struct {
-	UUID     string `json:"uuid"`
-	TotalMiB int64  `json:"memoryTotalMiB"`
-}
 
 // gpuNodes maps node → GPU UUID → GPU, read from the GpuNodes the device plugins publish.
 func (e *env) gpuNodes(ctx context.Context) (map[string]map[string]gpu, error) {
@@ -101,19 +97,9 @@ func reservationMiB(p *v1.Pod, gpuTotal int64) (int64, error) {
 	return estimateMiB(p)
 }
 
-func assignedGPUs(p *v1.Pod) []string {
-	s := strings.TrimSpace(p.Annotations[annAssignedGPUs])
-	if s == "" {
-		return nil
-	}
-	out := strings.Split(s, ",")
-	sort.Strings(out)
-	return out
-}
+func assignedGPUs(p *v1.Pod) []string { return overcommit.AssignedGPUs(p) }
 
-func terminated(p *v1.Pod) bool {
-	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
-}
+func terminated(p *v1.Pod) bool { return overcommit.Terminated(p) }
 
 // admissionRecord is one line the node harness wrote for an admitted pod.
 type admissionRecord struct {

@@ -1,25 +1,27 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"sort"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/carma/e2e/control-plane/internal/overcommit"
 )
 
-// Kinds of over-commit findings.
+// Kinds of over-commit findings (internal/overcommit, shared with cmd/scale).
 const (
-	findOverMemory     = "over-memory"         // a GPU's live reservations exceed its memory
-	findOverReplicas   = "over-replicas"       // a GPU holds more pods than it advertises replicas
-	findUnknownGPU     = "unknown-gpu"         // a pod is assigned a GPU its node's GpuNode does not list
-	findNoAssignedGPUs = "no-assigned-gpus"    // a bound carma pod has no carma.io/assigned-gpus
-	findBadEstimate    = "unparsable-estimate" // a bound, shared carma pod has no readable carma.io/estimate
-	canaryNamespace    = "canary"              // planted faults live here and nowhere else
+	findOverMemory     = overcommit.OverMemory     // a GPU's live reservations exceed its memory
+	findOverReplicas   = overcommit.OverReplicas   // a GPU holds more pods than it advertises replicas
+	findUnknownGPU     = overcommit.UnknownGPU     // a pod is assigned a GPU its node's GpuNode does not list
+	findNoAssignedGPUs = overcommit.NoAssignedGPUs // a bound carma pod has no carma.io/assigned-gpus
+	findBadEstimate    = overcommit.BadEstimate    // a bound, shared carma pod has no readable carma.io/estimate
+	canaryNamespace    = "canary"                  // planted faults live here and nowhere else
 	labelExpect        = "e2e.carma.io/expect"
 	expectPending      = "pending" // a pod a scenario means to stay unbound (bad input)
 )
+
+// gpu is one GPU of a GpuNode's status.
+type gpu = overcommit.GPU
 
 // finding is one thing the over-commit checker reports. key names the GPU (node/uuid) or the pod
 // (namespace/name) it is about; pods lists every pod involved as namespace/name.
@@ -45,96 +47,17 @@ func (f finding) planted() bool {
 }
 
 // requestsGPU: some container or init container asks for carma.io/gpu.
-func requestsGPU(p *v1.Pod) bool {
-	has := func(cs []v1.Container) bool {
-		for _, c := range cs {
-			if _, ok := c.Resources.Limits[gpuResource]; ok {
-				return true
-			}
-			if _, ok := c.Resources.Requests[gpuResource]; ok {
-				return true
-			}
-		}
-		return false
-	}
-	return has(p.Spec.Containers) || has(p.Spec.InitContainers)
-}
+func requestsGPU(p *v1.Pod) bool { return overcommit.RequestsGPU(p) }
 
 // estimateMiB reads the per-GPU reservation the extender wrote at bind.
-func estimateMiB(p *v1.Pod) (int64, error) {
-	raw, ok := p.Annotations[annEstimate]
-	if !ok {
-		return 0, fmt.Errorf("no %s annotation", annEstimate)
-	}
-	var est struct {
-		MiB *int64 `json:"mib"`
-	}
-	if err := json.Unmarshal([]byte(raw), &est); err != nil {
-		return 0, fmt.Errorf("%s %q: %v", annEstimate, raw, err)
-	}
-	if est.MiB == nil || *est.MiB <= 0 {
-		return 0, fmt.Errorf("%s %q has no positive mib", annEstimate, raw)
-	}
-	return *est.MiB, nil
-}
+func estimateMiB(p *v1.Pod) (int64, error) { return overcommit.EstimateMiB(p) }
 
 // overCommitFindings judges the bound, live carma GPU pods (scheduled by scheduler) against the GPUs
-// their nodes' GpuNodes list: memory and replicas per GPU, and every pod must say which GPUs it holds
-// and how much of each. A pod that cannot be judged is a finding, never a skip.
+// their nodes' GpuNodes list (overcommit.Findings).
 func overCommitFindings(pods []v1.Pod, gpus map[string]map[string]gpu, scheduler string, replicas int) []finding {
-	type use struct {
-		mib  int64
-		pods []string
-	}
-	per := map[string]*use{}
 	var out []finding
-	for i := range pods {
-		p := &pods[i]
-		if p.Spec.SchedulerName != scheduler || p.Spec.NodeName == "" || terminated(p) || !requestsGPU(p) {
-			continue
-		}
-		ref := p.Namespace + "/" + p.Name
-		assigned := assignedGPUs(p)
-		if len(assigned) == 0 {
-			out = append(out, finding{findNoAssignedGPUs, ref, "bound to " + p.Spec.NodeName + " without " + annAssignedGPUs, []string{ref}})
-			continue
-		}
-		exclusive := p.Annotations[annExclusive] == "true"
-		mib, err := int64(0), error(nil)
-		if !exclusive {
-			if mib, err = estimateMiB(p); err != nil {
-				out = append(out, finding{findBadEstimate, ref, err.Error(), []string{ref}})
-			}
-		}
-		for _, u := range assigned {
-			key := p.Spec.NodeName + "/" + u
-			if per[key] == nil {
-				per[key] = &use{}
-			}
-			g, known := gpus[p.Spec.NodeName][u]
-			switch {
-			case exclusive && known:
-				per[key].mib += g.TotalMiB
-			case !exclusive && err == nil:
-				per[key].mib += mib
-			}
-			per[key].pods = append(per[key].pods, ref)
-		}
+	for _, f := range overcommit.Findings(pods, gpus, scheduler, replicas) {
+		out = append(out, finding{kind: f.Kind, key: f.Key, detail: f.Detail, pods: f.Pods})
 	}
-	for key, u := range per {
-		node, uuid, _ := strings.Cut(key, "/")
-		sort.Strings(u.pods)
-		g, ok := gpus[node][uuid]
-		switch {
-		case !ok:
-			out = append(out, finding{findUnknownGPU, key, fmt.Sprintf("GpuNode %s lists no such GPU (pods %v)", node, u.pods), u.pods})
-		case u.mib > g.TotalMiB:
-			out = append(out, finding{findOverMemory, key, fmt.Sprintf("%d MiB reserved on %d MiB by %v", u.mib, g.TotalMiB, u.pods), u.pods})
-		}
-		if ok && len(u.pods) > replicas {
-			out = append(out, finding{findOverReplicas, key, fmt.Sprintf("%d pods on a GPU advertised as %d replicas: %v", len(u.pods), replicas, u.pods), u.pods})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id() < out[j].id() })
 	return out
 }

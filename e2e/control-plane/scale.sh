@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# carma's scheduling benchmark against the real control plane, all on loopback (see docs/scale.md):
+#   etcd, kube-apiserver and kube-scheduler built from their Go modules as run.sh builds them
+#   (build.sh), the chart rendered by `helm template` and applied with kubectl (cluster.sh, shared with
+#   run.sh), N hollow nodes (Node + GpuNode each, cmd/scale/hollow.go), then two phases on the same
+#   nodes with the same pods:
+#     1. kube-scheduler alone: a second kube-scheduler, default profile (schedulerName
+#        default-scheduler), its own KubeSchedulerConfiguration, ServiceAccount and the
+#        system:kube-scheduler ClusterRole; pods ask for nvidia.com/gpu: 1;
+#     2. carma: kube-scheduler from the chart's pod spec (its profile, the extender over mutual TLS)
+#        and the extender from the chart's Deployment (podrun.py); pods ask for carma.io/gpu: 1 with a
+#        model profile from deploy/examples;
+#   and prints, every figure read from the cluster or the processes:
+#   scale <N>x<G>: kube-scheduler alone <a> pods/s, with carma <b> pods/s (<r> %), p99 at half load <x> ms alone / <y> ms with carma, extender RSS <m> MiB, 0 over-committed GPUs
+#
+# Usage: e2e/control-plane/scale.sh --nodes N --gpus-per-node G --pods P [--latency-pods L]
+#                                   [--churn [ROUNDS]] [--phases plain,carma] [--stall 90s]
+#        CARMA_E2E_KEEP=1 scale.sh ...        # keep the work directory (logs, kubeconfig)
+#        scale.sh ctl <verb>                  # used by cmd/scale to start and stop the schedulers
+# Needs: root (mount namespaces), go, openssl, python3 with PyYAML, cargo (unless CARMA_BIN is set).
+# Exits 1 when a batch left pods unbound, the over-commit checker found anything, or a figure could
+# not be read; the goals (throughput, latency, memory) are reported, not asserted.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+NS=carma-system
+RELEASE=carma
+LOG_TAG=scale
+PLAIN=default-scheduler
+# shellcheck source=cluster.sh
+source "$HERE/cluster.sh"
+
+# ---- process control (`scale.sh ctl ...`, from cmd/scale) --------------------------------------------
+
+wait_ready() { # wait_ready <what> <url> [curl options...]
+  local what="$1" url="$2"; shift 2
+  for _ in $(seq 240); do
+    [[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$@" "$url" || true)" == 200 ]] && return 0
+    sleep 0.5
+  done
+  die "$what did not become ready ($url)"
+}
+
+start_plain() {
+  "$BIN/kube-scheduler" --config "$WORK/$PLAIN.yaml" --secure-port "$PLAIN_PORT" --bind-address 127.0.0.1 \
+    --authentication-kubeconfig "$WORK/kubeconfig-$PLAIN" --authorization-kubeconfig "$WORK/kubeconfig-$PLAIN" \
+    --v=2 >>"$WORK/logs/$PLAIN.log" 2>&1 &
+  echo $! >"$WORK/pids/$PLAIN"
+}
+
+stop() { # stop <pid-file name>...: TERM, and KILL whatever is left after kill_pod's 5 s (a phase's
+  # scheduler must not outlive it)
+  local f pid
+  for f in "$@"; do
+    pid="$(cat "$WORK/pids/$f" 2>/dev/null || true)"
+    kill_pod "$f" TERM
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  done
+}
+
+ctl() {
+  # shellcheck disable=SC1091
+  source "$CARMA_E2E_WORK/env.sh"
+  case "$1" in
+    start-plain)
+      start_plain
+      wait_ready "kube-scheduler ($PLAIN)" "https://127.0.0.1:$PLAIN_PORT/readyz" -k
+      log "kube-scheduler ($PLAIN, default profile) ready" ;;
+    stop-plain) stop "$PLAIN" ;;
+    start-carma)
+      podrun "$WORK/logs/scheduler.log" "Deployment/$RELEASE-scheduler" kube-scheduler "$RELEASE-scheduler-0" "$WORK/sa/scheduler"
+      start_extender
+      wait_ready "the extender" "http://127.0.0.1:$EXT_METRICS_PORT/readyz"
+      wait_ready "kube-scheduler (the chart's)" "https://127.0.0.1:$SCHED_PORT/readyz" -k
+      log "kube-scheduler (the chart's profile) and the extender ready" ;;
+    stop-carma) stop "$RELEASE-scheduler-0" "$RELEASE-scheduler-extender-0" ;;
+    *) echo "scale.sh ctl: unknown verb $1" >&2; exit 2 ;;
+  esac
+}
+
+if [[ "${1:-}" == ctl ]]; then shift; ctl "$@"; exit; fi
+
+# ---- arguments ---------------------------------------------------------------------------------------
+
+NODES=100; GPUS=8; PODS=200; LATENCY_PODS=0; CHURN=0; PHASES=plain,carma; STALL=90s
+command_line="bash e2e/control-plane/scale.sh $*"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --nodes) NODES="$2"; shift 2 ;;
+    --gpus-per-node) GPUS="$2"; shift 2 ;;
+    --pods) PODS="$2"; shift 2 ;;
+    --latency-pods) LATENCY_PODS="$2"; shift 2 ;;
+    --churn) if [[ "${2:-}" =~ ^[0-9]+$ ]]; then CHURN="$2"; shift 2; else CHURN=10; shift; fi ;;
+    --phases) PHASES="$2"; shift 2 ;;
+    --stall) STALL="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+done
+
+# ---- setup -------------------------------------------------------------------------------------------
+
+cp_prereqs
+t_start=$(date +%s)
+log "$command_line"
+cp_tools
+(cd "$HERE" && GOFLAGS="${GOFLAGS:--buildvcs=false}" go build -trimpath -o "$BIN/scale" ./cmd/scale)
+cp_workdir carma-scale
+
+# Free loopback ports: etcd (2), API server, extender (verbs, metrics), the two kube-schedulers.
+cp_free_ports 7
+ETCD_PORT=${PORTS[0]}; ETCD_PEER=${PORTS[1]}; API_PORT=${PORTS[2]}; EXT_PORT=${PORTS[3]}
+EXT_METRICS_PORT=${PORTS[4]}; PLAIN_PORT=${PORTS[5]}; SCHED_PORT=${PORTS[6]}
+cat >"$WORK/env.sh" <<EOF
+WORK=$WORK; BIN=$BIN; CARMA=$CARMA; API_PORT=$API_PORT; EXT_PORT=$EXT_PORT; EXT_METRICS_PORT=$EXT_METRICS_PORT
+PLAIN_PORT=$PLAIN_PORT; SCHED_PORT=$SCHED_PORT; HELM=$HELM; KUBECTL=$KUBECTL; KUBECONFIG=$WORK/kubeconfig
+EOF
+
+cp_certs
+cp_start_etcd
+cp_start_apiserver
+# The chart as run.sh deploys it (values.yaml: TLS, the scheduler name), with the chart's own warm-up
+# (run.sh shortens it; the hollow nodes show a pod's memory at their next sample anyway).
+cp_apply_chart --set placement.warmupSeconds=30
+# The chart's kube-scheduler listens on its default secure port (10259), which run.sh's kube-scheduler
+# also takes: like every other listen address here, it is moved to a free loopback port, in the local
+# copy of the pod spec only (the cluster holds the chart's objects as rendered), so that a benchmark
+# and a scenario run can share a machine.
+python3 - "$WORK/rendered.yaml" "$SCHED_PORT" <<'PY'
+import sys
+path, port = sys.argv[1], sys.argv[2]
+text = open(path).read()
+old = "            - --config=/etc/kubernetes/carma-scheduler/config.yaml\n"
+if text.count(old) != 1:
+    sys.exit("scale.sh: the chart's kube-scheduler command changed; update the --secure-port rewrite")
+open(path, "w").write(text.replace(old, old + f"            - --secure-port={port}\n            - --bind-address=127.0.0.1\n"))
+PY
+
+token_dir scheduler "$RELEASE-scheduler"
+token_dir scheduler-extender "$RELEASE-scheduler-extender"
+
+# kube-scheduler alone: its own ServiceAccount with the roles a kubeadm kube-scheduler has.
+k -n "$NS" create serviceaccount "scale-$PLAIN" >/dev/null
+k create clusterrolebinding "scale-$PLAIN" --clusterrole system:kube-scheduler --serviceaccount "$NS:scale-$PLAIN" >/dev/null
+k create clusterrolebinding "scale-$PLAIN-volume" --clusterrole system:volume-scheduler --serviceaccount "$NS:scale-$PLAIN" >/dev/null
+k -n kube-system create rolebinding "scale-$PLAIN-authn-reader" --role extension-apiserver-authentication-reader \
+  --serviceaccount "$NS:scale-$PLAIN" >/dev/null
+token_dir "$PLAIN" "scale-$PLAIN"
+cat >"$WORK/kubeconfig-$PLAIN" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$pki/ca.crt"}}]
+users: [{name: u, user: {tokenFile: "$WORK/sa/$PLAIN/token"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: u}}]
+current-context: e2e
+EOF
+cat >"$WORK/$PLAIN.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: $WORK/kubeconfig-$PLAIN
+leaderElection:
+  leaderElect: false
+profiles:
+  - schedulerName: $PLAIN
+EOF
+
+replicas="$(awk -F= '/- --replicas=/{print $2; exit}' "$WORK/rendered.yaml")"
+[[ -n "$replicas" ]] || die "no --replicas in the rendered device plugin"
+log "setup done after $(( $(date +%s) - t_start )) s; benchmark: $NODES nodes × $GPUS GPUs, $PODS pods per batch"
+rc=0
+"$BIN/scale" --kubeconfig "$WORK/kubeconfig" --work "$WORK" --ctl "$HERE/scale.sh ctl" \
+  --examples "$ROOT/deploy/examples" --nodes "$NODES" --gpus-per-node "$GPUS" --replicas "$replicas" \
+  --pods "$PODS" --latency-pods "$LATENCY_PODS" --churn "$CHURN" --phases "$PHASES" --stall "$STALL" \
+  --carma-scheduler "$(awk '/schedulerName:/{print $2; exit}' "$HERE/values.yaml")" \
+  --plain-scheduler-url "https://127.0.0.1:$PLAIN_PORT" --carma-scheduler-url "https://127.0.0.1:$SCHED_PORT" \
+  --extender-metrics-url "http://127.0.0.1:$EXT_METRICS_PORT" || rc=$?
+log "done in $(( $(date +%s) - t_start )) s: $command_line"
+exit $rc
