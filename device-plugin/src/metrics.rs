@@ -36,9 +36,6 @@ use prometheus_client::registry::Registry;
 
 use crate::telemetry::{GpuView, Snapshot};
 
-/// Content type of the exposition.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 /// Label set `{result}` of the plugin's counters.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {

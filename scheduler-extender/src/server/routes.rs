@@ -53,6 +53,14 @@ fn clip_reasons(map: &mut crate::wire::ReasonMap<'_>) {
     }
 }
 
+/// Cuts a verb's error text for the answer and names the outcome the metrics count it under.
+fn clip_error(error: &mut String) -> &'static str {
+    if let std::borrow::Cow::Owned(e) = clip(error) {
+        *error = e;
+    }
+    if error.is_empty() { "success" } else { "error" }
+}
+
 fn answer<T: serde::Serialize>(body: T, outcome: &'static str) -> Response {
     let mut r = Json(body).into_response();
     r.extensions_mut().insert(Outcome(outcome));
@@ -72,14 +80,7 @@ async fn filter(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejecti
     let mut result = ext.filter(&args);
     clip_reasons(&mut result.failed_nodes);
     clip_reasons(&mut result.failed_and_unresolvable_nodes);
-    if let std::borrow::Cow::Owned(e) = clip(&result.error) {
-        result.error = e;
-    }
-    let outcome = if result.error.is_empty() {
-        "success"
-    } else {
-        "error"
-    };
+    let outcome = clip_error(&mut result.error);
     answer(result, outcome)
 }
 
@@ -105,14 +106,7 @@ async fn bind(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection
         Err(r) => return r.into_response(),
     };
     let mut result = ext.bind(&args).await;
-    if let std::borrow::Cow::Owned(e) = clip(&result.error) {
-        result.error = e;
-    }
-    let outcome = if result.error.is_empty() {
-        "success"
-    } else {
-        "error"
-    };
+    let outcome = clip_error(&mut result.error);
     answer(result, outcome)
 }
 

@@ -857,7 +857,7 @@ func percentile(sorted []float64, p float64) float64 {
 
 func ms(s float64) string {
 	if math.IsNaN(s) {
-		return "n/a"
+		return "no samples"
 	}
 	return fmt.Sprintf("%.0f ms", s*1000)
 }
@@ -973,7 +973,10 @@ func summaryLine(nodes, gpus string, plain, carma phaseResult) string {
 		}
 		return fmt.Sprintf("%.0f ms", percentile(r.half.lat, 0.99))
 	}
-	ratio := "n/a"
+	ratio := "not run"
+	if plain.ran && carma.ran && plain.sat.throughput() <= 0 {
+		ratio = "no pod bound alone"
+	}
 	if plain.ran && carma.ran && plain.sat.throughput() > 0 {
 		ratio = fmt.Sprintf("%.0f %%", 100*carma.sat.throughput()/plain.sat.throughput())
 	}
