@@ -128,3 +128,48 @@ async fn concurrent_binds_never_exceed_gpu_memory() {
         "{metrics}"
     );
 }
+
+/// kube-scheduler gives up on a bind after its `httpTimeout` (5 s by default) and closes the
+/// connection, which drops the request's handler. A bind dropped after booking the GPUs and before
+/// its write ended used to leave the booking behind with nothing bound: every retry of that pod
+/// was refused ("already has a placement") and the GPUs stayed reserved for a pod that never ran.
+/// The bind must end on its own: written and booked, or released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_the_caller_gives_up_on_still_ends_written_or_released() {
+    let snap = synthetic::cluster(1, 4);
+    let rec = Arc::new(Recorder {
+        delay: Some(Duration::from_millis(300)),
+        ..Recorder::default()
+    });
+    let ext = extender_with(&snap, Policy::Magm, PlacementConfig::default(), rec.clone());
+    let r = router(ext.clone());
+    let node = synthetic::node_name(0);
+    let pod = pod_json(
+        "ml",
+        "late",
+        "uid-late",
+        1,
+        &[(ANNOTATION_GPU_MEMORY, "6Gi")],
+    );
+    post(&r, "/filter", &args_names(&pod, &[node.as_str()])).await;
+
+    // The caller hangs up while the write is in flight.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        post(&r, "/bind", &bind_args(&pod, &node)),
+    )
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "the bind answered before the caller gave up"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let written = rec.binds.lock().len();
+    let booked = usize::from(ext.cluster().ledger_snapshot().get("uid-late").is_some());
+    assert_eq!(
+        (written, booked),
+        (1, 1),
+        "the abandoned bind must finish its write and keep its booking (written {written}, booked {booked})"
+    );
+}

@@ -14,11 +14,12 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::post;
 use carma_http::health::{self, Check, Endpoints, no_route};
 use tower::limit::GlobalConcurrencyLimitLayer;
+use tracing::Instrument;
 
 use super::body::{BIND_BODY_LIMIT, BODY_LIMIT, Body, BodyLimit, Outcome, WireRejection};
 use crate::clip::{LOGGED_INPUT_LIMIT, clip};
 use crate::verbs::Extender;
-use crate::wire::{ExtenderArgs, ExtenderBindingArgs};
+use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult};
 
 /// `/filter` and `/prioritize` requests handled at once (body read, decoded and judged); more wait
 /// their turn. Each may hold a body of up to [`BODY_LIMIT`] while it is read (for at most
@@ -29,7 +30,7 @@ use crate::wire::{ExtenderArgs, ExtenderBindingArgs};
 pub const PLACEMENT_CONCURRENCY: usize = 8;
 
 /// `/bind` requests handled at once; more wait their turn. kube-scheduler binds from goroutines,
-/// many at a time.
+/// many at a time. A bind whose caller hung up runs on to its end without a turn (see `bind`).
 pub const BIND_CONCURRENCY: usize = 128;
 
 /// Cut every reason longer than [`LOGGED_INPUT_LIMIT`]: a reason quoting a pod's
@@ -105,7 +106,20 @@ async fn bind(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let mut result = ext.bind(&args).await;
+    // kube-scheduler hangs up on a bind after its `httpTimeout`, which drops this handler. Once
+    // the GPUs are booked the bind must end on its own, written or released: a bind cut off
+    // between the booking and the write would leave GPUs reserved for a pod that is never bound
+    // and refuse every retry of it. So it runs on a task of its own; its answer is dropped when
+    // nobody waits for it any more.
+    let task =
+        tokio::spawn(async move { ext.bind(&args).await }.instrument(tracing::Span::current()));
+    let mut result = match task.await {
+        Ok(r) => r,
+        Err(e) => ExtenderBindingResult {
+            error: format!("the bind stopped before it ended: {e}"),
+            decision: None,
+        },
+    };
     let outcome = clip_error(&mut result.error);
     answer(result, outcome)
 }
