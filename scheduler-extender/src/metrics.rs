@@ -82,9 +82,9 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
-        // 50 µs .. ~1.6 s.
+        // 50 µs .. ~6.6 s: a bind may wait seconds for the node's previous pod, up to kube-scheduler's 5 s timeout.
         let duration = Family::<VerbLabels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(0.000_05, 2.0, 16))) as fn() -> Histogram,
+            (|| Histogram::new(exponential_buckets(0.000_05, 2.0, 18))) as fn() -> Histogram,
         );
         let rejections = Family::<ReasonLabels, Counter>::default();
         let reservations = Family::<SourceLabels, Counter>::default();
