@@ -15,6 +15,7 @@
 #
 # Usage: e2e/control-plane/scale.sh --nodes N --gpus-per-node G --pods P [--latency-pods L]
 #                                   [--churn [ROUNDS]] [--phases plain,carma] [--stall 90s]
+#                                   [--set chart.value=x ...]   # more chart values for the carma phase
 #        CARMA_E2E_KEEP=1 scale.sh ...        # keep the work directory (logs, kubeconfig)
 #        scale.sh ctl <verb>                  # used by cmd/scale to start and stop the schedulers
 # Needs: root (mount namespaces), go, openssl, python3 with PyYAML, cargo (unless CARMA_BIN is set).
@@ -82,7 +83,7 @@ if [[ "${1:-}" == ctl ]]; then shift; ctl "$@"; exit; fi
 
 # ---- arguments ---------------------------------------------------------------------------------------
 
-NODES=100; GPUS=8; PODS=200; LATENCY_PODS=0; CHURN=0; PHASES=plain,carma; STALL=90s
+NODES=100; GPUS=8; PODS=200; LATENCY_PODS=0; CHURN=0; PHASES=plain,carma; STALL=90s; CHART_SETS=()
 command_line="bash e2e/control-plane/scale.sh $*"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -93,6 +94,7 @@ while [[ $# -gt 0 ]]; do
     --churn) if [[ "${2:-}" =~ ^[0-9]+$ ]]; then CHURN="$2"; shift 2; else CHURN=10; shift; fi ;;
     --phases) PHASES="$2"; shift 2 ;;
     --stall) STALL="$2"; shift 2 ;;
+    --set) CHART_SETS+=(--set "$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -121,7 +123,7 @@ cp_start_etcd
 cp_start_apiserver
 # The chart as run.sh deploys it (values.yaml: TLS, the scheduler name), with the chart's own warm-up
 # (run.sh shortens it; the hollow nodes show a pod's memory at their next sample anyway).
-cp_apply_chart --set placement.warmupSeconds=30
+cp_apply_chart --set placement.warmupSeconds=30 "${CHART_SETS[@]}"
 # The chart's kube-scheduler listens on its default secure port (10259), which run.sh's kube-scheduler
 # also takes: like every other listen address here, it is moved to a free loopback port, in the local
 # copy of the pod spec only (the cluster holds the chart's objects as rendered), so that a benchmark

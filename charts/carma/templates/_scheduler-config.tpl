@@ -9,9 +9,9 @@ leaderElection:
   resourceLock: leases
   resourceName: {{ $s.leaderElection.resourceName }}
   resourceNamespace: {{ .Release.Namespace }}
-# Score every feasible node: with the default (adaptive, down to 5 %) kube-scheduler sends the extender
-# only a sample of the feasible nodes on clusters above 100 nodes.
-percentageOfNodesToScore: 100
+{{- with $s.percentageOfNodesToScore }}
+percentageOfNodesToScore: {{ . }}
+{{- end }}
 profiles:
   - schedulerName: {{ $s.schedulerName }}
     {{- with $s.plugins }}
