@@ -189,45 +189,81 @@ impl Default for SimConfig {
 impl SimConfig {
     /// A makespan no placement policy can beat on `tasks` under these models (seconds), for a
     /// run in which every task finishes; tasks that need more GPUs than a node has are left out.
-    /// From the slowdown model's conservation of work: a GPU whose shown tasks sum to SM activity
-    /// `D` runs each at `(max(θ,s)/max(θ,D))^γ`, so with γ ≥ 1 they advance at most
-    /// `max(θ, largest s)` units of SM-activity-seconds per second. Until its memory and activity
-    /// show (`telemetry.lag_ms`) a task runs at full speed outside that budget, so each task's work
-    /// is counted without its first `lag_ms`. The bound is the longer of: that work over every GPU
-    /// at that rate; and, for every task, its arrival after the first task's plus its exclusive
-    /// time, less one scheduling step (the first task starts within a step of its arrival on the
-    /// empty cluster, and no task runs faster than alone). Memory and the gate only lengthen it.
     /// `None` for γ < 1 (sharing then creates throughput and there is no such bound).
+    ///
+    /// Makespan runs from the first dispatch `S`. An empty node takes any task that fits it under
+    /// every policy (exclusive-first takes idle GPUs; `pack` falls back on them), so `S` is
+    /// `tick(a₀)`, the first scheduler tick (a multiple of `telemetry.interval_ms`) at or after
+    /// the first arrival; a task arriving at `a` starts at `tick(a)` or later.
+    ///
+    /// A task of SM activity `s` on `g` GPUs with exclusive time `x` has work `w = s·g·(x − lag)⁺`
+    /// (`lag = telemetry.lag_ms`): until its activity shows it runs at full speed outside any
+    /// GPU's budget, and an attempt crashes only when it shows, so the attempt that finishes does
+    /// all of `w`, none of it before `tick(a) + lag`, at most `s·g` per second. On a GPU whose
+    /// shown tasks sum to `D`, each runs at `(max(θ,s)/max(θ,D))^γ ≤ max(θ,s)/max(θ,D)` (γ ≥ 1),
+    /// so any subset `A` of them does at most `M_A = max(θ, largest s in A)` work per second (θ
+    /// read as the model reads it, at least 10⁻⁶). The model's lowest rate, 10⁻⁶, only matters
+    /// where `max(θ,D) > 10⁶·M_A`, and there gives `A` at most `10⁻⁶·Σ_A s ≤ M_A` while fewer
+    /// than 10⁶ tasks share the GPU.
+    ///
+    /// Hence for every tick `T`, the tasks with `tick(a) ≥ T` cannot be done before their rate
+    /// cap, `min(GPUs·M_A, Σ s·g over those whose tick(a) + lag has passed)`, integrated from
+    /// `T + lag`, reaches their total work (at the first tick: all the work over the whole
+    /// cluster, after one lag). The bound is the latest of these and of `tick(a) + x` over tasks,
+    /// less `S`.
     pub fn makespan_bound_s(&self, tasks: &[crate::task::Task]) -> Option<f64> {
+        if self.slowdown.exponent < 1.0 {
+            return None;
+        }
+        let step = self.telemetry.interval_ms.max(1);
+        let tick = |t: Millis| t.div_ceil(step).saturating_mul(step);
+        let lag = self.telemetry.lag_ms;
         let placeable: Vec<&crate::task::Task> = tasks
             .iter()
             .filter(|t| t.gpus <= self.cluster.gpus_per_node)
             .collect();
-        if self.slowdown.exponent < 1.0 || placeable.is_empty() {
-            return None;
+        let start = placeable.iter().map(|t| tick(t.arrival_ms)).min()?;
+        let secs = |t: Millis| t.saturating_sub(start) as f64 / 1000.0;
+        let alone = placeable
+            .iter()
+            .map(|t| secs(tick(t.arrival_ms).saturating_add(t.exclusive_ms)))
+            .fold(0.0, f64::max);
+        // Tasks by the tick they may first start at, earliest first.
+        let mut releases: Vec<Release> = Vec::new();
+        let mut by_tick: Vec<(Millis, &crate::task::Task)> =
+            placeable.iter().map(|t| (tick(t.arrival_ms), *t)).collect();
+        by_tick.sort_by_key(|(at, _)| *at);
+        for (at, t) in by_tick {
+            let s = t.activity.scaled(self.activity_scale).sm_activity;
+            let g = f64::from(t.gpus);
+            let shown_s = t.exclusive_ms.saturating_sub(lag) as f64 / 1000.0;
+            if releases.last().is_none_or(|r| r.at != at) {
+                releases.push(Release {
+                    at,
+                    work: 0.0,
+                    rate: 0.0,
+                    activity: 0.0,
+                });
+            }
+            if let Some(r) = releases.last_mut() {
+                r.work += s * g * shown_s;
+                r.rate += s * g;
+                r.activity = r.activity.max(s);
+            }
         }
-        let activity = |t: &crate::task::Task| t.activity.scaled(self.activity_scale).sm_activity;
-        let rate = placeable
-            .iter()
-            .map(|t| activity(t))
-            .fold(self.slowdown.threshold, f64::max);
-        let work: f64 = placeable
-            .iter()
-            .map(|t| {
-                let shown_ms = t.exclusive_ms.saturating_sub(self.telemetry.lag_ms);
-                activity(t) * shown_ms as f64 / 1000.0 * f64::from(t.gpus)
-            })
-            .sum();
         let gpus = f64::from(self.cluster.nodes) * f64::from(self.cluster.gpus_per_node);
-        let first = placeable.iter().map(|t| t.arrival_ms).min().unwrap_or(0);
-        let tail = placeable
-            .iter()
-            .map(|t| (t.arrival_ms - first).saturating_add(t.exclusive_ms))
-            .max()
-            .unwrap_or(0)
-            .saturating_sub(self.telemetry.interval_ms) as f64
-            / 1000.0;
-        Some((work / (gpus * rate)).max(tail))
+        let (mut work, mut activity) = (0.0, self.slowdown.threshold.max(1e-6));
+        let mut released = 0.0;
+        for first in (0..releases.len()).rev() {
+            work += releases[first].work;
+            activity = f64::max(activity, releases[first].activity);
+            if work > 0.0 {
+                let from = secs(releases[first].at.saturating_add(lag));
+                let took = drain_s(&releases[first..], work, gpus * activity);
+                released = f64::max(released, from + took);
+            }
+        }
+        Some(alone.max(released))
     }
 
     /// Reject values the models cannot work with.
@@ -338,4 +374,48 @@ impl SimConfig {
         }
         p
     }
+}
+
+/// Release groups [`drain_s`] follows the rate cap through before it takes the whole cluster's
+/// rate: that only lowers the bound (the rate it assumes is never below the cap), and keeps its
+/// cost at most this many steps per group.
+const RAMP_STEPS: usize = 1024;
+
+/// The tasks that may first start at one scheduler tick, for [`SimConfig::makespan_bound_s`].
+struct Release {
+    /// The tick.
+    at: Millis,
+    /// Their work once shown, SM-activity-seconds.
+    work: f64,
+    /// The most work per second they can do together (each at most its own speed).
+    rate: f64,
+    /// Their largest SM activity.
+    activity: f64,
+}
+
+/// Seconds after `releases[0].at` (each shifted by the same lag) until `work` can be done at a
+/// rate of at most `full` and at most the summed `rate` of the groups released so far.
+fn drain_s(releases: &[Release], work: f64, full: f64) -> f64 {
+    let origin = releases.first().map_or(0, |r| r.at);
+    let (mut done, mut rate) = (0.0, 0.0);
+    for (k, r) in releases.iter().enumerate() {
+        let since = r.at.saturating_sub(origin) as f64 / 1000.0;
+        rate += r.rate;
+        let now = if k >= RAMP_STEPS {
+            full
+        } else {
+            rate.min(full)
+        };
+        match releases.get(k + 1) {
+            Some(next) if now < full => {
+                let span = next.at.saturating_sub(r.at) as f64 / 1000.0;
+                if done + now * span >= work {
+                    return since + (work - done) / now;
+                }
+                done += now * span;
+            }
+            _ => return since + (work - done) / now,
+        }
+    }
+    0.0
 }
