@@ -69,6 +69,17 @@ impl Handoff {
             .map(|g| NodeTurn { _guard: g })
     }
 
+    /// The nodes whose turn a bind holds: each is binding a carma pod or waiting for the kubelet to
+    /// admit it, and a bind to it now would wait for that.
+    pub fn admitting(&self) -> HashSet<String> {
+        self.nodes
+            .lock()
+            .iter()
+            .filter(|(_, turn)| turn.try_lock().is_err())
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+
     /// Start watching for pod `uid`'s admission (call before binding it).
     pub fn expect(&self, uid: &str) {
         self.waiting.lock().0.insert(uid.to_string());
@@ -123,6 +134,7 @@ mod tests {
         let first = h.turn("n1").await.expect("free node");
         h.expect("a");
         // A second bind to the same node waits; to another node it does not.
+        assert_eq!(h.admitting(), HashSet::from(["n1".to_string()]));
         assert!(h.turn("n1").await.is_none(), "n1 is busy admitting a");
         assert!(h.turn("n2").await.is_some());
         let h2 = h.clone();
@@ -132,6 +144,7 @@ mod tests {
         h.admitted("a");
         assert!(waiter.await.unwrap());
         drop(first);
+        assert!(h.admitting().is_empty());
         assert!(h.turn("n1").await.is_some());
     }
 

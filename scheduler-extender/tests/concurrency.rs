@@ -173,3 +173,55 @@ async fn a_bind_the_caller_gives_up_on_still_ends_written_or_released() {
         "the abandoned bind must finish its write and keep its booking (written {written}, booked {booked})"
     );
 }
+
+/// A node still admitting the carma pod bound to it before would hold the next bind to it until
+/// that admission ends: prioritize ranks it below every node that can take the pod now, so a burst
+/// of pods spreads over the best nodes instead of queueing behind one kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_still_admitting_ranks_below_the_nodes_free_now() {
+    let snap = synthetic::cluster(2, 4);
+    let rec = Arc::new(Recorder::default());
+    let ext = extender_with(&snap, Policy::Magm, PlacementConfig::default(), rec);
+    let r = router(ext.clone());
+    let (a, b) = (synthetic::node_name(0), synthetic::node_name(1));
+    let pod = pod_json(
+        "ml",
+        "next",
+        "uid-next",
+        1,
+        &[(ANNOTATION_GPU_MEMORY, "6Gi")],
+    );
+    let body = args_names(&pod, &[a.as_str(), b.as_str()]);
+    let scores = |out: &Value| -> HashMap<String, i64> {
+        out.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["Host"].as_str().unwrap().to_string(),
+                    h["Score"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+
+    let idle = scores(&post(&r, "/prioritize", &body).await.1);
+    assert_eq!(
+        idle[&a], idle[&b],
+        "two identical idle nodes score alike: {idle:?}"
+    );
+    assert!(idle[&a] > 1, "{idle:?}");
+
+    // A bind holds node a's turn (binding, or waiting for the kubelet to admit its pod).
+    let turn = ext.cluster().handoff().turn(&a).await.expect("a free node");
+    let busy = scores(&post(&r, "/prioritize", &body).await.1);
+    assert_eq!(busy[&b], idle[&b], "{busy:?}");
+    assert_eq!(
+        busy[&a], 1,
+        "the admitting node ranks lowest among those that fit: {busy:?}"
+    );
+
+    drop(turn);
+    let free = scores(&post(&r, "/prioritize", &body).await.1);
+    assert_eq!(free, idle);
+}

@@ -25,6 +25,10 @@ use crate::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, NodeListOut,
 /// Rejection code of a pod whose carma inputs are malformed.
 pub const REJECT_INVALID: &str = "invalid-annotation";
 
+/// The score of a node that can take the pod but is still admitting the carma pod bound to it
+/// before: the lowest a passing node gets.
+pub const ADMITTING_SCORE: u8 = 1;
+
 /// The message answered while the caches have not synced.
 pub const NOT_READY: &str =
     "carma scheduler extender: cluster caches have not synced yet; retry shortly";
@@ -243,12 +247,23 @@ impl Extender {
             let view = self.cluster.read();
             self.verdicts.judge(&view, &names, &demand, &self.cfg, now)
         };
+        // A bind to a node still admitting the carma pod bound to it before waits for that
+        // admission (crate::handoff): such a node ranks below every node that can take the pod now,
+        // so a burst of pods spreads over the best free nodes instead of queueing behind one kubelet.
+        let admitting = self.cluster.handoff().admitting();
         names
             .iter()
             .zip(verdicts)
-            .map(|(n, v)| HostPriority {
-                host: Cow::Borrowed(*n),
-                score: i64::from(v.score()),
+            .map(|(n, v)| {
+                let score = match v.score() {
+                    0 => 0,
+                    s if admitting.contains(*n) => s.min(ADMITTING_SCORE),
+                    s => s,
+                };
+                HostPriority {
+                    host: Cow::Borrowed(*n),
+                    score: i64::from(score),
+                }
             })
             .collect()
     }
