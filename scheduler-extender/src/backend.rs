@@ -39,16 +39,8 @@ pub struct PodWarning {
 /// Why a write or read against the cluster failed.
 #[derive(Debug, Error)]
 pub enum BackendError {
-    /// Patching the pod's annotations failed; nothing was bound.
-    #[error("patching the annotations of pod {pod}: {source}")]
-    Patch {
-        /// `namespace/name`.
-        pod: String,
-        /// The API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// Creating the Binding failed (the annotations may already be written).
+    /// Creating the Binding failed: nothing was written (the API server sets the pod's node and
+    /// merges the Binding's annotations into the pod in one update, or does neither).
     #[error("binding pod {pod} to node {node}: {source}")]
     Binding {
         /// `namespace/name`.
@@ -72,13 +64,11 @@ pub enum BackendError {
 
 impl BackendError {
     /// Whether the pod lost a race rather than the write failing: it is gone or was replaced
-    /// (404; the UID precondition of the patch or the Binding), or another binder got there first
+    /// (404; the UID precondition of the Binding), or another binder got there first
     /// (409). kube-scheduler retries such a pod like any conflict.
     pub fn lost_race(&self) -> bool {
         let source = match self {
-            BackendError::Patch { source, .. }
-            | BackendError::Binding { source, .. }
-            | BackendError::Get { source, .. } => source,
+            BackendError::Binding { source, .. } | BackendError::Get { source, .. } => source,
         };
         matches!(source, kube::Error::Api(status) if status.code == 404 || status.code == 409)
     }
@@ -97,7 +87,8 @@ pub trait ClusterBackend: Send + Sync + std::fmt::Debug {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Pod>, BackendError>>;
 
-    /// Write the output `annotations` (when given), then create the Binding.
+    /// Create the Binding, carrying the output `annotations` (when given): one write, which sets
+    /// the pod's node and its annotations together.
     fn bind<'a>(
         &'a self,
         target: &'a BindTarget,

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::Event;
@@ -81,23 +81,16 @@ impl ClusterBackend for KubeBackend {
         Box::pin(async move {
             let pods = Api::<Pod>::namespaced(self.client.clone(), &target.namespace);
             let key = format!("{}/{}", target.namespace, target.name);
-            if let Some(annotations) = annotations {
-                // The UID in the patch makes it fail on a different pod of the same name.
-                let patch = serde_json::json!({
-                    "metadata": { "uid": target.uid, "annotations": annotations }
-                });
-                pods.patch(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(|source| BackendError::Patch {
-                        pod: key.clone(),
-                        source,
-                    })?;
-            }
+            // The API server merges a Binding's annotations into the pod in the same update that
+            // sets its node, under the Binding's UID as a precondition: a pod is never annotated
+            // without being bound, nor bound without its annotations, and one write is one round
+            // trip.
             let binding = Binding {
                 metadata: ObjectMeta {
                     name: Some(target.name.clone()),
                     namespace: Some(target.namespace.clone()),
                     uid: Some(target.uid.clone()),
+                    annotations: annotations.cloned(),
                     ..Default::default()
                 },
                 target: ObjectReference {

@@ -19,7 +19,7 @@
 //! * [`handoff`] — one kubelet admission at a time per node, for bind.
 //! * [`history`] — reservations learned from `MemoryHistory` records.
 //! * [`recovery_queue`] — recovery attempts waiting for GPUs (recovery first).
-//! * [`backend`] — the I/O side: [`kube_backend`] (watchers, patch, Binding,
+//! * [`backend`] — the I/O side: [`kube_backend`] (watchers, Binding,
 //!   Events) or [`snapshot`] (a static `List`, binds recorded instead of written).
 //! * [`metrics`] — Prometheus metrics.
 //! * [`clip`] — request-derived text cut short for logs, Events and answers.

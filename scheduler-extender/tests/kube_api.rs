@@ -1,6 +1,6 @@
-//! The API calls of the live backend, scripted with tower-test: bind patches the
-//! pod's annotations first, then creates the Binding; a failed Binding releases
-//! the booking; a malformed pod gets an Event.
+//! The API calls of the live backend, scripted with tower-test: bind creates one
+//! Binding that carries the pod's annotations; a failed Binding releases the
+//! booking; a malformed pod gets an Event.
 
 mod common;
 
@@ -71,7 +71,7 @@ fn filter_args(text: &str) -> ExtenderArgs<'_> {
 }
 
 #[tokio::test]
-async fn bind_patches_annotations_then_creates_the_binding() {
+async fn bind_writes_node_and_annotations_in_one_binding() {
     let (ext, mut api) = live_extender();
     let pod = fixture_pod("pending-override");
     let text = filter_text(&pod, &["gpu-node-b"]);
@@ -79,37 +79,8 @@ async fn bind_patches_annotations_then_creates_the_binding() {
     let filtered = ext.filter(&args);
     assert_eq!(filtered.node_names, Some(vec!["gpu-node-b".into()]));
 
-    let pod_for_api = pod.clone();
     let script = tokio::spawn(async move {
-        let (req, send) = api.next_request().await.expect("a PATCH of the pod");
-        let (req, patch) = body_json(req).await;
-        assert_eq!(req.method(), Method::PATCH);
-        assert_eq!(
-            req.uri().path(),
-            "/api/v1/namespaces/ml/pods/pending-override"
-        );
-        assert_eq!(
-            req.headers()["content-type"],
-            "application/merge-patch+json"
-        );
-        let ann = &patch["metadata"]["annotations"];
-        assert_eq!(
-            patch["metadata"]["uid"],
-            "aaaaaaaa-0000-4000-8000-000000000001"
-        );
-        assert_eq!(
-            ann[ANNOTATION_ASSIGNED_GPUS],
-            "GPU-0b000000-0000-4000-8000-000000000003"
-        );
-        assert_eq!(ann[ANNOTATION_ASSIGNED_NODE], "gpu-node-b");
-        assert_eq!(
-            serde_json::from_str::<Value>(ann[ANNOTATION_ESTIMATE].as_str().unwrap()).unwrap(),
-            json!({ "mib": 10240, "source": "override" })
-        );
-        let mut patched = pod_for_api.clone();
-        patched["metadata"]["annotations"] = ann.clone();
-        send.send_response(respond(StatusCode::OK, &patched));
-
+        // The first and only write: the Binding, annotations included (no PATCH before it).
         let (req, send) = api.next_request().await.expect("a POST of the Binding");
         let (req, binding) = body_json(req).await;
         assert_eq!(req.method(), Method::POST);
@@ -127,13 +98,30 @@ async fn bind_patches_annotations_then_creates_the_binding() {
             binding["target"],
             json!({ "apiVersion": "v1", "kind": "Node", "name": "gpu-node-b" })
         );
+        let ann = &binding["metadata"]["annotations"];
+        assert_eq!(
+            ann[ANNOTATION_ASSIGNED_GPUS],
+            "GPU-0b000000-0000-4000-8000-000000000003"
+        );
+        assert_eq!(ann[ANNOTATION_ASSIGNED_NODE], "gpu-node-b");
+        assert_eq!(
+            serde_json::from_str::<Value>(ann[ANNOTATION_ESTIMATE].as_str().unwrap()).unwrap(),
+            json!({ "mib": 10240, "source": "override" })
+        );
         // The API server answers a Binding with a Status.
         send.send_response(respond(StatusCode::CREATED, &status_body(201, "", "")));
+        api
     });
 
     let result = ext.bind(&bind_args_for(&pod, "gpu-node-b")).await;
-    script.await.unwrap();
+    let mut api = script.await.unwrap();
     assert_eq!(result.error, "");
+    let next =
+        tokio::time::timeout(std::time::Duration::from_millis(200), api.next_request()).await;
+    assert!(
+        next.is_err(),
+        "one write per bind: unexpected request after the Binding"
+    );
     let decision = result.decision.unwrap();
     assert!(!decision.dry_run);
     assert_eq!(
@@ -160,9 +148,6 @@ async fn a_lost_binding_race_releases_the_booking_and_counts_as_a_conflict() {
     let pod = fixture_pod("pending-override");
     ext.filter(&filter_args(&filter_text(&pod, &["gpu-node-a"])));
     let script = tokio::spawn(async move {
-        let (req, send) = api.next_request().await.unwrap();
-        assert_eq!(req.method(), Method::PATCH);
-        send.send_response(respond(StatusCode::OK, &fixture_pod("pending-override")));
         let (req, send) = api.next_request().await.unwrap();
         assert!(req.uri().path().ends_with("/binding"));
         send.send_response(respond(
@@ -203,30 +188,32 @@ async fn a_lost_binding_race_releases_the_booking_and_counts_as_a_conflict() {
 }
 
 #[tokio::test]
-async fn failed_patch_creates_no_binding() {
+async fn a_refused_binding_releases_the_booking_as_an_error() {
     let (ext, mut api) = live_extender();
     let pod = fixture_pod("pending-override");
     ext.filter(&filter_args(&filter_text(&pod, &["gpu-node-a"])));
     let script = tokio::spawn(async move {
         let (req, send) = api.next_request().await.unwrap();
-        assert_eq!(req.method(), Method::PATCH);
+        assert!(req.uri().path().ends_with("/binding"));
         send.send_response(respond(
             StatusCode::UNPROCESSABLE_ENTITY,
-            &status_body(422, "Invalid", "metadata.uid: field is immutable"),
+            &status_body(422, "Invalid", "metadata.annotations: Invalid value"),
         ));
         api
     });
     let result = ext.bind(&bind_args_for(&pod, "gpu-node-a")).await;
     let mut api = script.await.unwrap();
     assert!(
-        result.error.contains("patching the annotations"),
+        result
+            .error
+            .contains("binding pod ml/pending-override to node gpu-node-a"),
         "{}",
         result.error
     );
-    // No Binding follows a failed patch.
+    // Nothing follows a refused Binding.
     let next =
         tokio::time::timeout(std::time::Duration::from_millis(200), api.next_request()).await;
-    assert!(next.is_err(), "unexpected request after a failed patch");
+    assert!(next.is_err(), "unexpected request after a refused Binding");
     assert!(
         ext.cluster()
             .ledger_snapshot()
@@ -252,9 +239,6 @@ async fn bind_without_a_filter_reads_the_pod_first() {
             req.uri().path(),
             "/api/v1/namespaces/ml/pods/pending-two-gpus"
         );
-        send.send_response(respond(StatusCode::OK, &pod_for_api));
-        let (req, send) = api.next_request().await.unwrap();
-        assert_eq!(req.method(), Method::PATCH);
         send.send_response(respond(StatusCode::OK, &pod_for_api));
         let (req, send) = api.next_request().await.unwrap();
         assert!(req.uri().path().ends_with("/pods/pending-two-gpus/binding"));
