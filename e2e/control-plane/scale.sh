@@ -14,6 +14,7 @@
 #   scale <N>x<G>: kube-scheduler alone <a> pods/s, with carma <b> pods/s (<r> %), p99 at half load <x> ms alone / <y> ms with carma, extender RSS <m> MiB, 0 over-committed GPUs
 #
 # Usage: e2e/control-plane/scale.sh --nodes N --gpus-per-node G --pods P [--latency-pods L]
+#                                   [--latency-rate R]   # offer R pods/s to both latency batches
 #                                   [--churn [ROUNDS]] [--phases plain,carma] [--stall 90s]
 #                                   [--set chart.value=x ...]   # more chart values for the carma phase
 #        CARMA_E2E_KEEP=1 scale.sh ...        # keep the work directory (logs, kubeconfig)
@@ -83,7 +84,7 @@ if [[ "${1:-}" == ctl ]]; then shift; ctl "$@"; exit; fi
 
 # ---- arguments ---------------------------------------------------------------------------------------
 
-NODES=100; GPUS=8; PODS=200; LATENCY_PODS=0; CHURN=0; PHASES=plain,carma; STALL=90s; CHART_SETS=()
+NODES=100; GPUS=8; PODS=200; LATENCY_PODS=0; LATENCY_RATE=0; CHURN=0; PHASES=plain,carma; STALL=90s; CHART_SETS=()
 command_line="bash e2e/control-plane/scale.sh $*"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -91,6 +92,7 @@ while [[ $# -gt 0 ]]; do
     --gpus-per-node) GPUS="$2"; shift 2 ;;
     --pods) PODS="$2"; shift 2 ;;
     --latency-pods) LATENCY_PODS="$2"; shift 2 ;;
+    --latency-rate) LATENCY_RATE="$2"; shift 2 ;;
     --churn) if [[ "${2:-}" =~ ^[0-9]+$ ]]; then CHURN="$2"; shift 2; else CHURN=10; shift; fi ;;
     --phases) PHASES="$2"; shift 2 ;;
     --stall) STALL="$2"; shift 2 ;;
@@ -173,7 +175,7 @@ log "setup done after $(( $(date +%s) - t_start )) s; benchmark: $NODES nodes ×
 rc=0
 "$BIN/scale" --kubeconfig "$WORK/kubeconfig" --work "$WORK" --ctl "$HERE/scale.sh ctl" \
   --examples "$ROOT/deploy/examples" --nodes "$NODES" --gpus-per-node "$GPUS" --replicas "$replicas" \
-  --pods "$PODS" --latency-pods "$LATENCY_PODS" --churn "$CHURN" --phases "$PHASES" --stall "$STALL" \
+  --pods "$PODS" --latency-pods "$LATENCY_PODS" --latency-rate "$LATENCY_RATE" --churn "$CHURN" --phases "$PHASES" --stall "$STALL" \
   --carma-scheduler "$(awk '/schedulerName:/{print $2; exit}' "$HERE/values.yaml")" \
   --plain-scheduler-url "https://127.0.0.1:$PLAIN_PORT" --carma-scheduler-url "https://127.0.0.1:$SCHED_PORT" \
   --extender-metrics-url "http://127.0.0.1:$EXT_METRICS_PORT" || rc=$?

@@ -7,9 +7,11 @@
 //! does it inside the (single-active) extender: a bind to a node waits until the previous carma pod
 //! bound there has been allocated by the device plugin (`carma.io/allocated`), has started, or has
 //! ended — at most [`Handoff::admission_wait`] — so at most one carma pod per node is ever pending
-//! admission. A bind that cannot get its node within [`Handoff::lock_wait`] is refused as a
-//! conflict and kube-scheduler retries it. The two waits together stay below kube-scheduler's
-//! extender `httpTimeout` (5 s in the chart).
+//! admission. The bind that took the turn answers kube-scheduler once its Binding is written and
+//! leaves the turn to a task that waits for the admission. A bind that cannot get its node within
+//! [`Handoff::lock_wait`] is refused as a conflict and kube-scheduler retries it; that wait and the
+//! write stay below kube-scheduler's extender `httpTimeout` (5 s in the chart), and a bind it hangs
+//! up on still runs to its end (`crate::server`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

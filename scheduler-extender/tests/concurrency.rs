@@ -225,3 +225,64 @@ async fn a_node_still_admitting_ranks_below_the_nodes_free_now() {
     let free = scores(&post(&r, "/prioritize", &body).await.1);
     assert_eq!(free, idle);
 }
+
+/// A bind answers kube-scheduler as soon as the Binding is written; the node's turn stays taken
+/// until the kubelet admits the pod, so the next bind to that node still waits for the admission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_answers_before_admission_and_the_node_waits_for_it() {
+    let snap = synthetic::cluster(1, 4);
+    let rec = Arc::new(Recorder {
+        live: true,
+        ..Recorder::default()
+    });
+    let ext = extender_with(&snap, Policy::Magm, PlacementConfig::default(), rec.clone());
+    let r = router(ext.clone());
+    let node = synthetic::node_name(0);
+    let first = pod_json(
+        "ml",
+        "first",
+        "uid-first",
+        1,
+        &[(ANNOTATION_GPU_MEMORY, "6Gi")],
+    );
+    let second = pod_json(
+        "ml",
+        "second",
+        "uid-second",
+        1,
+        &[(ANNOTATION_GPU_MEMORY, "6Gi")],
+    );
+    for pod in [&first, &second] {
+        post(&r, "/filter", &args_names(pod, &[node.as_str()])).await;
+    }
+    let admission_wait = ext.cluster().handoff().admission_wait;
+
+    // Answered long before the admission wait would end.
+    let started = std::time::Instant::now();
+    let (_, out) = post(&r, "/bind", &bind_args(&first, &node)).await;
+    assert_eq!(out["Error"], "", "{out}");
+    assert!(
+        started.elapsed() < admission_wait / 4,
+        "the bind waited {:?} for the pod's admission",
+        started.elapsed()
+    );
+    assert!(ext.cluster().handoff().admitting().contains(&node));
+
+    // The next bind to the node waits until the first pod is admitted.
+    let r2 = r.clone();
+    let body = bind_args(&second, &node);
+    let next = tokio::spawn(async move { post(&r2, "/bind", &body).await.1 });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !next.is_finished(),
+        "the second bind did not wait for the first admission"
+    );
+    assert_eq!(rec.binds.lock().len(), 1);
+    ext.cluster().handoff().admitted("uid-first");
+    let out = tokio::time::timeout(Duration::from_secs(1), next)
+        .await
+        .expect("the second bind goes ahead once the first pod is admitted")
+        .unwrap();
+    assert_eq!(out["Error"], "", "{out}");
+    assert_eq!(rec.binds.lock().len(), 2);
+}

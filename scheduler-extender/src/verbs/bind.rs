@@ -2,6 +2,7 @@
 //! write the output annotations and create the Binding; a failed write releases the booking.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use carma_api::{Assignment, EstimateAnnotation};
 use chrono::{TimeZone, Utc};
@@ -123,7 +124,7 @@ impl Extender {
 
         // One pending admission per node (see crate::handoff); snapshot mode writes nothing.
         let handoff = self.cluster.handoff();
-        let _turn = if dry {
+        let turn = if dry {
             None
         } else {
             match handoff.turn(&args.node).await {
@@ -193,13 +194,25 @@ impl Extender {
         }
         // Bound: it waits for GPUs no longer (the watch will say so too, a moment later).
         self.recovery.forget(uid);
-        if !dry && !handoff.wait_admitted(uid).await {
-            tracing::warn!(
-                pod = %format!("{}/{}", args.pod_namespace, args.pod_name),
-                node = %args.node,
-                wait_ms = handoff.admission_wait.as_millis() as u64,
-                "the node did not admit the pod in time; letting the next bind to it go ahead"
-            );
+        // The node's turn passes to its next carma pod once the kubelet has admitted this one.
+        // kube-scheduler need not wait for that: the turn is handed to a task of its own, and the
+        // answer goes back as soon as the Binding is written.
+        if let Some(turn) = turn {
+            let cluster = Arc::clone(&self.cluster);
+            let (uid, node) = (uid.to_string(), args.node.clone());
+            let pod = format!("{}/{}", args.pod_namespace, args.pod_name);
+            tokio::spawn(async move {
+                let handoff = cluster.handoff();
+                if !handoff.wait_admitted(&uid).await {
+                    tracing::warn!(
+                        pod = %pod,
+                        node = %node,
+                        wait_ms = handoff.admission_wait.as_millis() as u64,
+                        "the node did not admit the pod in time; letting the next bind to it go ahead"
+                    );
+                }
+                drop(turn);
+            });
         }
         self.decisions.forget(uid);
         (

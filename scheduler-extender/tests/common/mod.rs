@@ -43,11 +43,14 @@ pub struct Recorder {
     pub warnings: Mutex<Vec<PodWarning>>,
     /// Delay of each bind write (lets concurrent binds interleave).
     pub delay: Option<Duration>,
+    /// Behave as a cluster backend rather than a dry run: binds then take their node's turn and
+    /// hold it until the pod is admitted (`crate::handoff`).
+    pub live: bool,
 }
 
 impl ClusterBackend for Recorder {
     fn dry_run(&self) -> bool {
-        true
+        !self.live
     }
 
     fn get_pod<'a>(

@@ -71,6 +71,7 @@ type config struct {
 	gpuMiB          int64
 	pods            int
 	latencyPods     int
+	latencyRate     float64
 	churn           int
 	phases          string
 	carmaScheduler  string
@@ -126,6 +127,7 @@ func main() {
 	flag.Int64Var(&c.gpuMiB, "gpu-mib", 81920, "memory per GPU (MiB)")
 	flag.IntVar(&c.pods, "pods", 200, "pods per saturated batch (at most nodes × GPUs: phase 1 takes whole GPUs)")
 	flag.IntVar(&c.latencyPods, "latency-pods", 0, "pods of the half-rate batch (default: pods/2, at least 100)")
+	flag.Float64Var(&c.latencyRate, "latency-rate", 0, "offered rate of the latency batch in both phases (pods/s; default: half of the phase's saturated rate)")
 	flag.IntVar(&c.churn, "churn", 0, "churn rounds after the carma batches: each creates and deletes pods")
 	flag.StringVar(&c.phases, "phases", "plain,carma", "phases to run: plain (kube-scheduler alone), carma")
 	flag.StringVar(&c.carmaScheduler, "carma-scheduler", "carma-scheduler", "the chart's scheduler profile name")
@@ -207,7 +209,7 @@ func main() {
 	plain.report("kube-scheduler alone", false)
 	carma.report("with carma", true)
 	fmt.Println()
-	fmt.Println(summaryLine(nodes, gpus, plain, carma))
+	fmt.Println(summaryLine(nodes, gpus, plain, carma, b.cfg.latencyRate))
 	if failed {
 		os.Exit(1)
 	}
@@ -704,6 +706,9 @@ func (b *bench) runPhase(ctx context.Context, carma bool) phaseResult {
 	check()
 	b.deleteBatch(ctx, name+"-sat")
 	half := r.sat.throughput() / 2
+	if b.cfg.latencyRate > 0 {
+		half = b.cfg.latencyRate
+	}
 	if half > 0 {
 		r.half = b.runBatch(ctx, name+"-half", b.cfg.latencyPods, carma, half)
 		fmt.Printf("  half load (%.1f pods/s offered): %d of %d bound, creation → bind p50 %.0f ms, p99 %.0f ms\n",
@@ -960,7 +965,9 @@ func (b *bench) clusterShape(ctx context.Context) (nodes, gpus string) {
 	return fmt.Sprint(len(nl.Items)), gpus
 }
 
-func summaryLine(nodes, gpus string, plain, carma phaseResult) string {
+// summaryLine is the run's one line; latencyRate > 0 names the rate both latency batches were
+// offered instead of half of each phase's own.
+func summaryLine(nodes, gpus string, plain, carma phaseResult, latencyRate float64) string {
 	rate := func(r phaseResult) string {
 		if !r.ran {
 			return "not run"
@@ -992,6 +999,10 @@ func summaryLine(nodes, gpus string, plain, carma phaseResult) string {
 			over = "over-commit not checked"
 		}
 	}
-	return fmt.Sprintf("scale %sx%s: kube-scheduler alone %s, with carma %s (%s), p99 at half load %s alone / %s with carma, extender RSS %s, %s",
-		nodes, gpus, rate(plain), rate(carma), ratio, p99(plain), p99(carma), rss, over)
+	load := "half load"
+	if latencyRate > 0 {
+		load = fmt.Sprintf("%g pods/s", latencyRate)
+	}
+	return fmt.Sprintf("scale %sx%s: kube-scheduler alone %s, with carma %s (%s), p99 at %s %s alone / %s with carma, extender RSS %s, %s",
+		nodes, gpus, rate(plain), rate(carma), ratio, load, p99(plain), p99(carma), rss, over)
 }
