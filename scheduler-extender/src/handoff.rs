@@ -26,6 +26,8 @@ pub struct Handoff {
     nodes: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
     /// Pods a bind is waiting on, and those of them seen admitted.
     waiting: Mutex<(HashSet<String>, HashSet<String>)>,
+    /// The pod each node's turn waits on, by node.
+    awaited: Mutex<HashMap<String, String>>,
     admitted: Notify,
     /// Longest wait for the previous pod on the node to be admitted.
     pub admission_wait: Duration,
@@ -51,6 +53,7 @@ impl Handoff {
         Self {
             nodes: Mutex::new(HashMap::new()),
             waiting: Mutex::new((HashSet::new(), HashSet::new())),
+            awaited: Mutex::new(HashMap::new()),
             admitted: Notify::new(),
             admission_wait,
             lock_wait,
@@ -72,26 +75,36 @@ impl Handoff {
     }
 
     /// The nodes whose turn a bind holds: each is binding a carma pod or waiting for the kubelet to
-    /// admit it, and a bind to it now would wait for that.
+    /// admit it, and a bind to it now would wait for that. A node whose awaited pod has been seen
+    /// admitted is not among them, even before its turn is handed on.
     pub fn admitting(&self) -> HashSet<String> {
+        let awaited = self.awaited.lock().clone();
+        let admitted = self.waiting.lock().1.clone();
         self.nodes
             .lock()
             .iter()
             .filter(|(_, turn)| turn.try_lock().is_err())
+            .filter(|(node, _)| awaited.get(*node).is_none_or(|uid| !admitted.contains(uid)))
             .map(|(node, _)| node.clone())
             .collect()
     }
 
-    /// Start watching for pod `uid`'s admission (call before binding it).
-    pub fn expect(&self, uid: &str) {
+    /// Start watching for the admission of pod `uid`, about to be bound to `node` (call before
+    /// binding it, holding the node's turn).
+    pub fn expect(&self, node: &str, uid: &str) {
         self.waiting.lock().0.insert(uid.to_string());
+        self.awaited
+            .lock()
+            .insert(node.to_string(), uid.to_string());
     }
 
-    /// Stop watching `uid` (a failed bind).
+    /// Stop watching `uid` (a failed bind, or its wait is over).
     pub fn forget(&self, uid: &str) {
         let mut w = self.waiting.lock();
         w.0.remove(uid);
         w.1.remove(uid);
+        drop(w);
+        self.awaited.lock().retain(|_, awaited| awaited != uid);
     }
 
     /// The pod watcher saw pod `uid` allocated, running or ended.
@@ -134,7 +147,7 @@ mod tests {
             Duration::from_millis(100),
         ));
         let first = h.turn("n1").await.expect("free node");
-        h.expect("a");
+        h.expect("n1", "a");
         // A second bind to the same node waits; to another node it does not.
         assert_eq!(h.admitting(), HashSet::from(["n1".to_string()]));
         assert!(h.turn("n1").await.is_none(), "n1 is busy admitting a");
@@ -153,11 +166,30 @@ mod tests {
     #[tokio::test]
     async fn a_pod_never_admitted_releases_its_node_after_the_wait() {
         let h = Handoff::new(Duration::from_millis(30), Duration::from_millis(100));
-        h.expect("stuck");
+        h.expect("n1", "stuck");
         assert!(!h.wait_admitted("stuck").await);
         // Admission seen before the wait began still counts.
-        h.expect("quick");
+        h.expect("n1", "quick");
         h.admitted("quick");
         assert!(h.wait_admitted("quick").await);
+    }
+
+    #[tokio::test]
+    async fn a_node_whose_pod_is_admitted_is_no_longer_admitting_before_its_turn_passes() {
+        let h = Handoff::new(Duration::from_secs(5), Duration::from_millis(100));
+        let turn = h.turn("n1").await.expect("free node");
+        assert_eq!(h.admitting(), HashSet::from(["n1".to_string()]), "binding");
+        h.expect("n1", "a");
+        assert_eq!(
+            h.admitting(),
+            HashSet::from(["n1".to_string()]),
+            "awaiting a"
+        );
+        // The pod watch saw it admitted; the task holding the turn has not run yet.
+        h.admitted("a");
+        assert!(h.admitting().is_empty());
+        assert!(h.wait_admitted("a").await);
+        drop(turn);
+        assert!(h.admitting().is_empty());
     }
 }

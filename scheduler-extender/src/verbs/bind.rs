@@ -181,7 +181,7 @@ impl Extender {
             allocated: false,
         };
         let annotations = assignment.to_annotations(&args.node);
-        handoff.expect(uid);
+        handoff.expect(&args.node, uid);
         if let Err(e) = self.backend.bind(&target, Some(&annotations)).await {
             handoff.forget(uid);
             self.cluster.write().unbook(uid);
