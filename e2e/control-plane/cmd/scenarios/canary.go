@@ -39,18 +39,18 @@ func (e *env) scenarioCanary(ctx context.Context, s *summary) {
 		name, gpu, estimate string
 		want                finding
 	}{
-		{"overcommit-a", gpus[0].UUID, over, finding{kind: findOverMemory, key: canaryNode + "/" + gpus[0].UUID}},
-		{"overcommit-b", gpus[0].UUID, over, finding{kind: findOverMemory, key: canaryNode + "/" + gpus[0].UUID}},
-		{"bad-estimate", gpus[1].UUID, `{"mib": "lots"`, finding{kind: findBadEstimate, key: ns + "/bad-estimate"}},
-		{"no-gpus", "", `{"mib":1024,"source":"override"}`, finding{kind: findNoAssignedGPUs, key: ns + "/no-gpus"}},
+		{"overcommit-a", gpus[0].UUID, over, finding{Kind: findOverMemory, Key: canaryNode + "/" + gpus[0].UUID}},
+		{"overcommit-b", gpus[0].UUID, over, finding{Kind: findOverMemory, Key: canaryNode + "/" + gpus[0].UUID}},
+		{"bad-estimate", gpus[1].UUID, `{"mib": "lots"`, finding{Kind: findBadEstimate, Key: ns + "/bad-estimate"}},
+		{"no-gpus", "", `{"mib":1024,"source":"override"}`, finding{Kind: findNoAssignedGPUs, Key: ns + "/no-gpus"}},
 	}
 	for _, p := range planted {
 		e.plantBoundPod(ctx, p.name, p.gpu, p.estimate)
 	}
 	wanted := map[string]bool{}
 	for _, p := range planted {
-		if !wanted[p.want.id()] {
-			wanted[p.want.id()] = true
+		if !wanted[p.want.ID()] {
+			wanted[p.want.ID()] = true
 			s.planted++
 		}
 	}

@@ -117,10 +117,10 @@ func (m *monitor) poll(ctx context.Context) {
 	}
 	now := time.Now()
 	for _, f := range overCommitFindings(list.Items, gn, m.e.schedulerName, replicasPerGPU) {
-		if _, seen := m.findings[f.id()]; !seen {
-			m.findings[f.id()] = f
-			m.firstSeen[f.id()] = now
-			if !f.planted() {
+		if _, seen := m.findings[f.ID()]; !seen {
+			m.findings[f.ID()] = f
+			m.firstSeen[f.ID()] = now
+			if !planted(f) {
 				fmt.Printf("  FINDING %s\n", f)
 			}
 		}
@@ -144,11 +144,11 @@ func (m *monitor) real() []finding {
 	defer m.mu.Unlock()
 	var out []finding
 	for _, f := range m.findings {
-		if !f.planted() {
+		if !planted(f) {
 			out = append(out, f)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id() < out[j].id() })
+	sort.Slice(out, func(i, j int) bool { return out[i].ID() < out[j].ID() })
 	return out
 }
 
@@ -157,7 +157,7 @@ func (m *monitor) plantedSince(id string, t time.Time) (finding, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f, ok := m.findings[id]
-	return f, ok && f.planted() && !m.firstSeen[id].Before(t)
+	return f, ok && planted(f) && !m.firstSeen[id].Before(t)
 }
 
 // pollsAfter reports whether a successful poll completed after t.

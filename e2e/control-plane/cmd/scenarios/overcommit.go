@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/carma/e2e/control-plane/internal/overcommit"
@@ -23,27 +21,17 @@ const (
 // gpu is one GPU of a GpuNode's status.
 type gpu = overcommit.GPU
 
-// finding is one thing the over-commit checker reports. key names the GPU (node/uuid) or the pod
-// (namespace/name) it is about; pods lists every pod involved as namespace/name.
-type finding struct {
-	kind   string
-	key    string
-	detail string
-	pods   []string
-}
-
-func (f finding) id() string { return f.kind + " " + f.key }
-
-func (f finding) String() string { return fmt.Sprintf("%s %s: %s", f.kind, f.key, f.detail) }
+// finding is one thing the over-commit checker reports (overcommit.Finding).
+type finding = overcommit.Finding
 
 // planted: every pod of the finding is one the canary planted.
-func (f finding) planted() bool {
-	for _, p := range f.pods {
+func planted(f finding) bool {
+	for _, p := range f.Pods {
 		if !inCanary(p) {
 			return false
 		}
 	}
-	return len(f.pods) > 0
+	return len(f.Pods) > 0
 }
 
 // requestsGPU: some container or init container asks for carma.io/gpu.
@@ -55,9 +43,5 @@ func estimateMiB(p *v1.Pod) (int64, error) { return overcommit.EstimateMiB(p) }
 // overCommitFindings judges the bound, live carma GPU pods (scheduled by scheduler) against the GPUs
 // their nodes' GpuNodes list (overcommit.Findings).
 func overCommitFindings(pods []v1.Pod, gpus map[string]map[string]gpu, scheduler string, replicas int) []finding {
-	var out []finding
-	for _, f := range overcommit.Findings(pods, gpus, scheduler, replicas) {
-		out = append(out, finding{kind: f.Kind, key: f.Key, detail: f.Detail, pods: f.Pods})
-	}
-	return out
+	return overcommit.Findings(pods, gpus, scheduler, replicas)
 }

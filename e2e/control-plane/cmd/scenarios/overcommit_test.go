@@ -32,7 +32,7 @@ func boundPod(ns, name, gpus, estimate string) v1.Pod {
 func kinds(fs []finding) string {
 	var out []string
 	for _, f := range fs {
-		out = append(out, f.id())
+		out = append(out, f.ID())
 	}
 	return strings.Join(out, "; ")
 }
@@ -47,7 +47,7 @@ func TestFitsIsClean(t *testing.T) {
 func TestOverMemoryIsFound(t *testing.T) {
 	pods := []v1.Pod{boundPod("a", "p1", "G0", `{"mib":600}`), boundPod("b", "p2", "G0", `{"mib":401}`)}
 	fs := overCommitFindings(pods, testGPUs, testScheduler, 8)
-	if kinds(fs) != "over-memory n1/G0" || fs[0].planted() {
+	if kinds(fs) != "over-memory n1/G0" || planted(fs[0]) {
 		t.Fatalf("got %s", kinds(fs))
 	}
 }
@@ -105,11 +105,11 @@ func TestOnlyLiveBoundCarmaGPUPodsAreJudged(t *testing.T) {
 
 func TestPlantedOnlyWhenEveryPodIsTheCanarys(t *testing.T) {
 	pods := []v1.Pod{boundPod(canaryNamespace, "p1", "G0", `{"mib":600}`), boundPod("load", "p2", "G0", `{"mib":600}`)}
-	if fs := overCommitFindings(pods, testGPUs, testScheduler, 8); len(fs) != 1 || fs[0].planted() {
+	if fs := overCommitFindings(pods, testGPUs, testScheduler, 8); len(fs) != 1 || planted(fs[0]) {
 		t.Fatalf("a finding with a real pod counted as planted: %v", fs)
 	}
 	pods[1].Namespace = canaryNamespace
-	if fs := overCommitFindings(pods, testGPUs, testScheduler, 8); len(fs) != 1 || !fs[0].planted() {
+	if fs := overCommitFindings(pods, testGPUs, testScheduler, 8); len(fs) != 1 || !planted(fs[0]) {
 		t.Fatalf("a canary-only finding not counted as planted: %v", fs)
 	}
 }

@@ -25,11 +25,11 @@ func (e *env) judgeRun(ctx context.Context, m *monitor, s *summary) []string {
 	gpus := map[string]bool{}
 	unjudged := 0
 	for _, f := range m.real() {
-		switch f.kind {
+		switch f.Kind {
 		case findNoAssignedGPUs, findBadEstimate:
 			unjudged++
 		default:
-			gpus[f.key] = true
+			gpus[f.Key] = true
 		}
 		e.check(false, "over-commit checker: %s", f)
 	}
