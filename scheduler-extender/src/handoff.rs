@@ -24,10 +24,7 @@ use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
 #[derive(Debug)]
 pub struct Handoff {
     nodes: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
-    /// Pods a bind is waiting on, and those of them seen admitted.
-    waiting: Mutex<(HashSet<String>, HashSet<String>)>,
-    /// The pod each node's turn waits on, by node.
-    awaited: Mutex<HashMap<String, String>>,
+    waiting: Mutex<Awaited>,
     admitted: Notify,
     /// Longest wait for the previous pod on the node to be admitted.
     pub admission_wait: Duration,
@@ -38,6 +35,21 @@ pub struct Handoff {
 impl Default for Handoff {
     fn default() -> Self {
         Self::new(Duration::from_secs(2), Duration::from_millis(2500))
+    }
+}
+
+/// The pods the nodes' turns wait on.
+#[derive(Debug, Default)]
+struct Awaited {
+    /// The pod each node's turn waits on, by node.
+    by_node: HashMap<String, String>,
+    /// Those of them seen admitted.
+    admitted: HashSet<String>,
+}
+
+impl Awaited {
+    fn awaits(&self, uid: &str) -> bool {
+        self.by_node.values().any(|u| u == uid)
     }
 }
 
@@ -52,8 +64,7 @@ impl Handoff {
     pub fn new(admission_wait: Duration, lock_wait: Duration) -> Self {
         Self {
             nodes: Mutex::new(HashMap::new()),
-            waiting: Mutex::new((HashSet::new(), HashSet::new())),
-            awaited: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(Awaited::default()),
             admitted: Notify::new(),
             admission_wait,
             lock_wait,
@@ -78,13 +89,16 @@ impl Handoff {
     /// admit it, and a bind to it now would wait for that. A node whose awaited pod has been seen
     /// admitted is not among them, even before its turn is handed on.
     pub fn admitting(&self) -> HashSet<String> {
-        let awaited = self.awaited.lock().clone();
-        let admitted = self.waiting.lock().1.clone();
+        let w = self.waiting.lock();
         self.nodes
             .lock()
             .iter()
             .filter(|(_, turn)| turn.try_lock().is_err())
-            .filter(|(node, _)| awaited.get(*node).is_none_or(|uid| !admitted.contains(uid)))
+            .filter(|(node, _)| {
+                w.by_node
+                    .get(*node)
+                    .is_none_or(|uid| !w.admitted.contains(uid))
+            })
             .map(|(node, _)| node.clone())
             .collect()
     }
@@ -92,25 +106,23 @@ impl Handoff {
     /// Start watching for the admission of pod `uid`, about to be bound to `node` (call before
     /// binding it, holding the node's turn).
     pub fn expect(&self, node: &str, uid: &str) {
-        self.waiting.lock().0.insert(uid.to_string());
-        self.awaited
+        self.waiting
             .lock()
+            .by_node
             .insert(node.to_string(), uid.to_string());
     }
 
     /// Stop watching `uid` (a failed bind, or its wait is over).
     pub fn forget(&self, uid: &str) {
         let mut w = self.waiting.lock();
-        w.0.remove(uid);
-        w.1.remove(uid);
-        drop(w);
-        self.awaited.lock().retain(|_, awaited| awaited != uid);
+        w.by_node.retain(|_, awaited| awaited != uid);
+        w.admitted.remove(uid);
     }
 
     /// The pod watcher saw pod `uid` allocated, running or ended.
     pub fn admitted(&self, uid: &str) {
         let mut w = self.waiting.lock();
-        if w.0.contains(uid) && w.1.insert(uid.to_string()) {
+        if w.awaits(uid) && w.admitted.insert(uid.to_string()) {
             drop(w);
             self.admitted.notify_waiters();
         }
@@ -124,7 +136,7 @@ impl Handoff {
             let notified = self.admitted.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.waiting.lock().1.contains(uid) {
+            if self.waiting.lock().admitted.contains(uid) {
                 break true;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
