@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -106,30 +107,17 @@ func (h *hollow) createNodes(ctx context.Context, n, gpus int) error {
 		}
 		h.nodes[hn.name] = hn
 	}
-	jobs := make(chan int)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for w := 0; w < 32; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				if err := h.createNode(ctx, i, gpus); err != nil {
-					errs <- fmt.Errorf("%s: %w", nodeName(i), err)
-				}
-			}
-		}()
-	}
+	g := new(errgroup.Group)
+	g.SetLimit(32)
 	for i := 1; i <= n; i++ {
-		jobs <- i
+		g.Go(func() error {
+			if err := h.createNode(ctx, i, gpus); err != nil {
+				return fmt.Errorf("%s: %w", nodeName(i), err)
+			}
+			return nil
+		})
 	}
-	close(jobs)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		return err
-	}
-	return nil
+	return g.Wait()
 }
 
 func (h *hollow) createNode(ctx context.Context, i, gpus int) error {
@@ -288,22 +276,13 @@ func (h *hollow) run(ctx context.Context) {
 			}
 			h.mu.Unlock()
 			sort.Strings(due)
-			jobs := make(chan string)
-			var wg sync.WaitGroup
-			for w := 0; w < 16; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for n := range jobs {
-						_ = h.publish(ctx, n)
-					}
-				}()
-			}
+			// A failed publication marks its node dirty again (publish); the next tick retries it.
+			g := new(errgroup.Group)
+			g.SetLimit(16)
 			for _, n := range due {
-				jobs <- n
+				g.Go(func() error { _ = h.publish(ctx, n); return nil })
 			}
-			close(jobs)
-			wg.Wait()
+			_ = g.Wait()
 		}
 	}()
 }
