@@ -15,16 +15,27 @@ every v2 CARMA trace and generated workloads (1 × 4 and 16 × 8), queues kube t
 makespan, its OOM crashes, and the worst wait ÷ run per task size of each; CARMA's v2 traces only,
 queues carma then kube.
 
+--table grid: the default-policy grid. Every workload above, both queues and each interference
+exponent γ in --gammas (default 1 and 2); per row the makespan bound, CARMA's best makespan, the
+candidate's (--candidate, default pack) and the share of the gap between CARMA's best and the bound
+that it closes (negative: longer than CARMA's best), CARMA's best mean JCT and the candidate's change,
+OOM crashes, and whether the row meets the goal: makespan at most 1 % above CARMA's best, mean JCT at
+least 10 % below it, no more OOM crashes than the CARMA policy with the fewest. Runs in parallel
+(--jobs, default the number of CPUs).
+
 --workload TEXT (rows whose workload contains TEXT) and --queue kube|carma select a slice of a table;
 CI regenerates one row that way (ci/checks/policies.sh).
 
     python3 tools/compare-policies.py [--carma target/debug/carma] [--shared ../shared] [--quick]
-        [--table pack|exclusive] [--workload TEXT] [--queue kube|carma] [-- more carma simulate flags]
+        [--table pack|exclusive|grid] [--workload TEXT] [--queue kube|carma] [--gammas 1,2]
+        [--candidate POLICY] [--jobs N] [-- more carma simulate flags]
 """
 
 import argparse
 import json
+import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 import sys
 from pathlib import Path
 
@@ -97,19 +108,90 @@ def exclusive_table(a) -> int:
     return 0
 
 
+def grid_table(a) -> int:
+    """Every workload × queue × γ: the candidate against CARMA's best and the makespan bound."""
+    gammas = [g.strip() for g in a.gammas.split(",") if g.strip()]
+    rows = [
+        (label, args, queue, gamma)
+        for label, args in workloads(a.shared, a.quick)
+        if not a.workload or a.workload in label
+        for queue in ["kube", "carma"]
+        if not a.queue or queue == a.queue
+        for gamma in gammas
+    ]
+    policies = f"ff,bf,magm,lug,rr,{a.candidate}"
+
+    def one(row):
+        label, args, queue, gamma = row
+        extra = ["--policy", policies, "--slowdown-exponent", gamma, *a.extra]
+        return run(a.carma, args, queue, extra)
+
+    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        results = list(pool.map(one, rows))
+    print("| workload | queue | γ | makespan bound | CARMA best makespan | candidate makespan "
+          "| gap closed | CARMA best mean JCT | candidate mean JCT | OOMs fewest / candidate | goal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    met, closed, short = 0, [], []
+    for (label, _, queue, gamma), result in zip(rows, results):
+        ps = result["policies"]
+        bound = result["makespan_bound_s"]
+        paper = [p for p in ps if p["paper"]]
+        cand = next(p for p in ps if p["policy"] == a.candidate)
+        by_makespan = min(paper, key=lambda p: p["makespan_s"])
+        by_jct = min(paper, key=lambda p: p["mean_jct_s"])
+        fewest = min(p["ooms"] for p in paper)
+        gap = by_makespan["makespan_s"] - bound
+        share = (by_makespan["makespan_s"] - cand["makespan_s"]) / gap if gap > 0 else 0.0
+        closed.append(share)
+        misses = []
+        if cand["failed"]:
+            misses.append(f"{cand['failed']} failed")
+        if cand["makespan_s"] > 1.01 * by_makespan["makespan_s"]:
+            misses.append("makespan")
+        if cand["mean_jct_s"] > 0.9 * by_jct["mean_jct_s"]:
+            misses.append("mean JCT")
+        if cand["ooms"] > fewest:
+            misses.append("OOMs")
+        met += not misses
+        if misses:
+            short.append(f"{label}, {queue}, γ = {gamma}: {', '.join(misses)}")
+        print(
+            f"| {label} | {queue} | {gamma} | {hours(bound)} "
+            f"| {hours(by_makespan['makespan_s'])} ({by_makespan['policy']}) "
+            f"| {hours(cand['makespan_s'])} ({change(cand['makespan_s'], by_makespan['makespan_s'])}) "
+            f"| {share * 100:.0f} % "
+            f"| {hours(by_jct['mean_jct_s'])} ({by_jct['policy']}) "
+            f"| {hours(cand['mean_jct_s'])} ({change(cand['mean_jct_s'], by_jct['mean_jct_s'])}) "
+            f"| {fewest} / {cand['ooms']} | {'met' if not misses else 'short: ' + ', '.join(misses)} |",
+            flush=True,
+        )
+    mean = sum(closed) / len(closed) if closed else 0.0
+    print(f"\n{a.candidate}: goal met on {met} of {len(rows)} rows; mean share of the gap between "
+          f"CARMA's best makespan and the bound closed: {mean * 100:.0f} % (goal: 50 %).")
+    for s in short:
+        print(f"  short: {s}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--carma", default="target/debug/carma")
     ap.add_argument("--shared", default="../shared", type=Path)
     ap.add_argument("--quick", action="store_true", help="one seed per generated workload")
-    ap.add_argument("--table", choices=["pack", "exclusive"], default="pack",
-                    help="pack against CARMA's best (default), or exclusive against CARMA's best on CARMA's traces")
+    ap.add_argument("--table", choices=["pack", "exclusive", "grid"], default="pack",
+                    help="pack against CARMA's best (default), exclusive against CARMA's best on CARMA's "
+                         "traces, or the default-policy grid over queues and γ")
+    ap.add_argument("--gammas", default="1,2", help="grid: interference exponents, comma-separated")
+    ap.add_argument("--candidate", default="pack", help="grid: the policy compared with CARMA's")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="grid: runs at once")
     ap.add_argument("--workload", metavar="TEXT", help="only the workloads whose label contains TEXT")
     ap.add_argument("--queue", choices=["kube", "carma"], help="only this queue")
     ap.add_argument("extra", nargs="*", help="more `carma simulate` flags (after --), e.g. -- --slowdown-exponent 2")
     a = ap.parse_args()
     if a.table == "exclusive":
         return exclusive_table(a)
+    if a.table == "grid":
+        return grid_table(a)
     print("| workload | queue | work bound | CARMA best makespan | pack makespan | CARMA best mean JCT "
           "| pack mean JCT | OOMs best / pack | worst wait ÷ run, best / pack |")
     print("|---|---|---|---|---|---|---|---|---|")
