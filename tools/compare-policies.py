@@ -18,10 +18,11 @@ queues carma then kube.
 --table grid: the default-policy grid. Every workload above, both queues and each interference
 exponent γ in --gammas (default 1 and 2); per row the makespan bound, CARMA's best makespan, the
 candidate's (--candidate, default pack) and the share of the gap between CARMA's best and the bound
-that it closes (negative: longer than CARMA's best), CARMA's best mean JCT and the candidate's change,
-OOM crashes, and whether the row meets the goal: makespan at most 1 % above CARMA's best, mean JCT at
-least 10 % below it, no more OOM crashes than the CARMA policy with the fewest. Runs in parallel
-(--jobs, default the number of CPUs).
+that it closes (negative: longer than CARMA's best), CARMA's best mean JCT and the candidate's
+change, OOM crashes, the longest wait relative to the task's own run time (starvation; CARMA's
+figure is the lowest of its five), and whether the row meets the goal: makespan at most 1 % above
+CARMA's best, mean JCT at least 10 % below it, no more OOM crashes than the CARMA policy with the
+fewest. Runs in parallel (--jobs, default the number of CPUs).
 
 --workload TEXT (rows whose workload contains TEXT) and --queue kube|carma select a slice of a table;
 CI regenerates one row that way (ci/checks/policies.sh).
@@ -129,8 +130,9 @@ def grid_table(a) -> int:
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         results = list(pool.map(one, rows))
     print("| workload | queue | γ | makespan bound | CARMA best makespan | candidate makespan "
-          "| gap closed | CARMA best mean JCT | candidate mean JCT | OOMs fewest / candidate | goal |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| gap closed | CARMA best mean JCT | candidate mean JCT | OOMs fewest / candidate "
+          "| worst wait ÷ run, CARMA's best / candidate | goal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     met, closed, short = 0, [], []
     for (label, _, queue, gamma), result in zip(rows, results):
         ps = result["policies"]
@@ -162,7 +164,9 @@ def grid_table(a) -> int:
             f"| {share * 100:.0f} % "
             f"| {hours(by_jct['mean_jct_s'])} ({by_jct['policy']}) "
             f"| {hours(cand['mean_jct_s'])} ({change(cand['mean_jct_s'], by_jct['mean_jct_s'])}) "
-            f"| {fewest} / {cand['ooms']} | {'met' if not misses else 'short: ' + ', '.join(misses)} |",
+            f"| {fewest} / {cand['ooms']} "
+            f"| {min(worst(p) for p in paper):.1f} / {worst(cand):.1f} "
+            f"| {'met' if not misses else 'short: ' + ', '.join(misses)} |",
             flush=True,
         )
     mean = sum(closed) / len(closed) if closed else 0.0

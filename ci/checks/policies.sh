@@ -5,8 +5,8 @@
 # each in a debug build) and fails when the row differs from the documented one, character for
 # character:
 #   1. docs/queues-on-carma-traces.md   python3 tools/compare-policies.py --table exclusive
-#   2. docs/pack-policy.md, γ = 1       python3 tools/compare-policies.py
-#   3. docs/pack-policy.md, γ = 2       python3 tools/compare-policies.py -- --slowdown-exponent 2
+#   2. docs/default-policy.md, γ = 1    python3 tools/compare-policies.py --table grid
+#   3. docs/default-policy.md, γ = 2    (the same table)
 #   4. docs/estimator-evaluation.md     carma estimate eval --peaks --table (its four summary lines)
 # (The README's `carma simulate` block is compared by `cargo test -p carma --test readme_simulate`.)
 # Env: CARMA_BIN (default target/debug/carma; build with `cargo build -p carma`), SHARED (default
@@ -72,15 +72,15 @@ check_row "CARMA's traces, exclusive against CARMA's best (philly_trace-t1, queu
   "| philly_trace-t1 | carma |" \
   "${compare[@]}" --table exclusive --workload philly_trace-t1 --queue carma
 
-check_row "pack against CARMA's best, γ = 1 (philly_trace-t1, queue kube)" \
-  docs/pack-policy.md "python3 tools/compare-policies.py" \
-  "| philly_trace-t1 (1×4) | kube |" \
-  "${compare[@]}" --workload philly_trace-t1 --queue kube
+check_row "the default policy against CARMA's best, γ = 1 (philly_trace-t1, queue kube)" \
+  docs/default-policy.md "python3 tools/compare-policies.py --table grid" \
+  "| philly_trace-t1 (1×4) | kube | 1 |" \
+  "${compare[@]}" --table grid --workload philly_trace-t1 --queue kube --gammas 1
 
-check_row "pack against CARMA's best, γ = 2 (philly_trace-t1, queue carma)" \
-  docs/pack-policy.md "python3 tools/compare-policies.py -- --slowdown-exponent 2" \
-  "| philly_trace-t1 (1×4) | carma |" \
-  "${compare[@]}" --workload philly_trace-t1 --queue carma -- --slowdown-exponent 2
+check_row "the default policy against CARMA's best, γ = 2 (philly_trace-t1, queue carma)" \
+  docs/default-policy.md "python3 tools/compare-policies.py --table grid" \
+  "| philly_trace-t1 (1×4) | carma | 2 |" \
+  "${compare[@]}" --table grid --workload philly_trace-t1 --queue carma --gammas 2
 
 step "estimator evaluation: carma estimate eval --peaks --table, summary lines"
 doc=docs/estimator-evaluation.md

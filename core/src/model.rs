@@ -135,6 +135,11 @@ pub enum Policy {
 }
 
 impl Policy {
+    /// The policy of pods that name none, in the chart, the extender, `carma local` and the
+    /// simulator's comparison: carma's own `pack`, chosen on the simulated grid of
+    /// docs/default-policy.md without knowing how much co-located jobs interfere.
+    pub const DEFAULT: Policy = Policy::Pack;
+
     /// Every policy, in documentation order: CARMA's six, then carma's own.
     pub const ALL: [Policy; 7] = [
         Policy::Exclusive,

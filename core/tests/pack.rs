@@ -100,9 +100,9 @@ fn a_heavy_or_unknown_pod_takes_an_idle_gpu_rather_than_crowd_one() {
 }
 
 #[test]
-fn without_an_idle_gpu_a_pod_crowds_the_least_loaded_gpu_up_to_full_activity_and_no_further() {
-    let cfg = PlacementConfig::default();
-    // 0.25 + 0.7 = 0.95: past the cap but within 100 %; 0.6 + 0.7 would be 1.3.
+fn without_an_idle_gpu_a_pod_crowds_the_least_loaded_gpu_up_to_the_limit_and_no_further() {
+    let cfg = limit(1.0);
+    // 0.25 + 0.7 = 0.95: past the cap but within the limit; 0.6 + 0.7 would be 1.3.
     let n = node("a", vec![gpu(0, Some(0.6)), gpu(1, Some(0.25))]);
     let ledger = ledger_for(&[&n], 0.0);
     let p = place_on_node(&n, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap();
@@ -136,22 +136,40 @@ fn without_an_idle_gpu_a_pod_crowds_the_least_loaded_gpu_up_to_full_activity_and
 
 #[test]
 fn a_higher_crowding_limit_lets_a_pod_crowd_further() {
-    // 0.4 + 0.7 = 1.1: refused under the default limit (1.0), placed under 1.2, on the least
-    // loaded GPU; 0.6 + 0.7 = 1.3 stays refused.
+    // 0.4 + 0.7 = 1.1: refused under a limit of 1.0, placed under 1.2, on the least loaded GPU;
+    // 0.6 + 0.7 = 1.3 stays refused.
     let n = node("a", vec![gpu(0, Some(0.6)), gpu(1, Some(0.4))]);
     let ledger = ledger_for(&[&n], 0.0);
-    let default = PlacementConfig::default();
-    assert!(place_on_node(&n, &ledger, &demand(Some(0.7)), &default, NOW, 0).is_err());
-    let cfg = PlacementConfig {
-        pack_crowding_limit: 1.2,
-        ..PlacementConfig::default()
-    };
+    assert!(place_on_node(&n, &ledger, &demand(Some(0.7)), &limit(1.0), NOW, 0).is_err());
+    let cfg = limit(1.2);
     let p = place_on_node(&n, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap();
     assert_eq!(p.indices, vec![1]);
     let busy = node("a", vec![gpu(0, Some(0.6))]);
     let ledger = ledger_for(&[&busy], 0.0);
     let err = place_on_node(&busy, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap_err();
     assert!(err.to_string().contains("would pass 1.20"), "{err}");
+}
+
+#[test]
+fn by_default_a_busy_gpu_is_crowded_up_to_1_3() {
+    // 0.6 + 0.7 = 1.3 is the default limit itself; 0.75 + 0.7 = 1.45 is past it.
+    let n = node("a", vec![gpu(0, Some(0.75)), gpu(1, Some(0.6))]);
+    let ledger = ledger_for(&[&n], 0.0);
+    let cfg = PlacementConfig::default();
+    let p = place_on_node(&n, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap();
+    assert_eq!(p.indices, vec![1]);
+    let busy = node("a", vec![gpu(0, Some(0.75))]);
+    let ledger = ledger_for(&[&busy], 0.0);
+    let err = place_on_node(&busy, &ledger, &demand(Some(0.7)), &cfg, NOW, 0).unwrap_err();
+    assert!(err.to_string().contains("would pass 1.30"), "{err}");
+}
+
+/// The default configuration with `pack`'s crowding limit at `limit`.
+fn limit(limit: f64) -> PlacementConfig {
+    PlacementConfig {
+        pack_crowding_limit: limit,
+        ..PlacementConfig::default()
+    }
 }
 
 #[test]

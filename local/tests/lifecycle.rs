@@ -128,6 +128,8 @@ async fn without_a_process_list_jobs_still_share_once_their_warm_up_has_passed()
     // dcgm-exporter alone: activity metrics, no process list.
     cfg.backend =
         carma_local::BackendChoice::Simulated("1x40GiB".parse().unwrap(), SimulatedMetrics::Dcgm);
+    // A CARMA policy: the default, pack, would keep these jobs of unknown activity apart.
+    cfg.policy = carma_core::Policy::Magm;
     let daemon = start(cfg);
     wait_for(&dir, Duration::from_secs(2), |s| {
         job(s, &first)["state"] == "running"

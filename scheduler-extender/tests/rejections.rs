@@ -122,7 +122,12 @@ fn cluster() -> Snapshot {
 #[tokio::test]
 async fn every_rule_has_its_reason_and_code() {
     let rec = Arc::new(Recorder::default());
-    let ext = extender_with(&cluster(), Policy::Magm, PlacementConfig::default(), rec);
+    // `pack`'s crowding limit at 1.0, so that one GPU of the cluster is enough to refuse a pod by it.
+    let cfg = PlacementConfig {
+        pack_crowding_limit: 1.0,
+        ..PlacementConfig::default()
+    };
+    let ext = extender_with(&cluster(), Policy::Magm, cfg, rec);
     let r = router(ext);
     let pod = pod_json("ml", "p", "uid-p", 1, &[(ANNOTATION_GPU_MEMORY, "8Gi")]);
     let nodes = [

@@ -77,7 +77,7 @@ struct ServeArgs {
     #[arg(long, default_value = "http://127.0.0.1:9400/metrics")]
     dcgm_endpoint: String,
     /// Policy of jobs that name none: CARMA's exclusive, ff, bf, magm, lug, rr, or carma's pack.
-    #[arg(long, default_value = "magm", value_parser = parse_policy)]
+    #[arg(long, default_value_t = Policy::DEFAULT, value_parser = parse_policy)]
     policy: Policy,
     /// Loop and sampling period (e.g. 1s, 200ms).
     #[arg(long, default_value = "1s", value_parser = |s: &str| parse_duration("--interval", s).map_err(|e| e.to_string()))]

@@ -37,7 +37,7 @@ pub struct SchedulerExtenderArgs {
 
     /// Placement policy of pods without a `carma.io/policy` annotation:
     /// exclusive, ff, bf, magm, lug, rr or pack.
-    #[arg(long, env = "CARMA_POLICY", default_value = "magm")]
+    #[arg(long, env = "CARMA_POLICY", default_value_t = Policy::DEFAULT)]
     pub policy: Policy,
 
     /// PEM certificate chain for HTTPS (kube-scheduler's `enableHTTPS`).

@@ -126,6 +126,9 @@ pub struct SimulateArgs {
     /// Policy pack: combined expected SM activity up to which a busy GPU may be crowded (1 to 4).
     #[arg(long, default_value_t = carma_core::config::DEFAULT_PACK_CROWDING_LIMIT, help_heading = "Placement and recovery")]
     pub pack_crowding_limit: f64,
+    /// Policy pack: seconds of waiting after which a task may crowd any busy GPU (0 to 31536000).
+    #[arg(long, default_value_t = carma_core::config::DEFAULT_PACK_AGING_MS / 1000, value_parser = clap::value_parser!(u64).range(0..=31_536_000), help_heading = "Placement and recovery")]
+    pub pack_aging: u64,
     /// Attempts per task, the first included, before it fails (1 to 100).
     #[arg(long, default_value_t = 5, help_heading = "Placement and recovery")]
     pub max_attempts: u32,
@@ -210,6 +213,7 @@ impl SimulateArgs {
         cfg.activity_scale = self.activity_scale;
         cfg.placement.warmup_ms = self.warm_up;
         cfg.placement.pack_crowding_limit = self.pack_crowding_limit;
+        cfg.placement.pack_aging_ms = self.pack_aging * 1000;
         cfg.learn_peaks = self.learn_peaks.then(carma_core::HistoryConfig::default);
         cfg.recovery.max_attempts = self.max_attempts;
         cfg.recovery.exclusive_after_ooms = self.exclusive_after_ooms;

@@ -8,8 +8,10 @@
 //! already on a GPU. A GPU's load is the larger of its measured SM activity risk score and the sum
 //! booked there (telemetry raises it when a pod keeps the GPU busier than expected; it never falls
 //! below the booked sum). Beyond every other sharing rule, a busy GPU takes the pod only while load
-//! plus the pod's expected activity stays within full activity (`crowding_limit`); otherwise the
-//! pod waits — crowded GPUs stay crowded until their jobs end, as nothing migrates — until it has
+//! plus the pod's expected activity stays within the crowding limit
+//! ([`PlacementConfig::pack_crowding_limit`], 1.3 by default: the expected activities are coarse
+//! priors, so the limit sits a little past full activity); otherwise the pod waits — crowded GPUs
+//! stay crowded until their jobs end, as nothing migrates — until it has
 //! waited [`PlacementConfig::pack_aging_ms`], after which it may crowd any busy GPU. The
 //! candidates, in order:
 //!

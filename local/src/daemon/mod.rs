@@ -58,7 +58,7 @@ impl ServeConfig {
         Self {
             state_dir: state_dir.into(),
             backend,
-            policy: Policy::Magm,
+            policy: Policy::DEFAULT,
             placement: PlacementConfig::default(),
             recovery: RecoveryConfig::default(),
             interval: Duration::from_secs(1),

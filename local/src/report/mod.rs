@@ -55,7 +55,7 @@ pub fn report(dir: &StateDir) -> Result<Report> {
     let policy: Policy = view["policy"]
         .as_str()
         .and_then(|p| p.parse().ok())
-        .unwrap_or(Policy::Magm);
+        .unwrap_or(Policy::DEFAULT);
     let backend = view["backend"].as_str().unwrap_or("unknown").to_string();
     let jobs = table.jobs();
     let t0 = jobs

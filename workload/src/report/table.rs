@@ -260,6 +260,7 @@ pub fn render_table_body(cmp: &Comparison, provenance: &Provenance) -> String {
                 if best.summary.ooms == 1 { "" } else { "es" },
             );
         }
+        default_policy_line(&mut out, cmp);
     }
     let run_time = match provenance {
         Provenance::Simulated => "the task's own exclusive run time",
@@ -360,6 +361,40 @@ fn describe_plan(cmp: &Comparison) -> String {
         s.push_str(&format!(" ({})", notes.join("; ")));
     }
     s
+}
+
+/// How the default policy did against the best of CARMA's sharing policies (exclusive aside), when
+/// both ran and every task finished under it.
+fn default_policy_line(out: &mut String, cmp: &Comparison) {
+    let default = carma_core::Policy::DEFAULT;
+    let Some(ours) = cmp
+        .runs
+        .iter()
+        .find(|r| r.summary.policy == default && r.summary.failed == 0)
+    else {
+        return;
+    };
+    let carmas = || {
+        cmp.runs.iter().filter(|r| {
+            r.summary.policy.is_carmas() && r.summary.policy != carma_core::Policy::Exclusive
+        })
+    };
+    let by =
+        |f: fn(&Summary) -> f64| carmas().min_by(|a, b| f(&a.summary).total_cmp(&f(&b.summary)));
+    let (Some(makespan), Some(jct)) = (by(|s| s.makespan_s), by(|s| s.mean_jct_s)) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  Default policy {default}: makespan {} against CARMA's best ({}), mean JCT {} against CARMA's best ({}).",
+        signed_pct(change_pct(
+            ours.summary.makespan_s,
+            makespan.summary.makespan_s
+        )),
+        makespan.summary.policy,
+        signed_pct(change_pct(ours.summary.mean_jct_s, jct.summary.mean_jct_s)),
+        jct.summary.policy,
+    );
 }
 
 #[cfg(test)]
