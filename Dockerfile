@@ -14,10 +14,19 @@
 # directory and socket belong to root, so its DaemonSet sets its own securityContext (UID 0 without any
 # capability, no privilege escalation, read-only root filesystem) over this default.
 
-# Rust toolchain of the build stage; the project is tested with 1.95 (workspace minimum: 1.91).
+# Base images: build arguments whose defaults are the public images, which is what users get.
+#   RUST_IMAGE     the build stage: the rust image of RUST_VERSION on Debian 12. The project is tested
+#                  with 1.95 (workspace minimum: 1.91).
+#   RUNTIME_IMAGE  what the binary runs in: distroless cc on Debian 12, user nonroot (65532).
+# Either can be pinned by digest (--build-arg RUNTIME_IMAGE=gcr.io/distroless/cc-debian12@sha256:...).
+# CI reaches no container registry: ci/image.sh makes equivalents of both from Debian packages, names
+# them localhost/carma-ci/..., and passes those names here, so CI builds this very file
+# (docs/image-build.md).
 ARG RUST_VERSION=1.95
+ARG RUST_IMAGE=docker.io/library/rust:${RUST_VERSION}-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
-FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
+FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY . .
 # Cache mounts keep the crate registry and the build directory between builds (BuildKit, Buildah).
@@ -29,7 +38,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # glibc, libgcc and CA certificates, nothing else: no shell, no package manager. Debian 12 like the
 # build stage, so the binary finds the glibc it was linked against. NVML (libnvidia-ml.so) is not in the
 # image: the NVIDIA container runtime injects it into the device plugin's container.
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="carma" \
       org.opencontainers.image.description="Collocation-aware GPU sharing for deep-learning training on Kubernetes: device plugin, scheduler extender and operator in one binary" \

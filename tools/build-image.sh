@@ -11,8 +11,13 @@
 #   tools/build-image.sh --print                  # print the image reference and exit (no engine needed)
 #   tools/build-image.sh -- --platform linux/arm64   # further arguments go to `build`
 #
-# Engine: docker, else podman (CONTAINER_ENGINE=podman picks one). Exits 1 with a message naming what is
-# missing when neither is installed, or when none can reach its engine (e.g. no Docker daemon).
+# Engine: docker, else podman (CONTAINER_ENGINE=podman picks one; CONTAINER_ENGINE=buildah builds with
+# `buildah build`, as ci/image.sh does). Exits 1 with a message naming what is missing when neither is
+# installed, or when none can reach its engine (e.g. no Docker daemon).
+#
+# Base images: the Dockerfile's defaults are public (docker.io/library/rust, gcr.io/distroless); to
+# build on others, pass build arguments: -- --build-arg RUST_IMAGE=... --build-arg RUNTIME_IMAGE=...
+# (docs/image-build.md).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VALUES="$ROOT/charts/carma/values.yaml"
@@ -47,7 +52,7 @@ while (($#)); do
     --repository=*) repository="${1#*=}"; shift ;;
     --push) push=1; shift ;;
     --print) print=1; shift ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -65,6 +70,9 @@ for e in "${candidates[@]}"; do
   if "$e" info >/dev/null 2>&1; then engine="$e"; break; fi
 done
 if [[ -z "$engine" ]]; then
+  if ((${#found[@]} == 0)) && [[ -n "${CONTAINER_ENGINE:-}" ]]; then
+    die "$CONTAINER_ENGINE (CONTAINER_ENGINE) is not installed; $image was not built."
+  fi
   if ((${#found[@]} == 0)); then
     die "neither docker nor podman is installed (looked for: ${candidates[*]}). Install one of them to build $image, or build the Dockerfile with any OCI image builder and tag it $image."
   fi
