@@ -4,9 +4,11 @@
 # NODES, node_name, img, SNAPSHOTTER and CARMA (the carma binary, from the outer part).
 #
 # What it does, and what it has to supply because nothing here reaches a registry or runs cluster DNS:
-#   - images: localhost/carma-e2e/carma:dev (the carma binary as built, its shared libraries from this
-#     machine, CA certificates) and localhost/carma-e2e/kube-scheduler:<release> (the kube-scheduler
-#     build.sh built, libc); the chart is pointed at them with pullPolicy Never;
+#   - images: the carma image CARMA_RN_IMAGE names in this machine's Buildah storage (what ci/image.sh
+#     built from the root Dockerfile), else localhost/carma-e2e/carma:dev (the carma binary as built,
+#     its shared libraries from this machine, CA certificates); and localhost/carma-e2e/kube-scheduler:
+#     <release> (the kube-scheduler build.sh built, libc); the chart is pointed at them with pullPolicy
+#     Never;
 #   - nodes are labelled nvidia.com/gpu.present=true (the device plugin DaemonSet's default nodeSelector);
 #   - no cluster DNS: kube-scheduler's extender URL, by default the extender Service's DNS name, is set
 #     to the Service's cluster IP by a `helm upgrade` once the install has allocated it (TLS still
@@ -18,7 +20,7 @@
 # printing the environment Allocate gave it.
 
 CHART_NS=carma-system
-CARMA_IMAGE=localhost/carma-e2e/carma:dev
+CARMA_IMAGE="${CARMA_RN_IMAGE:-localhost/carma-e2e/carma:dev}"
 KS_IMAGE="localhost/carma-e2e/kube-scheduler:$("$BIN/kube-scheduler" --version | awk '{print $2}')"
 
 # rootfs_with_libs <dir> <binary> <path in image>: the binary plus the shared libraries ldd names.
@@ -34,12 +36,18 @@ rootfs_with_libs() {
 chart_images() {
   log "chart: images $CARMA_IMAGE ($CARMA) and $KS_IMAGE"
   local t0; t0=$(date +%s)
-  rootfs_with_libs "$img/carma" "$CARMA" /usr/bin/carma
-  mkdir -p "$img/carma/etc/ssl/certs" "$img/carma/tmp"
-  cp /etc/ssl/certs/ca-certificates.crt "$img/carma/etc/ssl/certs/"
+  if [[ -n "${CARMA_RN_IMAGE:-}" ]]; then # built from the Dockerfile: exported from Buildah's storage
+    buildah push -q "$CARMA_IMAGE" "docker-archive:$img/carma.tar:$CARMA_IMAGE" ||
+      die "$CARMA_IMAGE (CARMA_RN_IMAGE) is not in Buildah's storage: build it with ci/image.sh"
+  else
+    rootfs_with_libs "$img/carma" "$CARMA" /usr/bin/carma
+    mkdir -p "$img/carma/etc/ssl/certs" "$img/carma/tmp"
+    cp /etc/ssl/certs/ca-certificates.crt "$img/carma/etc/ssl/certs/"
+  fi
   rootfs_with_libs "$img/kube-scheduler" "$BIN/kube-scheduler" /usr/local/bin/kube-scheduler
   B=(buildah --root "$img/storage" --runroot "$img/run" --storage-driver vfs)
-  build_image "$CARMA_IMAGE" "$img/carma" --entrypoint '["/usr/bin/carma"]' --user 65532:65532
+  [[ -n "${CARMA_RN_IMAGE:-}" ]] ||
+    build_image "$CARMA_IMAGE" "$img/carma" --entrypoint '["/usr/bin/carma"]' --user 65532:65532
   build_image "$KS_IMAGE" "$img/kube-scheduler" --entrypoint '["/usr/local/bin/kube-scheduler"]' \
     --env PATH=/usr/local/bin:/usr/bin:/bin
   rm -rf "$img/storage" "$img/run" "$img/carma" "$img/kube-scheduler"

@@ -15,6 +15,9 @@
 #        CARMA_RN_NODES=1 e2e/real-node/run.sh  # one node instead of two
 #        CARMA_RN_CHART=1 e2e/real-node/run.sh  # then also `helm install charts/carma` on the nodes and
 #                                              # run a carma.io/gpu pod through it (chart.sh)
+#        CARMA_RN_IMAGE=<ref> ...               # the chart's carma image: <ref> in Buildah's storage
+#                                              # (ci/image.sh builds it from the root Dockerfile); else
+#                                              # one is assembled from target/debug/carma
 #        CARMA_RN_HOLD=600 e2e/real-node/run.sh # after the checks, keep the cluster up 600 s; the
 #                                              # kubeconfig and an nsenter line to reach it are printed
 #        CARMA_RN_RUNC=<path> e2e/real-node/run.sh # another runc binary (e.g. a --debug wrapper)
@@ -49,8 +52,8 @@ if [[ -z "${CARMA_RN_INNER:-}" ]]; then
   CARMA=
   if [[ -n "${CARMA_RN_CHART:-}" ]]; then # the chart's pods run the carma binary (chart.sh)
     CARMA="${CARMA_BIN:-$ROOT/target/debug/carma}"
-    if [[ -z "${CARMA_BIN:-}" ]]; then (cd "$ROOT" && cargo build -q -p carma); fi
-    [[ -x "$CARMA" ]] || die "carma binary $CARMA is missing"
+    if [[ -z "${CARMA_BIN:-}${CARMA_RN_IMAGE:-}" ]]; then (cd "$ROOT" && cargo build -q -p carma); fi
+    [[ -n "${CARMA_RN_IMAGE:-}" || -x "$CARMA" ]] || die "carma binary $CARMA is missing"
   fi
   WORK="$(mktemp -d /tmp/carma-rn.XXXXXX)"
   CGROOT="/$(basename "$WORK")" # the kubelets' cgroup subtree: /sys/fs/cgroup/<controller>/carma-rn.XXXXXX
