@@ -34,7 +34,7 @@ rootfs_with_libs() {
 }
 
 chart_images() {
-  log "chart: images $CARMA_IMAGE ($CARMA) and $KS_IMAGE"
+  log "chart: images $CARMA_IMAGE (${CARMA_RN_IMAGE:+from the Buildah storage}${CARMA_RN_IMAGE:-assembled from $CARMA}) and $KS_IMAGE"
   local t0; t0=$(date +%s)
   if [[ -n "${CARMA_RN_IMAGE:-}" ]]; then # built from the Dockerfile: exported from Buildah's storage
     buildah push -q "$CARMA_IMAGE" "docker-archive:$img/carma.tar:$CARMA_IMAGE" ||
