@@ -11,17 +11,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE"
 command -v go >/dev/null || { echo "real-node/build.sh: go is required (Go 1.25 or newer)" >&2; exit 1; }
-# ---- the next lines are e2e/control-plane/build.sh's; keep them identical ----
-release="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' go.mod)"
-minor="${release#v1.}"; minor="${minor%%.*}"
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$release -X k8s.io/component-base/version.gitMajor=1"
-ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$release -X k8s.io/client-go/pkg/version.gitMajor=1"
-ldflags+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-key="$( (cat go.mod go.sum; go version; echo "$ldflags") | sha256sum | cut -c1-12)"
-bin="${CARMA_E2E_CACHE:-$HOME/.cache/carma-e2e}/$release/$key/bin"
-# ---- end of the mirrored lines ----
-mkdir -p "$bin"
+# shellcheck source=../control-plane/kube-build.sh
+source "$HERE/../control-plane/kube-build.sh"
+kube_build_vars # release, ldflags, bin
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 want=()
 for b in etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy; do [[ -x "$bin/$b" ]] || want+=("$b"); done
