@@ -17,7 +17,10 @@
 # the resource carma.io/gpu that the device plugin registered through the hostPath socket; a GpuNode per
 # node; and one busybox pod asking for carma.io/gpu: 1 with schedulerName carma-e2e-scheduler is bound
 # through the extender, admitted by the kubelet's device manager (Allocate) and runs to completion,
-# printing the environment Allocate gave it.
+# printing the environment Allocate gave it. Then `helm upgrade` with placement.memoryMarginMiB changed and
+# `helm rollback` to the revision before (the pods that roll, their environment, the revisions), three
+# TrainingTasks on the rolled-back release (tasks.sh), and `helm uninstall` (what is left: no workload,
+# pod or release history; the CRDs and the TrainingTasks). CARMA_RN_HOLD skips the uninstall.
 
 CHART_NS=carma-system
 CARMA_IMAGE="${CARMA_RN_IMAGE:-localhost/carma-e2e/carma:dev}"
@@ -34,7 +37,7 @@ rootfs_with_libs() {
 }
 
 chart_images() {
-  log "chart: images $CARMA_IMAGE (${CARMA_RN_IMAGE:+from the Buildah storage}${CARMA_RN_IMAGE:-assembled from $CARMA}) and $KS_IMAGE"
+  log "chart: images $CARMA_IMAGE ($([[ -n "${CARMA_RN_IMAGE:-}" ]] && echo "from the Buildah storage" || echo "assembled from $CARMA")) and $KS_IMAGE"
   local t0; t0=$(date +%s)
   if [[ -n "${CARMA_RN_IMAGE:-}" ]]; then # built from the Dockerfile: exported from Buildah's storage
     buildah push -q "$CARMA_IMAGE" "docker-archive:$img/carma.tar:$CARMA_IMAGE" ||
@@ -65,7 +68,7 @@ chart_images() {
 
 chart_install() {
   local helm args ip t0
-  helm="$(dirname "$KUBECTL")/helm"
+  helm="$(dirname "$KUBECTL")/helm"; HELM="$helm"
   args=(-n "$CHART_NS" -f "$ROOT/e2e/control-plane/values.yaml"
     --set image.repository="${CARMA_IMAGE%:*}" --set image.tag="${CARMA_IMAGE##*:}" --set image.pullPolicy=Never
     --set scheduler.image.repository="${KS_IMAGE%:*}" --set scheduler.image.tag="${KS_IMAGE##*:}"
@@ -80,6 +83,7 @@ chart_install() {
   "$helm" upgrade carma "$ROOT/charts/carma" "${args[@]}" \
     --set scheduler.extenderConfig.urlPrefix="https://$ip:8888" >"$WORK/logs/helm-upgrade.log" 2>&1 ||
     die "helm upgrade: $(tail -n 5 "$WORK/logs/helm-upgrade.log")"
+  CHART_ARGS=("${args[@]}" --set scheduler.extenderConfig.urlPrefix="https://$ip:8888")
   k -n "$CHART_NS" rollout status deployment/carma-scheduler --timeout 180s >/dev/null &&
     k -n "$CHART_NS" rollout status deployment/carma-scheduler-extender --timeout 180s >/dev/null &&
     k -n "$CHART_NS" rollout status deployment/carma-operator --timeout 180s >/dev/null &&
@@ -144,6 +148,154 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# chart_snapshot <name>: the release's history and the chart's objects, as the API server has them.
+chart_snapshot() {
+  "$HELM" history carma -n "$CHART_NS" -o json >"$WORK/helm-$1-history.json" 2>/dev/null || echo '[]' >"$WORK/helm-$1-history.json"
+  k -n "$CHART_NS" get deployments,daemonsets,replicasets,pods,services,secrets,configmaps,serviceaccounts -o json \
+    >"$WORK/helm-$1-ns.json"
+  k get crds,trainingtasks,gpunodes -A -o json >"$WORK/helm-$1-cluster.json"
+  k get priorityclasses,clusterroles,clusterrolebindings -o json >"$WORK/helm-$1-cluster-rbac.json"
+}
+
+# chart_rolled: wait until every chart workload has rolled out and no old pod is left.
+chart_rolled() {
+  local d
+  for d in deployment/carma-scheduler deployment/carma-scheduler-extender deployment/carma-operator daemonset/carma-device-plugin; do
+    k -n "$CHART_NS" rollout status "$d" --timeout 180s >/dev/null || { k -n "$CHART_NS" get pods -o wide >&2; return 1; }
+  done
+  for _ in $(seq 120); do # terminating pods of the old revision gone
+    [[ -z "$(k -n "$CHART_NS" get pods -o jsonpath='{range .items[?(@.metadata.deletionTimestamp)]}{.metadata.name}{"\n"}{end}')" ]] && return 0
+    sleep 1
+  done
+  return 1
+}
+
+# helm upgrade with a changed value (placement.memoryMarginMiB: the extender's and the device plugin's
+# environment), then helm rollback to the revision before it; the TrainingTasks (tasks.sh) then run on
+# the rolled-back release. chart_uninstall checks all three and the uninstall: every figure from the API
+# server (pods' UIDs and environment, the Deployments' revisions, what is left) and helm's history.
+chart_upgrade_rollback() {
+  local t0
+  CHART_MARGIN=3072
+  chart_snapshot installed
+  CHART_REV="$(python3 -c 'import json,sys; print(max(h["revision"] for h in json.load(open(sys.argv[1]))))' "$WORK/helm-installed-history.json")"
+  log "chart: helm upgrade carma --set placement.memoryMarginMiB=$CHART_MARGIN (from revision $CHART_REV)"
+  t0=$(date +%s)
+  "$HELM" upgrade carma "$ROOT/charts/carma" "${CHART_ARGS[@]}" --set placement.memoryMarginMiB="$CHART_MARGIN" \
+    >"$WORK/logs/helm-upgrade-margin.log" 2>&1 || die "helm upgrade: $(tail -n 5 "$WORK/logs/helm-upgrade-margin.log")"
+  chart_rolled || die "the chart did not roll after helm upgrade"
+  CHART_UP_S=$(( $(date +%s) - t0 ))
+  chart_snapshot upgraded
+  log "chart: helm rollback carma $CHART_REV"
+  t0=$(date +%s)
+  "$HELM" rollback carma "$CHART_REV" -n "$CHART_NS" >"$WORK/logs/helm-rollback.log" 2>&1 ||
+    die "helm rollback: $(tail -n 5 "$WORK/logs/helm-rollback.log")"
+  chart_rolled || die "the chart did not roll after helm rollback"
+  CHART_RB_S=$(( $(date +%s) - t0 ))
+  chart_snapshot rolledback
+}
+
+chart_uninstall() {
+  local t0 t_un=-1
+  if [[ -n "${CARMA_RN_HOLD:-}" ]]; then
+    log "chart: helm uninstall skipped (CARMA_RN_HOLD keeps the release up)"
+  else
+    log "chart: helm uninstall carma"
+    t0=$(date +%s)
+    "$HELM" uninstall carma -n "$CHART_NS" >"$WORK/logs/helm-uninstall.log" 2>&1 ||
+      die "helm uninstall: $(tail -n 5 "$WORK/logs/helm-uninstall.log")"
+    for _ in $(seq 120); do # the garbage collector deletes the ReplicaSets and pods the workloads owned
+      [[ -z "$(k -n "$CHART_NS" get deployments,daemonsets,replicasets,pods -o name)" ]] && break
+      sleep 1
+    done
+    t_un=$(( $(date +%s) - t0 ))
+  fi
+  chart_snapshot uninstalled
+  python3 - "$WORK" "$CHART_REV" "$CHART_MARGIN" "$CHART_UP_S" "$CHART_RB_S" "$t_un" <<'PY'
+import json, sys
+work, before, margin, t_up, t_rb, t_un = sys.argv[1:]
+before, margin, held = int(before), str(margin), t_un == "-1"
+def snap(name):
+    hist = json.load(open(f"{work}/helm-{name}-history.json")) or []
+    ns = json.load(open(f"{work}/helm-{name}-ns.json"))["items"]
+    cl = json.load(open(f"{work}/helm-{name}-cluster.json"))["items"]
+    rbac = json.load(open(f"{work}/helm-{name}-cluster-rbac.json"))["items"]
+    return hist, ns, cl, rbac
+def kind(items, k):
+    return [i for i in items if i["kind"] == k]
+def live_pods(ns):
+    return [p for p in kind(ns, "Pod") if not p["metadata"].get("deletionTimestamp")]
+def owner_of(p):
+    """The workload a chart pod belongs to: carma-operator, carma-device-plugin, ..."""
+    refs = p["metadata"].get("ownerReferences", [])
+    name = refs[0]["name"] if refs else p["metadata"]["name"]
+    return name.rsplit("-", 1)[0] if refs and refs[0]["kind"] == "ReplicaSet" else name
+def uids(ns):
+    out = {}
+    for p in live_pods(ns):
+        out.setdefault(owner_of(p), set()).add(p["metadata"]["uid"])
+    return out
+def margins(ns):
+    out = {}
+    for p in live_pods(ns):
+        for c in p["spec"]["containers"]:
+            for e in c.get("env", []):
+                if e["name"] == "CARMA_MEMORY_MARGIN_MIB":
+                    out.setdefault(owner_of(p), set()).add(e.get("value"))
+    return {k: sorted(v) for k, v in out.items()}
+def revs(ns):
+    return {d["metadata"]["name"]: d["metadata"].get("annotations", {}).get("deployment.kubernetes.io/revision")
+            for d in kind(ns, "Deployment")}
+def ds_gen(ns):
+    return {d["metadata"]["name"]: d["metadata"].get("generation") for d in kind(ns, "DaemonSet")}
+def ready(ns):
+    return sum(1 for p in live_pods(ns) if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])))
+def last(hist):
+    h = max(hist, key=lambda h: h["revision"]) if hist else {}
+    return h.get("revision"), h.get("status"), h.get("description", "")
+
+h0, n0, c0, _ = snap("installed")
+h1, n1, c1, _ = snap("upgraded")
+h2, n2, c2, _ = snap("rolledback")
+h3, n3, c3, r3 = snap("uninstalled")
+u0, u1, u2 = uids(n0), uids(n1), uids(n2)
+rolled_up = sorted(w for w in u1 if not (u1[w] & u0.get(w, set())))
+kept_up = sorted(w for w in u1 if u1[w] == u0.get(w))
+rolled_rb = sorted(w for w in u2 if not (u2[w] & u1.get(w, set())))
+m0, m1, m2 = margins(n0), margins(n1), margins(n2)
+r1, r2 = last(h1), last(h2)
+crds = sorted(c["metadata"]["name"] for c in kind(c3, "CustomResourceDefinition") if c["spec"]["group"] == "carma.io")
+tts = sorted(t["metadata"]["name"] for t in kind(c3, "TrainingTask"))
+left = {k: len([i for i in kind(n3, k) if i["metadata"]["name"] != "kube-root-ca.crt"])
+        for k in ("Deployment", "DaemonSet", "ReplicaSet", "Pod", "Service", "Secret", "ConfigMap")}
+left_sa = [s["metadata"]["name"] for s in kind(n3, "ServiceAccount") if s["metadata"]["name"] != "default"]
+left_rbac = [r["metadata"]["name"] for r in r3 if r["metadata"]["name"].startswith("carma")]
+uninst = ("uninstall skipped (CARMA_RN_HOLD)" if held else
+          f"uninstall in {t_un} s: release history {len(h3)} entries, left in carma-system {left}, "
+          f"service accounts {left_sa}, cluster RBAC/PriorityClasses {left_rbac}; CRDs kept {crds}; TrainingTasks kept {tts}; "
+          f"GpuNodes left {len(kind(c3, 'GpuNode'))}")
+print(f"real-node helm: install/upgrade/rollback{'' if held else '/uninstall'} ok ("
+      f"installed revision {before}, {ready(n0)} of {len(live_pods(n0))} pods Ready, margin env {m0}; "
+      f"upgrade -> revision {r1[0]} {r1[1]} in {t_up} s: new pods for {rolled_up}, unchanged {kept_up}, margin env {m1}, "
+      f"Deployment revisions {revs(n0)} -> {revs(n1)}, DaemonSet generation {ds_gen(n0)} -> {ds_gen(n1)}; "
+      f"rollback -> revision {r2[0]} {r2[1]} ({r2[2]!r}) in {t_rb} s: new pods for {rolled_rb}, margin env {m2}, "
+      f"{ready(n2)} of {len(live_pods(n2))} pods Ready, Deployment revisions {revs(n2)}; "
+      f"{uninst})")
+ok = (r1[0] == before + 1 and r1[1] == "deployed" and r2[0] == before + 2 and r2[1] == "deployed"
+      and "carma-scheduler-extender" in rolled_up and "carma-device-plugin" in rolled_up
+      and all(v == [margin] for k, v in m1.items()) and m2 == m0 and all(margin not in v for v in m2.values())
+      and "carma-scheduler-extender" in rolled_rb and "carma-device-plugin" in rolled_rb
+      and ready(n2) == len(live_pods(n2))
+      and (held or not h3 and all(left[k] == 0 for k in ("Deployment", "DaemonSet", "ReplicaSet", "Pod"))
+      and not left_rbac and "trainingtasks.carma.io" in crds and len(tts) == 3))
+sys.exit(0 if ok else 1)
+PY
+}
+
 chart_images
 chart_install
 chart_gpu_pod || die "a chart check failed (the line above)"
+chart_upgrade_rollback
+# shellcheck source=tasks.sh
+source "$HERE/tasks.sh"
+chart_uninstall || die "a helm check failed (the line above)"

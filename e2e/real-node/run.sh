@@ -13,8 +13,9 @@
 # Usage: e2e/real-node/run.sh                 # exit 0 on success
 #        CARMA_E2E_KEEP=1 e2e/real-node/run.sh  # keep the work directory (logs, configs) afterwards
 #        CARMA_RN_NODES=1 e2e/real-node/run.sh  # one node instead of two
-#        CARMA_RN_CHART=1 e2e/real-node/run.sh  # then also `helm install charts/carma` on the nodes and
-#                                              # run a carma.io/gpu pod through it (chart.sh)
+#        CARMA_RN_CHART=1 e2e/real-node/run.sh  # then also `helm install charts/carma` on the nodes, run a
+#                                              # carma.io/gpu pod through it, helm upgrade + rollback, three
+#                                              # TrainingTasks (tasks.sh), helm uninstall (chart.sh)
 #        CARMA_RN_IMAGE=<ref> ...               # the chart's carma image: <ref> in Buildah's storage
 #                                              # (ci/image.sh builds it from the root Dockerfile); else
 #                                              # one is assembled from target/debug/carma
