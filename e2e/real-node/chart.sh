@@ -97,6 +97,14 @@ chart_install() {
     [[ "$(k get gpunodes -o name 2>/dev/null | wc -l)" -ge "$NODES" ]] && break; sleep 1
   done
   k get gpunodes >&2 || true
+  # The kubelet publishes a registered device plugin's resource with its next node status update
+  # (every 10 s by default), so a plugin pod can be Ready before its node lists carma.io/gpu.
+  local registered
+  for _ in $(seq 60); do
+    registered="$(k get nodes -o jsonpath='{range .items[*]}{.status.allocatable.carma\.io/gpu}{"\n"}{end}' |
+      grep -c '^[1-9]' || true)"
+    [[ "$registered" -ge "$NODES" ]] && break; sleep 1
+  done
 }
 
 chart_gpu_pod() {
