@@ -142,10 +142,13 @@ cp_start_etcd() { # ETCD_PORT, ETCD_PEER
   for _ in $(seq 60); do curl -fsS "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1 && break; sleep 0.5; done
 }
 
-cp_start_apiserver() { # API_PORT, ETCD_PORT; t_start for the log line
+# cp_start_apiserver [more kube-apiserver flags...]: API_PORT, ETCD_PORT; API_BIND and API_ADVERTISE
+# (both 127.0.0.1 unless set); t_start for the log line.
+cp_start_apiserver() {
   log "kube-apiserver $("$BIN/kube-apiserver" --version)"
   "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" --cert-dir "$WORK/apiserver" \
+    --bind-address "${API_BIND:-127.0.0.1}" --advertise-address "${API_ADVERTISE:-127.0.0.1}" \
+    --secure-port "$API_PORT" --cert-dir "$WORK/apiserver" \
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" --client-ca-file "$pki/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
@@ -153,7 +156,7 @@ cp_start_apiserver() { # API_PORT, ETCD_PORT; t_start for the log line
     --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
     --requestheader-extra-headers-prefix X-Remote-Extra- \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-    --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --profiling=false \
+    --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --profiling=false "$@" \
     >"$WORK/logs/apiserver.log" 2>&1 &
   echo $! >"$WORK/pids/apiserver"
   for _ in $(seq 120); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 0.5; done

@@ -168,26 +168,13 @@ kubeconfig "$WORK/kubeconfig-scheduler" scheduler
 
 # ---- control plane -------------------------------------------------------------------------------
 cp_start_etcd
-log "kube-apiserver $("$BIN/kube-apiserver" --version)"
-# cluster.sh's cp_start_apiserver flags, plus the client certificate it shows the kubelets (logs, exec).
-"$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-  --bind-address 0.0.0.0 --advertise-address "$API_IP" --secure-port "$API_PORT" --cert-dir "$WORK/apiserver" \
-  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" --client-ca-file "$pki/ca.crt" \
-  --service-account-issuer https://kubernetes.default.svc.cluster.local \
-  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-  --requestheader-client-ca-file "$pki/ca.crt" --requestheader-allowed-names front-proxy-client \
-  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
-  --requestheader-extra-headers-prefix X-Remote-Extra- \
+# cluster.sh's kube-apiserver on the run's bridge address, with the client certificate it shows the
+# kubelets (logs, exec).
+t_start="$T_START"
+API_BIND=0.0.0.0 API_ADVERTISE="$API_IP" cp_start_apiserver \
   --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
-  --kubelet-preferred-address-types InternalIP \
-  --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-  --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --profiling=false \
-  >"$WORK/logs/apiserver.log" 2>&1 &
-echo $! >"$WORK/pids/apiserver"; sleep 0.01
-for _ in $(seq 120); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 0.5; done
-k get --raw /readyz >/dev/null || die "kube-apiserver did not become ready"
+  --kubelet-preferred-address-types InternalIP
 t_api=$(date +%s)
-log "API server ready"
 
 log "kube-controller-manager, kube-scheduler"
 "$BIN/kube-controller-manager" --kubeconfig "$WORK/kubeconfig-controller-manager" \
