@@ -305,5 +305,8 @@ chart_install
 chart_gpu_pod || die "a chart check failed (the line above)"
 chart_upgrade_rollback
 # shellcheck source=tasks.sh
-source "$HERE/tasks.sh"
+source "$HERE/tasks.sh" || die "e2e/real-node/tasks.sh could not be read"
+# Called here, not from tasks.sh: a tasks.sh that bash cannot parse would otherwise skip the
+# TrainingTask checks and let the run pass without their line.
+tasks_run || die "a TrainingTask check failed (the line above)"
 chart_uninstall || die "a helm check failed (the line above)"

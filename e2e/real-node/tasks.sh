@@ -15,36 +15,19 @@
 # Every figure of the summary line is read from the API server: the TrainingTasks' status and their
 # attempt pods' container statuses.
 
-tasks_run() {
-  local t0 names=(tt-ok tt-gpuoom tt-hostoom) n phases done_n
-  log "tasks: TrainingTasks ${names[*]} (busybox; exit 0, a CUDA OOM on attempt 1, a kernel OOM kill)"
-  t0=$(date +%s)
-  k apply -f - >/dev/null <<EOF
+# training_task <name> <memory limit> <script> [more recovery fields]: a TrainingTask running <script>
+# with busybox sh, the attempt number in $ATTEMPT, on one GPU with a 2000Mi reservation.
+training_task() {
+  local script
+  script="$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$3")"
+  cat <<EOF
 apiVersion: carma.io/v1alpha1
 kind: TrainingTask
-metadata: {name: tt-ok, namespace: default}
+metadata: {name: $1, namespace: default}
 spec:
   gpus: 1
   gpuMemory: 2000Mi
-  recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0}
-  template:
-    spec:
-      restartPolicy: Never
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: train
-        image: $BUSYBOX_IMAGE
-        imagePullPolicy: Never
-        command: [sh, -c, 'echo "step 0 loss 2.30 reserved \$CARMA_RESERVED_MIB MiB"; exit 0']
-        resources: {limits: {memory: 64Mi}, requests: {cpu: 10m, memory: 64Mi}}
----
-apiVersion: carma.io/v1alpha1
-kind: TrainingTask
-metadata: {name: tt-gpuoom, namespace: default}
-spec:
-  gpus: 1
-  gpuMemory: 2000Mi
-  recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0, exclusiveAfterOoms: 2}
+  recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0${4:+, $4}}
   template:
     spec:
       restartPolicy: Never
@@ -56,39 +39,29 @@ spec:
         env:
         - name: ATTEMPT
           valueFrom: {fieldRef: {fieldPath: "metadata.labels['carma.io/attempt']"}}
-        command:
-        - sh
-        - -c
-        - |
-          echo "attempt \$ATTEMPT reserved \$CARMA_RESERVED_MIB MiB"
-          if [ "\$ATTEMPT" = 1 ]; then
-            echo 'Traceback (most recent call last):'
-            echo '  File "train.py", line 12, in <module>'
-            echo 'RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB total capacity)'
-            exit 1
-          fi
-          echo "step 0 loss 2.30"; exit 0
-        resources: {limits: {memory: 64Mi}, requests: {cpu: 10m, memory: 64Mi}}
+        command: [sh, -c, $script]
+        resources: {limits: {memory: $2}, requests: {cpu: 10m, memory: $2}}
 ---
-apiVersion: carma.io/v1alpha1
-kind: TrainingTask
-metadata: {name: tt-hostoom, namespace: default}
-spec:
-  gpus: 1
-  gpuMemory: 2000Mi
-  recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0}
-  template:
-    spec:
-      restartPolicy: Never
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: train
-        image: $BUSYBOX_IMAGE
-        imagePullPolicy: Never
-        # doubles a shell string until the 32Mi memory cgroup limit kills it
-        command: [sh, -c, 'echo "allocating, reserved \$CARMA_RESERVED_MIB MiB"; x=0123456789abcdef; while :; do x=\$x\$x; done']
-        resources: {limits: {memory: 32Mi, cpu: 500m}, requests: {cpu: 10m, memory: 32Mi}}
 EOF
+}
+
+tasks_run() {
+  local t0 names=(tt-ok tt-gpuoom tt-hostoom) n phases done_n
+  log "tasks: TrainingTasks ${names[*]} (busybox; exit 0, a CUDA OOM on attempt 1, a kernel OOM kill)"
+  t0=$(date +%s)
+  {
+    training_task tt-ok 64Mi 'echo "step 0 loss 2.30 reserved $CARMA_RESERVED_MIB MiB"; exit 0'
+    training_task tt-gpuoom 64Mi 'echo "attempt $ATTEMPT reserved $CARMA_RESERVED_MIB MiB"
+if [ "$ATTEMPT" = 1 ]; then
+  echo "Traceback (most recent call last):"
+  echo "  File \"train.py\", line 12, in <module>"
+  echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB total capacity)"
+  exit 1
+fi
+echo "step 0 loss 2.30"; exit 0' 'exclusiveAfterOoms: 2'
+    # doubles a shell string until the 32Mi memory cgroup limit kills it
+    training_task tt-hostoom 32Mi 'echo "allocating, reserved $CARMA_RESERVED_MIB MiB"; x=0123456789abcdef; while :; do x=$x$x; done'
+  } | k apply -f - >/dev/null
   for _ in $(seq 180); do
     phases="$(k get trainingtasks -n default -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}')"
     done_n="$(grep -cE '^(Succeeded|Failed)$' <<<"$phases" || true)"
@@ -156,4 +129,3 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-tasks_run || die "a TrainingTask check failed (the line above)"
