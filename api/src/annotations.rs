@@ -99,7 +99,7 @@ impl PodRequest {
 pub struct EstimateAnnotation {
     /// Reserved MiB per GPU.
     pub mib: u64,
-    /// Where the figure came from (`override`, `gpumemnet-mlp`, `analytic-upper-bound`, `whole-gpu`, …).
+    /// Where the figure came from (`override`, `traced`, `gpumemnet-mlp`, `analytic-upper-bound`, `whole-gpu`, …).
     pub source: String,
     /// Estimator class label, when one applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -143,6 +143,29 @@ pub struct ModelProfile {
     /// Whether training runs in mixed precision (activations in 16-bit; default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixed_precision: Option<bool>,
+    /// Peaks of one training step traced without a GPU (`python -m carma_profile ... --trace`),
+    /// for one GPU's share of the batch; when given, the reservation is made from them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traced: Option<TracedStep>,
+}
+
+/// Peak MiB of live tensors (parameters included) in each phase of a traced training step. The
+/// range is the estimator's (`carma_estimator::MAX_TRACED_MIB`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TracedStep {
+    /// Peak during the forward pass and the loss.
+    #[serde(rename = "forwardMiB")]
+    #[schemars(range(min = 1, max = 16777216))]
+    pub forward_mib: u64,
+    /// Peak during the backward pass.
+    #[serde(rename = "backwardMiB")]
+    #[schemars(range(min = 1, max = 16777216))]
+    pub backward_mib: u64,
+    /// Peak during the optimizer step.
+    #[serde(rename = "optimizerStepMiB")]
+    #[schemars(range(min = 1, max = 16777216))]
+    pub optimizer_step_mib: u64,
 }
 
 /// Optimizer of a profile, as the estimator names it.
@@ -419,7 +442,7 @@ pub struct EstimateStatus {
     /// Reserved MiB per GPU (absent for whole GPUs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mib: Option<u64>,
-    /// Where it came from: override, estimator (gpumemnet-…, analytic-upper-bound), history (earlier runs of the same model profile), recovery, whole-gpu.
+    /// Where it came from: override, estimator (traced, gpumemnet-…, analytic-upper-bound), history (earlier runs of the same model profile), recovery, whole-gpu.
     pub source: String,
     /// Estimator class label, when one applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]

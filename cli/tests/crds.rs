@@ -82,3 +82,33 @@ fn a_modelprofile_with_optimizer_and_mixed_precision_reaches_the_estimator() {
         "activations": 1, "optimizer": "lamb"});
     assert!(serde_json::from_value::<carma_api::training_task::ModelProfile>(unknown).is_err());
 }
+
+#[test]
+fn a_modelprofile_with_a_traced_step_reaches_the_estimator_with_its_range() {
+    let s = model_profile_schema();
+    for key in ["forwardMiB", "backwardMiB", "optimizerStepMiB"] {
+        assert_eq!(
+            maximum(&s, &["traced", key]),
+            carma_estimator::MAX_TRACED_MIB as f64,
+            "{key}"
+        );
+    }
+    let spec: carma_api::training_task::ModelProfile = serde_json::from_value(serde_json::json!({
+        "family": "transformer", "batchSize": 8, "parameters": 335_141_888u64,
+        "activations": 428_000_000u64, "depth": 170, "seqLength": 512,
+        "traced": {"forwardMiB": 12641, "backwardMiB": 13118, "optimizerStepMiB": 7467}
+    }))
+    .unwrap();
+    let json = serde_json::to_string(&spec).unwrap();
+    let profile = carma_estimator::parse_profile(&json).unwrap();
+    assert_eq!(profile.traced.map(|t| t.backward_mib), Some(13118));
+    let e = carma_estimator::Estimator::new()
+        .unwrap()
+        .estimate(&profile)
+        .unwrap();
+    assert_eq!(e.source, carma_estimator::EstimateSource::Traced);
+    let extra = serde_json::json!({"family": "cnn", "batchSize": 1, "parameters": 1,
+        "activations": 1, "traced": {"forwardMiB": 1, "backwardMiB": 1, "optimizerStepMiB": 1,
+        "peakMiB": 2}});
+    assert!(serde_json::from_value::<carma_api::training_task::ModelProfile>(extra).is_err());
+}

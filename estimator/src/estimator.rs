@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::analytic::analytic_upper_bound_mib;
 use crate::model::{Model, ModelError};
 use crate::profile::{Family, Profile, ProfileError};
+use crate::traced::traced_reservation_mib;
 
 /// An ONNX model and its sidecar, as bytes (see [`Estimator::from_parts`]).
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +43,9 @@ pub enum EstimateSource {
     /// The analytic upper bound (`analytic-upper-bound`): no model for the family,
     /// or the profile lies beyond the model's training range.
     AnalyticUpperBound,
+    /// The traced reservation (`traced`): the profile carries the peaks of a training
+    /// step traced without a GPU ([`crate::Traced`]); it comes before any model.
+    Traced,
 }
 
 impl EstimateSource {
@@ -61,6 +65,7 @@ impl EstimateSource {
             EstimateSource::GpumemnetCnn => "gpumemnet-cnn",
             EstimateSource::GpumemnetTransformer => "gpumemnet-transformer",
             EstimateSource::AnalyticUpperBound => "analytic-upper-bound",
+            EstimateSource::Traced => "traced",
         }
     }
 }
@@ -77,10 +82,10 @@ pub struct Estimate {
     /// The per-GPU reservation in MiB: the chosen class's upper edge; for the
     /// open-ended top class the analytic upper bound (at least the sidecar's
     /// `open_class_min_reservation_mib`); with [`EstimateSource::AnalyticUpperBound`]
-    /// the analytic upper bound.
+    /// the analytic upper bound; with [`EstimateSource::Traced`] the traced reservation.
     pub mib: u64,
-    /// The chosen class's label (e.g. `(1000,2000]`); for the analytic bound
-    /// `(0,<mib>]`.
+    /// The chosen class's label (e.g. `(1000,2000]`); for the analytic bound and the
+    /// traced reservation `(0,<mib>]`.
     pub class: String,
     /// The model's class probabilities, lowest class first; empty when no model ran.
     pub probabilities: Vec<f32>,
@@ -171,9 +176,20 @@ impl Estimator {
         self.inner.models[slot(family)].as_ref()
     }
 
-    /// Estimates the GPU memory reservation for one job.
+    /// Estimates the GPU memory reservation for one job on one GPU (see
+    /// [`Estimator::estimate_for`]).
     pub fn estimate(&self, p: &Profile) -> Result<Estimate, EstimateError> {
+        self.estimate_for(p, 1)
+    }
+
+    /// Estimates the per-GPU reservation for one job run with `gpus` GPUs per pod. A
+    /// profile with `traced` gets the traced reservation (the GPU count adds the
+    /// multi-GPU factor); the models and the analytic bound do not read the GPU count.
+    pub fn estimate_for(&self, p: &Profile, gpus: u32) -> Result<Estimate, EstimateError> {
         p.validate()?;
+        if let Some(e) = traced(p, gpus) {
+            return Ok(e);
+        }
         let Some(model) = self.model(p.family) else {
             return Ok(analytic(p, Vec::new()));
         };
@@ -185,8 +201,8 @@ impl Estimator {
         Ok(decide(model, p, probabilities))
     }
 
-    /// Estimates many jobs with one model call per family; the result has one
-    /// entry per profile, in order. Faster than [`Estimator::estimate`] in a loop.
+    /// Estimates many jobs (one GPU each) with one model call per family; the result has
+    /// one entry per profile, in order. Faster than [`Estimator::estimate`] in a loop.
     pub fn estimate_batch(&self, profiles: &[Profile]) -> Vec<Result<Estimate, EstimateError>> {
         let mut out: Vec<Option<Result<Estimate, EstimateError>>> =
             profiles.iter().map(|_| None).collect();
@@ -203,7 +219,10 @@ impl Estimator {
             let mut valid = Vec::with_capacity(idx.len());
             for &i in &idx {
                 match profiles[i].validate() {
-                    Ok(()) => valid.push(i),
+                    Ok(()) => match traced(&profiles[i], 1) {
+                        Some(e) => out[i] = Some(Ok(e)),
+                        None => valid.push(i),
+                    },
                     Err(e) => out[i] = Some(Err(e.into())),
                 }
             }
@@ -258,6 +277,18 @@ fn inference(family: Family, e: tract_onnx::prelude::TractError) -> EstimateErro
         family,
         message: format!("{e:#}"),
     }
+}
+
+/// The traced reservation, when the profile carries a traced step.
+fn traced(p: &Profile, gpus: u32) -> Option<Estimate> {
+    let t = p.traced.as_ref()?;
+    let mib = traced_reservation_mib(t, p.family, gpus);
+    Some(Estimate {
+        mib,
+        class: format!("(0,{mib}]"),
+        probabilities: Vec::new(),
+        source: EstimateSource::Traced,
+    })
 }
 
 fn analytic(p: &Profile, probabilities: Vec<f32>) -> Estimate {

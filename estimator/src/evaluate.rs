@@ -190,6 +190,7 @@ pub fn read_mlp_csv(text: &str) -> Result<Vec<LabelledRow>, EvaluateError> {
             seq_length: None,
             optimizer: None,
             mixed_precision: None,
+            traced: None,
         };
         rows.push(LabelledRow {
             line,

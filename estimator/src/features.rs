@@ -166,6 +166,7 @@ mod tests {
             seq_length: None,
             optimizer: None,
             mixed_precision: None,
+            traced: None,
         }
     }
 

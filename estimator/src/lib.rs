@@ -9,6 +9,10 @@
 //!   (ONNX, compiled into the binary, run by tract-onnx) that predicts a memory
 //!   class; the reservation is the class's upper edge, chosen with a safe-side
 //!   rule that prefers the higher class when the model is unsure;
+//! * a profile that carries a traced training step (`traced`, from
+//!   `carma_profile --trace`) gets the [traced reservation](traced_reservation_mib): the
+//!   step's peak of live tensors plus fitted CUDA-context and allocator overheads, before
+//!   any model;
 //! * other families (CNN and Transformer until their datasets exist), and profiles
 //!   beyond a model's training range, get the [analytic bound](analytic): what a
 //!   training step keeps (weights, gradients, optimizer state, saved activations,
@@ -44,6 +48,7 @@ mod printout;
 mod profile;
 mod torchinfo;
 mod torchsummary;
+mod traced;
 
 pub use analytic::analytic_upper_bound_mib;
 pub use estimator::{
@@ -61,3 +66,7 @@ pub use profile::{
 };
 pub use torchinfo::{looks_like_torchinfo, parse_torchinfo};
 pub use torchsummary::{SummaryError, parse_torchsummary};
+pub use traced::{
+    CNN_FACTOR_MILLI, CONTEXT_MIB, MAX_TRACED_MIB, MULTI_GPU_FACTOR_MILLI,
+    TRANSFORMER_FACTOR_MILLI, Traced, traced_reservation_mib,
+};

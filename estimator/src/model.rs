@@ -198,6 +198,7 @@ fn probe_profile(family: Family) -> Profile {
         seq_length: None,
         optimizer: None,
         mixed_precision: None,
+        traced: None,
     }
 }
 

@@ -284,6 +284,7 @@ pub fn parse_printout(
         seq_length: Some(seq_len),
         optimizer: None,
         mixed_precision: None,
+        traced: None,
     };
     profile.validate()?;
     profile.depth = Some(profile.effective_depth());

@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::analytic::{BoundInputs, analytic_upper_bound_mib};
 pub use crate::family::{Family, FamilyParseError, Optimizer};
+use crate::traced::{MAX_TRACED_MIB, Traced};
 
 // Ranges of the profile's numbers. They are generous for any job that one
 // cluster trains and keep every product the features and the analytic bound
@@ -93,7 +94,8 @@ pub struct Layers {
 /// `parameters`, `activations`. Optional: `depth` (derived from `layers` when
 /// absent, see [`Profile::effective_depth`]), `activation` (default `ReLU`),
 /// `layers` (counts default to 0), `seqLength`, `optimizer` (`sgd`,
-/// `sgdMomentum` or `adam`; default `adam`) and `mixedPrecision` (default `false`).
+/// `sgdMomentum` or `adam`; default `adam`), `mixedPrecision` (default `false`) and
+/// `traced` (the phase peaks of a traced training step, see [`Traced`]).
 ///
 /// ```
 /// let p = carma_estimator::parse_profile(
@@ -138,6 +140,15 @@ pub struct Profile {
     /// 16 bits. `false` (fp32) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixed_precision: Option<bool>,
+    /// The peaks of one training step traced without a GPU (`carma_profile --trace`),
+    /// for one GPU's share of the batch. When present the estimate is the traced
+    /// reservation ([`crate::traced_reservation_mib`]), before GPUMemNet or the analytic bound.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_map_only"
+    )]
+    pub traced: Option<Traced>,
 }
 
 impl Profile {
@@ -236,6 +247,11 @@ impl Profile {
         }
         if let Some(seq) = self.seq_length {
             range("seqLength", seq.into(), MAX_SEQ_LENGTH.into())?;
+        }
+        if let Some(t) = &self.traced {
+            for (key, mib) in t.keyed() {
+                range(key, mib, MAX_TRACED_MIB)?;
+            }
         }
         let bound = analytic_upper_bound_mib(self);
         if bound > MAX_ESTIMATE_MIB {
@@ -337,6 +353,13 @@ fn map_only<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D
         }
     }
     d.deserialize_map(MapOnly(PhantomData))
+}
+
+/// [`map_only`] for an optional object: present means an object (never `null` or an array).
+fn some_map_only<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    map_only(d).map(Some)
 }
 
 /// Text between the first pair of backticks in a serde message.

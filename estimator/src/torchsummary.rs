@@ -212,6 +212,7 @@ pub fn parse_torchsummary(
         seq_length: None,
         optimizer: None,
         mixed_precision: None,
+        traced: None,
     };
     profile.depth = Some(profile.effective_depth());
     tracing::debug!(rows, parameters, activations, %family, "parsed torchsummary table");

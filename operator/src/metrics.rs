@@ -72,7 +72,8 @@ const PEAK_RATIO_BUCKETS: [f64; 11] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0
 /// Every reservation source an attempt can report, created at zero so that `increase()` sees the
 /// first underestimate of each: the estimator's sources, then the extender's own (`history`,
 /// `override`, `whole-gpu`) and `unknown` (an attempt that ended before it was bound).
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 9] = [
+    "traced",
     "gpumemnet-mlp",
     "gpumemnet-cnn",
     "gpumemnet-transformer",
@@ -327,6 +328,7 @@ mod tests {
             S::GpumemnetCnn,
             S::GpumemnetTransformer,
             S::AnalyticUpperBound,
+            S::Traced,
         ] {
             assert!(SOURCES.contains(&source.as_str()), "{source}");
         }

@@ -5,7 +5,7 @@
 //! | `carma_extender_requests_total` | counter | `verb`, `outcome` (`success`, `error`, `bad-request`) |
 //! | `carma_extender_request_duration_seconds` | histogram | `verb` |
 //! | `carma_extender_rejections_total` | counter | `reason` (`NodeRejection::code()`, or `invalid-annotation`) |
-//! | `carma_extender_reservations_total` | counter | `source` (`override`, `gpumemnet-mlp`, `analytic-upper-bound`, `history`, `whole-gpu`, …) |
+//! | `carma_extender_reservations_total` | counter | `source` (`override`, `traced`, `gpumemnet-mlp`, `analytic-upper-bound`, `history`, `whole-gpu`, …) |
 //! | `carma_extender_placements_in_flight` | gauge | — |
 //! | `carma_extender_binds_total` | counter | `result` (`bound`, `recorded`, `conflict`, `error`) |
 

@@ -42,7 +42,7 @@ pub struct Decision {
     /// asks for no `carma.io/gpu` and carma has nothing to place.
     pub demand: Demand,
     /// Where the reservation comes from: `override`, an estimator source such as
-    /// `gpumemnet-mlp` or `analytic-upper-bound`, `history` (earlier runs of the same model
+    /// `traced`, `gpumemnet-mlp` or `analytic-upper-bound`, `history` (earlier runs of the same model
     /// profile), or `whole-gpu`.
     pub source: String,
     /// The estimator's class label, when an estimate was made.
@@ -234,7 +234,7 @@ impl Decisions {
                 if request.exclusive {
                     return Ok(None);
                 }
-                match self.estimator.estimate(profile) {
+                match self.estimator.estimate_for(profile, gpus) {
                     Ok(e) => Ok(Some((e.mib, e))),
                     Err(EstimateError::InvalidProfile(e)) => {
                         Err(DecisionError::Profile(e.to_string()))
@@ -468,6 +468,39 @@ mod tests {
         assert!(matches!(d.demand.reservation, Reservation::Mib(m) if m > 0));
         assert_eq!(d.source, "gpumemnet-mlp");
         assert!(d.class.is_some());
+    }
+
+    #[test]
+    fn a_traced_profile_gets_the_traced_reservation_per_gpu() {
+        // BERT-large at batch 8: the traced step, not GPUMemNet or the analytic bound.
+        let profile = r#"{"family":"transformer","batchSize":8,"parameters":335141888,"activations":428000000,"depth":170,"seqLength":512,"traced":{"forwardMiB":12641,"backwardMiB":13118,"optimizerStepMiB":7467}}"#;
+        let one = decisions()
+            .compute(&pod(&[(ANNOTATION_MODEL_PROFILE, profile)], &["1"]))
+            .unwrap();
+        assert_eq!(one.source, "traced");
+        assert_eq!(
+            one.demand.reservation,
+            Reservation::Mib(carma_estimator::CONTEXT_MIB + 13_118)
+        );
+        // Two GPUs per pod: each GPU's reservation carries the multi-GPU factor.
+        let two = decisions()
+            .compute(&pod(&[(ANNOTATION_MODEL_PROFILE, profile)], &["2"]))
+            .unwrap();
+        let t = carma_estimator::Traced {
+            forward_mib: 12_641,
+            backward_mib: 13_118,
+            optimizer_step_mib: 7_467,
+        };
+        let want =
+            carma_estimator::traced_reservation_mib(&t, carma_estimator::Family::Transformer, 2);
+        assert!(want > carma_estimator::CONTEXT_MIB + 13_118);
+        assert_eq!(two.demand.reservation, Reservation::Mib(want));
+        // A bad traced figure is the user's error, naming the key.
+        let bad = profile.replace("\"forwardMiB\":12641", "\"forwardMiB\":0");
+        let err = decisions()
+            .compute(&pod(&[(ANNOTATION_MODEL_PROFILE, &bad)], &["1"]))
+            .unwrap_err();
+        assert!(err.to_string().contains("traced.forwardMiB"), "{err}");
     }
 
     #[test]

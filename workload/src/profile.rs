@@ -37,6 +37,7 @@ impl Architecture {
             seq_length: self.seq_length,
             optimizer: None,
             mixed_precision: None,
+            traced: None,
         }
     }
 }
