@@ -4,10 +4,14 @@
     >>> carma_profile.describe(model, batch_size=128, input_size=(3, 32, 32))
     {'family': 'cnn', 'batchSize': 128, 'parameters': ..., 'activations': ..., ...}
 
-See `core.py` for the definitions and `python -m carma_profile --help` for the CLI.
+    >>> carma_profile.trace_step(torchvision.models.resnet50, batch_size=32, input_size=(3, 224, 224))
+    {'forwardMiB': ..., 'backwardMiB': ..., 'optimizerStepMiB': ...}
+
+See `core.py` for the definitions, `trace.py` for what a traced step counts, and `python -m carma_profile --help` for the CLI.
 """
 
 from .core import FAMILIES, ProfileError, describe
+from .trace import trace_step
 
-__all__ = ["describe", "ProfileError", "FAMILIES"]
+__all__ = ["describe", "trace_step", "ProfileError", "FAMILIES"]
 __version__ = "0.1.0"

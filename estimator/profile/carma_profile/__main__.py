@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from .core import FAMILIES, OPTIMIZERS, ProfileError, describe
+from .trace import trace_step
 
 class UsageError(Exception):
     pass
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the job trains with autocast/AMP (fp32 assumed when absent)")
     ap.add_argument("--meta", action="store_true",
                     help="build the model on PyTorch's meta device (no memory for weights: for large models)")
+    ap.add_argument("--trace", action="store_true",
+                    help="also trace one training step on fake tensors (no GPU, no weights) and add its "
+                         "phase peaks as `traced` (give the per-GPU batch for multi-GPU jobs)")
     ap.add_argument("--annotation", action="store_true", help="also print the pod annotation line")
     ap.add_argument("--yaml", action="store_true", help="also print the TrainingTask modelProfile: block")
     args = ap.parse_args(argv)
@@ -132,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         profile = describe(model, args.batch_size, input_size=input_size, seq_len=args.seq_len,
                            family=args.family, activation=args.activation,
                            optimizer=args.optimizer, mixed_precision=args.mixed_precision)
+        if args.trace:
+            profile["traced"] = trace_step(lambda: factory(**kwargs), args.batch_size, input_size=input_size,
+                                           seq_len=args.seq_len, optimizer=args.optimizer,
+                                           mixed_precision=args.mixed_precision)
     except (UsageError, ProfileError) as e:
         print(f"carma_profile: error: {e}", file=sys.stderr)
         return 2

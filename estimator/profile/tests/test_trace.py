@@ -1,0 +1,73 @@
+"""Tracing a training step on fake tensors (carma_profile.trace_step, `--trace`)."""
+
+import json
+import subprocess
+
+import pytest
+
+from carma_profile import ProfileError, trace_step
+from carma_profile.trace import block_bytes
+from test_cli import MODELS, cli
+
+torchvision = pytest.importorskip("torchvision")
+transformers = pytest.importorskip("transformers")
+
+
+def test_resnet18_phases_hold_parameters_state_and_activations():
+    t = trace_step(lambda: torchvision.models.resnet18(num_classes=100), 32, input_size=(3, 32, 32))
+    assert set(t) == {"forwardMiB", "backwardMiB", "optimizerStepMiB"}
+    # 11.2 M fp32 parameters are 43 MiB; with grads and Adam's two moments, 171 MiB
+    # are live in the optimizer step (plus foreach temporaries).
+    assert 171 <= t["optimizerStepMiB"] < 260, t
+    assert t["forwardMiB"] > 43 * 3  # the second step's forward carries Adam's state
+    sgd = trace_step(lambda: torchvision.models.resnet18(num_classes=100), 32, input_size=(3, 32, 32),
+                     optimizer="sgd")
+    assert sgd["optimizerStepMiB"] < t["optimizerStepMiB"] - 80  # no moments
+
+
+def test_the_traced_peak_grows_with_the_batch():
+    peaks = [max(trace_step(torchvision.models.resnet18, b, input_size=(3, 64, 64)).values())
+             for b in (8, 32, 128)]
+    assert peaks[0] < peaks[1] < peaks[2], peaks
+
+
+def test_a_tiny_bert_traces_without_weights_or_gpu():
+    def bert():
+        cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=128, vocab_size=1000)
+        return transformers.BertForSequenceClassification(cfg)
+
+    import torch
+
+    small, large = (trace_step(bert, b, seq_len=128, labels=lambda n: torch.zeros(n, dtype=torch.long))
+                    for b in (4, 64))
+    assert all(v >= 1 for v in small.values())
+    assert large["backwardMiB"] > small["backwardMiB"]
+
+
+def test_allocator_blocks_are_512_byte_multiples():
+    assert [block_bytes(n) for n in (0, 1, 512, 513, 3 << 20)] == [0, 512, 512, 1024, 3 << 20]
+
+
+def test_bad_input_names_it():
+    with pytest.raises(ProfileError, match="batch_size"):
+        trace_step(torchvision.models.resnet18, 0, input_size=(3, 32, 32))
+    with pytest.raises(ProfileError, match="optimizer"):
+        trace_step(torchvision.models.resnet18, 2, input_size=(3, 32, 32), optimizer="lbfgs")
+    with pytest.raises(ProfileError, match="failed"):
+        trace_step(torchvision.models.resnet18, 2, input_size=(5, 32, 32))  # 5 channels
+    with pytest.raises(ProfileError, match="factory"):
+        trace_step(torchvision.models.resnet18(), 2, input_size=(3, 32, 32))  # real weights
+
+
+def test_trace_flag_output_is_accepted_by_the_rust_estimator(carma_bin):
+    r = cli(f"{MODELS}:MnistNet", "--batch-size", "64", "--input", "1,28,28", "--trace")
+    assert r.returncode == 0, r.stderr
+    profile = json.loads(r.stdout)
+    assert set(profile["traced"]) == {"forwardMiB", "backwardMiB", "optimizerStepMiB"}
+    est = subprocess.run([carma_bin, "estimate", "--profile", "-"], input=r.stdout,
+                         capture_output=True, text=True, timeout=60)
+    assert est.returncode == 0, est.stderr
+    out = json.loads(est.stdout)
+    assert out["source"] == "traced", out
+    assert out["estimate_mib"] > max(profile["traced"].values())
