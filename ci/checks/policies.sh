@@ -7,7 +7,7 @@
 #   1. docs/queues-on-carma-traces.md   python3 tools/compare-policies.py --table exclusive
 #   2. docs/default-policy.md, γ = 1    python3 tools/compare-policies.py --table grid
 #   3. docs/default-policy.md, γ = 2    (the same table)
-#   4. docs/estimator-evaluation.md     carma estimate eval --peaks --table (its four summary lines)
+#   4. docs/estimator-evaluation.md     carma estimate eval --peaks --table (its summary lines and per-source tallies)
 # (The README's `carma simulate` block is compared by `cargo test -p carma --test readme_simulate`.)
 # Env: CARMA_BIN (default target/debug/carma; build with `cargo build -p carma`), SHARED (default
 # ../shared: CARMA's traces and task files, never copied into the repository).
@@ -96,7 +96,7 @@ if [ -z "$want" ]; then
 elif ! out="$("$CARMA" --log warn estimate eval --peaks --table)"; then
   fail "estimator evaluation: carma estimate eval --peaks --table failed"
 else
-  got="$(printf '%s\n' "$out" | grep -E '^(carma|legacy bound|GPUMemNet recorded) \(.*\): [0-9]+ rows')"
+  got="$(printf '%s\n' "$out" | grep -E '^((carma|legacy bound|GPUMemNet recorded) \(.*\): [0-9]+ rows|(mlp|cnn|transformer) / )')"
   if [ "$got" = "$want" ]; then
     echo "PASS: estimator evaluation: $(printf '%s\n' "$got" | head -n1) (and $(( $(printf '%s\n' "$got" | wc -l) - 1 )) more lines)"
   else

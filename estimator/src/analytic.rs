@@ -39,6 +39,12 @@
 //! to these data, not a proof: `carma estimate eval --peaks` prints the margins, and
 //! the README says how they were chosen. Transformer `k` is below 1 because those
 //! profiles count attention tensors that PyTorch frees before backward.
+//!
+//! A profile carries totals only. Where the job comes as a torchsummary table or a
+//! module printout, [`detailed_bound`] reads it layer by layer instead ([`summary_values`],
+//! [`printout_values`]): which outputs are distinct tensors, the largest layer, attention
+//! scores by block kind, and Adam's step temporary only where it outweighs the freed
+//! activations. docs/estimator-evaluation.md has its terms against CARMA's measured peaks.
 
 use crate::family::{Family, Optimizer};
 
@@ -135,6 +141,181 @@ pub fn analytic_upper_bound_mib(job: impl Into<BoundInputs>) -> u64 {
     u64::try_from(rounded).unwrap_or(u64::MAX)
 }
 
+/// What a layer-by-layer reading of a torchsummary table or a module printout says a
+/// training step keeps, per sample, in 4-byte values. Only the parsers build it (see
+/// [`summary_values`], [`printout_values`]); [`detailed_bound`] turns it into a reservation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SavedValues {
+    /// Values kept for backward, weighted by how many distinct tensors each layer's
+    /// output makes (see [`summary_values`] and [`printout_values`]).
+    pub saved: u128,
+    /// The largest single layer output. Backward holds a gradient of this size next to
+    /// the saved tensors, and cuDNN's workspaces grow with it.
+    pub largest: u128,
+    /// Attention score values (heads × seqLength² per block, times the score tensors
+    /// an attention block of that kind keeps).
+    pub scores: u128,
+}
+
+/// The detailed bound's constants, per family (see [`detailed_bound`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DetailedFactors {
+    /// Bytes kept per saved fp32 value, as a multiple of 4 B.
+    pub copies: f64,
+    /// How many largest-layer outputs backward holds beside the saved ones.
+    pub largest_outputs: u32,
+}
+
+/// The detailed bound's constants of `family`: fitted on the measured jobs that
+/// docs/estimator-evaluation.md names, with some models held out.
+pub fn detailed_factors(family: Family) -> DetailedFactors {
+    let (copies, largest_outputs) = match family {
+        // no MLP printouts or tables are measured; the profile bound's factor
+        Family::Mlp => (1.5, 0),
+        Family::Cnn => (0.8, 8),
+        Family::Transformer => (1.0, 0),
+    };
+    DetailedFactors {
+        copies,
+        largest_outputs,
+    }
+}
+
+/// One bound split into what it counts (MiB before rounding, except `total_mib`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BoundTerms {
+    /// CUDA context, library handles, allocator floor.
+    pub context_mib: u64,
+    /// fp32 weights.
+    pub weights_mib: u64,
+    /// fp32 gradients.
+    pub gradients_mib: u64,
+    /// Optimizer state (momentum buffer, Adam's two moments).
+    pub optimizer_mib: u64,
+    /// Activations kept for backward (with the family's factor and workspace).
+    pub activations_mib: u64,
+    /// Attention scores.
+    pub scores_mib: u64,
+    /// What the optimizer step allocates beyond its state (Adam's weight-sized
+    /// temporary). The detailed bound counts it only where it exceeds activations
+    /// and scores, which are freed before the step.
+    pub step_mib: u64,
+    /// The reservation: the terms' sum rounded up to [`ROUNDING_MIB`].
+    pub total_mib: u64,
+}
+
+fn mib_ceil(bytes: u128) -> u64 {
+    u64::try_from(bytes.div_ceil(MIB)).unwrap_or(u64::MAX)
+}
+
+fn rounded(mib: u128) -> u64 {
+    let r = mib
+        .div_ceil(u128::from(ROUNDING_MIB))
+        .saturating_mul(u128::from(ROUNDING_MIB));
+    u64::try_from(r).unwrap_or(u64::MAX)
+}
+
+/// The bound from a layer-by-layer reading of the model: tighter than
+/// [`analytic_upper_bound_mib`], which only sees a profile's totals.
+///
+/// ```text
+/// bytes = 4 B × parameters × (weights + gradients + state buffers)
+///       + max(c(family) × e × batch × (saved + l(family) × largest) + e × batch × scores,
+///             4 B × parameters with Adam)
+/// MiB   = 1536 + ceil(bytes / 2^20), rounded up to a multiple of 256
+/// ```
+///
+/// Activations are freed before the optimizer step, so Adam's weight-sized temporary
+/// is counted only where it is larger than they are. `c` and `l` are
+/// [`detailed_factors`]; `e` is [`activation_bytes`].
+pub fn detailed_bound(job: impl Into<BoundInputs>, values: &SavedValues) -> BoundTerms {
+    let p: BoundInputs = job.into();
+    let e = u128::from(activation_bytes(p.mixed_precision));
+    let f = detailed_factors(p.family);
+    let batch = u128::from(p.batch_size);
+    let params = u128::from(p.parameters);
+    let weights = 4u128.saturating_mul(params);
+    let buffers: u128 = match p.optimizer {
+        Optimizer::Sgd => 0,
+        Optimizer::SgdMomentum => 4,
+        Optimizer::Adam => 8,
+    };
+    let step = match p.optimizer {
+        Optimizer::Adam => weights,
+        _ => 0,
+    };
+    let per_sample = values
+        .saved
+        .saturating_add(u128::from(f.largest_outputs).saturating_mul(values.largest));
+    let copies_pct = (f.copies * 100.0).round() as u128;
+    let activations = (copies_pct * e)
+        .saturating_mul(per_sample)
+        .saturating_mul(batch)
+        .div_ceil(100);
+    let scores = e.saturating_mul(values.scores).saturating_mul(batch);
+    let transient = activations.saturating_add(scores);
+    let step_extra = step.saturating_sub(transient);
+    let (w, g, o) = (
+        mib_ceil(weights),
+        mib_ceil(weights),
+        mib_ceil(buffers.saturating_mul(params)),
+    );
+    let (a, s, x) = (
+        mib_ceil(activations),
+        mib_ceil(scores),
+        mib_ceil(step_extra),
+    );
+    let sum = [w, g, o, a, s, x]
+        .iter()
+        .fold(u128::from(CONTEXT_MIB), |acc, v| {
+            acc.saturating_add(u128::from(*v))
+        });
+    BoundTerms {
+        context_mib: CONTEXT_MIB,
+        weights_mib: w,
+        gradients_mib: g,
+        optimizer_mib: o,
+        activations_mib: a,
+        scores_mib: s,
+        step_mib: x,
+        total_mib: rounded(sum),
+    }
+}
+
+/// A torchsummary table (or, with `torchinfo`, a torchinfo table) read at `batch_size`:
+/// its profile and what [`detailed_bound`] counts of it.
+///
+/// Saved values: every row's output, activation-function rows at half weight (an
+/// in-place ReLU shares its input's storage, one that is not in place keeps a tensor
+/// of its own), and the largest row. Containers' rows count in full: a block's output
+/// is sometimes its last layer's tensor, sometimes a new one (a concatenation, an
+/// out-of-place residual sum).
+pub fn summary_values(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+    torchinfo: bool,
+) -> Result<(crate::Profile, SavedValues), crate::SummaryError> {
+    if torchinfo {
+        crate::torchinfo::parse_torchinfo_values(text, family, batch_size)
+    } else {
+        crate::torchsummary::parse_torchsummary_values(text, family, batch_size)
+    }
+}
+
+/// A module printout read at `batch_size` and `seq_len` tokens: its profile and what
+/// [`detailed_bound`] counts of it (the printout parser's docs say what: module
+/// outputs, the projections an attention block holds as bare parameters, and the
+/// score tensors of each attention block by its kind, once per head).
+pub fn printout_values(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+    seq_len: u32,
+) -> Result<(crate::Profile, SavedValues), crate::PrintoutError> {
+    crate::printout::parse_printout_values(text, family, batch_size, seq_len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +372,57 @@ mod tests {
         p.seq_length = Some(u32::MAX);
         p.attention_layers = u32::MAX;
         assert_eq!(analytic_upper_bound_mib(p), u64::MAX);
+    }
+
+    #[test]
+    fn detailed_bound_by_hand() {
+        // 10 M parameters with Adam: weights, gradients 38.2 MiB each, moments 76.3 MiB;
+        // CNN: 0.8 × 4 B × (1 M saved + 8 × 100 k largest) × 32 = 175.8 MiB
+        let values = SavedValues {
+            saved: 1_000_000,
+            largest: 100_000,
+            scores: 0,
+        };
+        let t = detailed_bound(profile(Family::Cnn, 10_000_000, 1, 32), &values);
+        assert_eq!(
+            (
+                t.weights_mib,
+                t.gradients_mib,
+                t.optimizer_mib,
+                t.activations_mib
+            ),
+            (39, 39, 77, 176)
+        );
+        // Adam's temporary (38 MiB) is smaller than the activations it replaces
+        assert_eq!(t.step_mib, 0);
+        assert_eq!(t.total_mib, 2048); // 1536 + 331 → 1867, rounded up
+        // a large model and a tiny batch: the step's temporary counts beyond them
+        let t = detailed_bound(profile(Family::Cnn, 100_000_000, 1, 1), &values);
+        assert_eq!(t.step_mib, 382 - 6);
+        // scores are kept once per value, at e bytes
+        let mut p = profile(Family::Transformer, 1, 1, 2);
+        p.mixed_precision = true;
+        let scores = SavedValues {
+            scores: 1 << 20,
+            ..SavedValues::default()
+        };
+        assert_eq!(detailed_bound(p, &scores).scores_mib, 4);
+        // SGD keeps no state buffer and allocates no temporary
+        let mut p = profile(Family::Cnn, 100_000_000, 1, 1);
+        p.optimizer = Optimizer::Sgd;
+        let t = detailed_bound(p, &values);
+        assert_eq!((t.optimizer_mib, t.step_mib), (0, 0));
+    }
+
+    #[test]
+    fn detailed_bound_saturates() {
+        let values = SavedValues {
+            saved: u128::MAX,
+            largest: u128::MAX,
+            scores: u128::MAX,
+        };
+        let t = detailed_bound(profile(Family::Cnn, u64::MAX, 1, u32::MAX), &values);
+        assert_eq!(t.total_mib, u64::MAX);
     }
 
     #[test]

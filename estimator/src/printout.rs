@@ -43,11 +43,23 @@
 //! `conv2d` as well. A repeated block `(0-11): 12 x Layer(…), n params` stands for
 //! 12 copies of one layer of `n` parameters (PyTorch prints one copy's repr).
 //!
+//! What a training step keeps (the detailed bound's reading,
+//! [`crate::analytic::printout_values`]) differs from the profile's `activations`:
+//!
+//! * module outputs as above, each once (no score tensors);
+//! * an attention block whose own parameters (its count less its children's) hold
+//!   whole `width × width` matrices — XLNet's q, k, v, o and r, which are bare
+//!   parameters, not `Linear` modules — adds one `seq × width` output per matrix;
+//! * scores: one `heads × seq²` tensor per plain attention block, 3.25 per
+//!   relative-position block (type name containing `Relative`); see
+//!   [`score_quarters`] for why.
+//!
 //! Parameters are the outermost module's count; every module's count must be at
 //! least the sum of its children's (a module can hold parameters of its own, as
 //! `XLNetRelativeAttention` does). Lines after the outermost module closes (a
 //! `Total params` footer, say) are ignored.
 
+use crate::analytic::SavedValues;
 use crate::profile::{Family, Layers, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Profile, ProfileError};
 use crate::torchsummary::parse_count;
 
@@ -135,6 +147,11 @@ fn is_name_byte(b: u8) -> bool {
 #[derive(Debug, Clone, Copy, Default)]
 struct Totals {
     activations: u128,
+    /// What the detailed bound counts: module outputs and bare projections…
+    saved: u128,
+    /// …and score values in quarters of a tensor per head (see [`score_quarters`]).
+    score_quarters: u128,
+    largest: u128,
     linear: u64,
     attention: u64,
     layer_norm: u64,
@@ -150,6 +167,8 @@ impl Totals {
             u64::try_from(more(u128::from(now), u128::from(then))).unwrap_or(u64::MAX)
         };
         self.activations = more(self.activations, before.activations);
+        self.saved = more(self.saved, before.saved);
+        self.score_quarters = more(self.score_quarters, before.score_quarters);
         self.linear = more64(self.linear, before.linear);
         self.attention = more64(self.attention, before.attention);
         self.layer_norm = more64(self.layer_norm, before.layer_norm);
@@ -184,6 +203,17 @@ pub fn parse_printout(
     batch_size: u32,
     seq_len: u32,
 ) -> Result<Profile, PrintoutError> {
+    parse_printout_values(text, family, batch_size, seq_len).map(|(p, _)| p)
+}
+
+/// [`parse_printout`] with what the detailed bound counts (see "What a training step
+/// keeps" in the module docs).
+pub(crate) fn parse_printout_values(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+    seq_len: u32,
+) -> Result<(Profile, SavedValues), PrintoutError> {
     if family != Family::Transformer {
         return Err(PrintoutError::WrongFamily(family));
     }
@@ -293,7 +323,12 @@ pub fn parse_printout(
         activations = profile.activations,
         "parsed module printout"
     );
-    Ok(profile)
+    let values = SavedValues {
+        saved: totals.saved,
+        largest: totals.largest,
+        scores: totals.score_quarters.div_ceil(4),
+    };
+    Ok((profile, values))
 }
 
 /// Ends a container: checks its count against its children, counts it as an
@@ -316,7 +351,17 @@ fn close_module(
         });
     }
     if open.kind.contains("Attention") && totals.attention == open.before.attention {
-        add_attention(totals, width, seq);
+        add_attention(totals, width, seq, &open.kind);
+        // projections held as bare parameters (XLNet's q, k, v, o and r) are not
+        // modules: their outputs are counted from the block's own parameters
+        let own = u128::from(count).saturating_sub(open.children_params);
+        let w = u128::from(width.unwrap_or(0));
+        if w > 0 {
+            let projections = own / (w * w);
+            totals.saved = totals
+                .saved
+                .saturating_add(projections.saturating_mul(seq).saturating_mul(w));
+        }
     }
     if open.repeat > 1 {
         totals.repeat(&open.before, u128::from(open.repeat - 1));
@@ -325,14 +370,29 @@ fn close_module(
 }
 
 /// One attention block and its score tensors (see the module docs).
-fn add_attention(totals: &mut Totals, width: Option<u64>, seq: u128) {
+fn add_attention(totals: &mut Totals, width: Option<u64>, seq: u128, kind: &str) {
     let heads = u128::from((width.unwrap_or(0) / HEAD_DIM).max(1));
+    let per_head = seq.saturating_mul(seq);
     totals.attention = totals.attention.saturating_add(1);
-    totals.activations = totals.activations.saturating_add(
-        SCORE_TENSORS
+    totals.activations = totals
+        .activations
+        .saturating_add(SCORE_TENSORS.saturating_mul(heads).saturating_mul(per_head));
+    totals.score_quarters = totals.score_quarters.saturating_add(
+        score_quarters(kind)
             .saturating_mul(heads)
-            .saturating_mul(seq * seq),
+            .saturating_mul(per_head),
     );
+}
+
+/// Score tensors per head that the detailed bound counts for an attention block of
+/// type `kind`, in quarters: 4 (one tensor) for a plain block, 13 (3.25) for
+/// relative-position attention (`*Relative*`, XLNet's), which builds a content, a
+/// position and a segment score beside the probabilities. Fitted on measured peaks
+/// (see docs/estimator-evaluation.md): the plain figure is below the three
+/// tensors an eager fp32 block keeps because the measured BERT and GPT-2 runs did
+/// not keep them (PyTorch's fused attention keeps none).
+fn score_quarters(kind: &str) -> u128 {
+    if kind.contains("Relative") { 13 } else { 4 }
 }
 
 /// Counts one module closed on its line.
@@ -369,16 +429,19 @@ fn leaf(
         None => None,
     };
     if let Some(w) = size {
-        t.activations = t.activations.saturating_add(seq * u128::from(w));
+        let values = seq * u128::from(w);
+        t.activations = t.activations.saturating_add(values);
+        t.saved = t.saved.saturating_add(values);
+        t.largest = t.largest.max(values);
     }
     let bump = |c: &mut u64| *c = c.saturating_add(1);
     match kind {
         "Linear" | "LazyLinear" | "Conv1D" => bump(&mut t.linear),
         "Conv2d" => bump(&mut t.conv2d),
-        "NonDynamicallyQuantizableLinear" => add_attention(t, *width, seq),
+        "NonDynamicallyQuantizableLinear" => add_attention(t, *width, seq, kind),
         k if k.ends_with("LayerNorm") || k.ends_with("RMSNorm") => bump(&mut t.layer_norm),
         k if k.starts_with("Dropout") => bump(&mut t.dropout),
-        k if k.contains("Attention") => add_attention(t, *width, seq),
+        k if k.contains("Attention") => add_attention(t, *width, seq, k),
         _ => {}
     }
     Ok(())
@@ -516,6 +579,28 @@ Total params: 1
         assert_eq!(p.layers.dropout, 2);
         assert_eq!(p.seq_length, Some(10));
         assert_eq!(p.depth, Some(8));
+    }
+
+    #[test]
+    fn tiny_model_values() {
+        let (p, v) = parse_printout_values(TINY, Family::Transformer, 2, 10).unwrap();
+        // the module outputs, without the profile's 3 score tensors per head
+        assert_eq!(v.saved, u128::from(p.activations) - 2 * 3 * 2 * 100);
+        // one score tensor per head of a plain block: 2 blocks × 2 heads × 10²
+        assert_eq!(v.scores, 2 * 2 * 100);
+        assert_eq!(v.largest, 5120);
+        // a relative-position block keeps 3.25 per head, and its bare projections
+        // (own parameters / width²) count as outputs: 2 × 128² + 4 → 2 projections
+        let relative = TINY.replace(
+            "(attn): MultiheadAttention(\n        (out_proj): NonDynamicallyQuantizableLinear(in_features=128, out_features=128, bias=True), 16,512 params\n      ), 66,048 params",
+            "(attn): RelativeAttention(\n        (norm): LayerNorm((128,), eps=1e-05, elementwise_affine=True), 256 params\n      ), 33,028 params",
+        )
+        .replace("132,352 params", "99,332 params")
+        .replace("264,704 params", "198,664 params")
+        .replace("277,504 params", "211,464 params");
+        let (_, r) = parse_printout_values(&relative, Family::Transformer, 2, 10).unwrap();
+        assert_eq!(r.scores, (2 * 13 * 2 * 100_u128).div_ceil(4));
+        assert_eq!(r.saved, v.saved + 2 * 2 * 10 * 128);
     }
 
     #[test]

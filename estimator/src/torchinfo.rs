@@ -22,8 +22,9 @@
 //! (a module that did not run) adds no activations. The converted table keeps
 //! every line where it was, so errors name the line of the original.
 
+use crate::analytic::SavedValues;
 use crate::profile::{Family, Profile};
-use crate::torchsummary::{SummaryError, parse_torchsummary};
+use crate::torchsummary::{SummaryError, parse_torchsummary, parse_torchsummary_values};
 
 /// Whether `text` has torchinfo's `Layer (type:depth-idx)` header.
 pub fn looks_like_torchinfo(text: &str) -> bool {
@@ -38,6 +39,15 @@ pub fn parse_torchinfo(
     batch_size: u32,
 ) -> Result<Profile, SummaryError> {
     parse_torchsummary(&to_torchsummary(text), family, batch_size)
+}
+
+/// [`parse_torchinfo`] with what the detailed bound counts of the table.
+pub(crate) fn parse_torchinfo_values(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+) -> Result<(Profile, SavedValues), SummaryError> {
+    parse_torchsummary_values(&to_torchsummary(text), family, batch_size)
 }
 
 /// Rewrites the table line by line (see the module docs).

@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 
+use crate::analytic::SavedValues;
 use crate::features::{CNN_ACTIVATIONS, MLP_ACTIVATIONS, activation_index};
 use crate::profile::{Family, Layers, MAX_BATCH_SIZE, Profile};
 
@@ -89,6 +90,16 @@ pub fn parse_torchsummary(
     family: Family,
     batch_size: u32,
 ) -> Result<Profile, SummaryError> {
+    parse_torchsummary_values(text, family, batch_size).map(|(p, _)| p)
+}
+
+/// [`parse_torchsummary`] with what the detailed bound counts of the table (see
+/// [`crate::analytic::summary_values`]).
+pub(crate) fn parse_torchsummary_values(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+) -> Result<(Profile, SavedValues), SummaryError> {
     if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
         return Err(SummaryError::BadBatchSize(batch_size));
     }
@@ -110,6 +121,9 @@ pub fn parse_torchsummary(
         _ => &MLP_ACTIVATIONS,
     };
     let mut rows = 0usize;
+    // saved values in halves: activation-function rows count one half
+    let mut saved_halves: u128 = 0;
+    let mut largest: u64 = 0;
     let mut in_table = true;
     for (i, raw) in lines.iter().enumerate().skip(header + 1) {
         let line_no = i + 1;
@@ -158,6 +172,13 @@ pub fn parse_torchsummary(
         if let Some(a) = activation_index(kind, known) {
             *act_counts.entry(a).or_default() += 1;
         }
+        let is_activation = kind != "Identity"
+            && crate::profile::TORCH_ACTIVATIONS
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(kind));
+        let halves = if is_activation { 1 } else { 2 };
+        saved_halves = saved_halves.saturating_add(halves * u128::from(per_sample));
+        largest = largest.max(per_sample);
         rows += 1;
     }
     if rows == 0 {
@@ -216,7 +237,12 @@ pub fn parse_torchsummary(
     };
     profile.depth = Some(profile.effective_depth());
     tracing::debug!(rows, parameters, activations, %family, "parsed torchsummary table");
-    Ok(profile)
+    let values = SavedValues {
+        saved: saved_halves.div_ceil(2),
+        largest: u128::from(largest),
+        scores: 0,
+    };
+    Ok((profile, values))
 }
 
 /// `Conv2d-12  [-1, 64, 8, 8]  36,864` → (`Conv2d-12`, `[-1, 64, 8, 8]`, `36,864`).

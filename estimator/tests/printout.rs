@@ -73,3 +73,19 @@ fn malformed_printouts_are_rejected_with_the_line() {
     let e = parse_printout(plain, Family::Transformer, 8, 512).unwrap_err();
     assert!(e.to_string().contains("line 2:"), "{e}");
 }
+
+#[test]
+fn xlnet_base_detailed_bound_is_tighter_and_covers_the_peak() {
+    use carma_estimator::analytic::{analytic_upper_bound_mib, detailed_bound, printout_values};
+    let (p, v) = printout_values(&xlnet(), Family::Transformer, 8, 512).unwrap();
+    // XLNet's q, k, v, o and r are bare parameters of each attention block: 5 projections
+    // of 512 × 768 per layer beside the module outputs; 3.25 relative score tensors per head
+    let outputs = 512 * 768 + 12 * 512 * (7 * 768 + 3072) + 512 * (4 * 768 + 2);
+    assert_eq!(v.saved, outputs + 12 * 5 * 512 * 768);
+    assert_eq!(v.scores, 12 * 12 * 512 * 512 * 13 / 4);
+    let t = detailed_bound(&p, &v);
+    // CARMA v2: xlnet_base_cased_2.rad, batch 8, measured 9,192 MiB per GPU
+    assert!(t.total_mib >= 9192, "{t:?}");
+    assert!(t.total_mib < analytic_upper_bound_mib(&p), "{t:?}");
+    assert_eq!(t.step_mib, 0, "activations outweigh Adam's temporary");
+}

@@ -217,3 +217,27 @@ fn layers_must_fit_the_family() {
     let e = parse_torchsummary(mlp, Family::Cnn, 8).unwrap_err();
     assert!(e.to_string().contains("no Conv2d"), "{e}");
 }
+
+#[test]
+fn detailed_values_of_a_cifar_table() {
+    use carma_estimator::analytic::summary_values;
+    let text = read("resnet18_cifar100.model");
+    let (p, v) = summary_values(&text, Family::Cnn, 32, false).unwrap();
+    // ReLU rows count half; the largest row is the stem's 64 × 16 × 16
+    let relu: u64 = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("ReLU-"))
+        .map(|l| {
+            let shape = &l[l.find('[').unwrap() + 1..l.find(']').unwrap()];
+            shape
+                .split(',')
+                .skip(1)
+                .map(|d| d.trim().parse::<u64>().unwrap())
+                .product::<u64>()
+        })
+        .sum();
+    assert!(relu > 0);
+    assert_eq!(v.saved, u128::from(p.activations - relu + relu.div_ceil(2)));
+    assert_eq!(v.largest, 64 * 16 * 16);
+    assert_eq!(v.scores, 0);
+}

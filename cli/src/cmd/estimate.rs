@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use carma_estimator::analytic::{SavedValues, detailed_bound, printout_values, summary_values};
 use carma_estimator::{
-    Estimate, Estimator, Family, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer, Profile, evaluate,
-    looks_like_printout, looks_like_torchinfo, parse_printout, parse_profile, parse_torchinfo,
-    parse_torchsummary,
+    Estimate, EstimateSource, Estimator, Family, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer,
+    Profile, evaluate, looks_like_printout, looks_like_torchinfo, parse_profile,
 };
 use serde_json::json;
 
@@ -35,7 +35,8 @@ use super::EXIT_BAD_INPUT;
 #[path = "estimate_peaks.rs"]
 mod estimate_peaks;
 use estimate_peaks::{
-    DEFAULT_PRINTOUTS, DEFAULT_SUMMARIES, DEFAULT_WORKLOADS, evaluate_peaks, render_table,
+    DEFAULT_PRINTOUTS, DEFAULT_SUMMARIES, DEFAULT_WORKLOADS, REPO_PRINTOUTS, REPO_SUMMARIES,
+    REPO_TRACED, evaluate_peaks, render_table,
 };
 
 /// Arguments of `carma estimate`.
@@ -94,12 +95,18 @@ pub enum EstimateAction {
         /// CARMA's `.rad` task files (with `--peaks`).
         #[arg(long, value_name = "DIR", default_value = DEFAULT_WORKLOADS)]
         workloads: PathBuf,
-        /// torchsummary tables named on the task files' line 3 (with `--peaks`).
-        #[arg(long, value_name = "DIR", default_value = DEFAULT_SUMMARIES)]
-        summaries: PathBuf,
-        /// Module printouts `<model>_bs<B>_sl<L>.txt` (with `--peaks`).
-        #[arg(long, value_name = "DIR", default_value = DEFAULT_PRINTOUTS)]
-        printouts: PathBuf,
+        /// torchsummary tables named on the task files' line 3, or that name without its
+        /// `_<batch>` suffix (with `--peaks`; repeat for several folders, the first
+        /// holding a file wins).
+        #[arg(long, value_name = "DIR", default_values = [DEFAULT_SUMMARIES, REPO_SUMMARIES])]
+        summaries: Vec<PathBuf>,
+        /// Module printouts `<model>_bs<B>_sl<L>.txt` (with `--peaks`; repeatable).
+        #[arg(long, value_name = "DIR", default_values = [DEFAULT_PRINTOUTS, REPO_PRINTOUTS])]
+        printouts: Vec<PathBuf>,
+        /// The traced step of each job, CSV (with `--peaks`; the `traced` source is not run
+        /// when the file does not exist).
+        #[arg(long, value_name = "FILE.csv", default_value = REPO_TRACED)]
+        traced: PathBuf,
         /// Print a text table with summary lines instead of JSON (with `--peaks`).
         #[arg(long)]
         table: bool,
@@ -157,6 +164,7 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
         workloads,
         summaries,
         printouts,
+        traced,
         table,
     }) = &args.action
     {
@@ -164,7 +172,7 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
             return Err(BadInput("--table goes with --peaks".into()));
         }
         if *peaks {
-            let report = evaluate_peaks(estimator, workloads, summaries, printouts)
+            let report = evaluate_peaks(estimator, workloads, summaries, printouts, traced)
                 .map_err(|e| BadInput(e.to_string()))?;
             if *table {
                 return Ok(Output::Text(render_table(&report)));
@@ -181,41 +189,50 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
         out["dataset"] = json!(dataset.display().to_string());
         return Ok(Output::Json(out));
     }
-    let profile = read_profile(args)?;
-    let estimate = estimator
+    let (profile, values) = read_profile(args)?;
+    let mut estimate = estimator
         .estimate(&profile)
         .map_err(|e| BadInput(e.to_string()))?;
+    // A table or printout is read layer by layer: where the family has no trained model,
+    // the detailed bound replaces the one computed from the profile's totals.
+    if let Some(values) = values
+        && estimate.source == EstimateSource::AnalyticUpperBound
+        && estimator.model(profile.family).is_none()
+    {
+        estimate.mib = detailed_bound(&profile, &values).total_mib;
+        estimate.class = format!("(0,{}]", estimate.mib);
+    }
     Ok(Output::Json(render(&estimate)))
 }
 
-fn read_profile(args: &EstimateArgs) -> Result<Profile, BadInput> {
+/// The job's profile, and what the detailed bound counts when it comes from a table or a
+/// printout.
+fn read_profile(args: &EstimateArgs) -> Result<(Profile, Option<SavedValues>), BadInput> {
     match (&args.profile, &args.summary, args.family, args.batch_size) {
         (Some(path), None, _, _) => {
             let text = read_input(path)?;
-            parse_profile(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
+            let p =
+                parse_profile(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
+            Ok((p, None))
         }
         (None, Some(path), Some(family), Some(batch)) => {
             let text = read_input(path)?;
             let at = |e: &dyn std::fmt::Display| BadInput(format!("{}: {e}", path.display()));
-            let mut profile = if looks_like_printout(&text) {
+            let (mut profile, values) = if looks_like_printout(&text) {
                 let seq = args
                     .seq_len
                     .ok_or_else(|| at(&"a module printout needs --seq-len (tokens per sample)"))?;
-                parse_printout(&text, family, batch, seq).map_err(|e| at(&e))?
+                printout_values(&text, family, batch, seq).map_err(|e| at(&e))?
             } else {
-                let mut p = if looks_like_torchinfo(&text) {
-                    parse_torchinfo(&text, family, batch)
-                } else {
-                    parse_torchsummary(&text, family, batch)
-                }
-                .map_err(|e| at(&e))?;
+                let (mut p, v) = summary_values(&text, family, batch, looks_like_torchinfo(&text))
+                    .map_err(|e| at(&e))?;
                 p.seq_length = args.seq_len;
-                p
+                (p, v)
             };
             profile.optimizer = args.optimizer;
             profile.mixed_precision = args.mixed_precision.then_some(true);
             profile.validate().map_err(|e| at(&e))?;
-            Ok(profile)
+            Ok((profile, Some(values)))
         }
         (None, Some(_), _, _) => Err(BadInput("--summary needs --family and --batch-size".into())),
         _ => Err(BadInput(

@@ -19,8 +19,12 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use carma_estimator::analytic::{
+    BoundTerms, SavedValues, analytic_upper_bound_mib, detailed_bound, printout_values,
+    summary_values,
+};
 use carma_estimator::{
-    Estimator, Family, Profile, looks_like_printout, parse_printout, parse_torchsummary,
+    Estimator, Family, Profile, Traced, looks_like_printout, traced_reservation_mib,
 };
 use carma_simulator::catalog;
 use serde::Serialize;
@@ -31,6 +35,13 @@ pub const DEFAULT_WORKLOADS: &str = "../shared/traces/carma/v2/workloads";
 pub const DEFAULT_SUMMARIES: &str = "../shared/data/model-summaries";
 /// See [`DEFAULT_WORKLOADS`].
 pub const DEFAULT_PRINTOUTS: &str = "../shared/data/model-printouts";
+/// The repository's own descriptions of CARMA's models (written by
+/// `estimator/tests/data/describe_models.py` from the models' architectures).
+pub const REPO_SUMMARIES: &str = "estimator/tests/data/model-summaries";
+/// See [`REPO_SUMMARIES`].
+pub const REPO_PRINTOUTS: &str = "estimator/tests/data/model-printouts";
+/// The traced step of each of CARMA's jobs (`job` = task file name without `.rad`).
+pub const REPO_TRACED: &str = "estimator/tests/data/traced-peaks.csv";
 
 /// Why the evaluation could not run.
 #[derive(Debug)]
@@ -62,6 +73,15 @@ pub enum PeaksError {
     },
     /// No task file had both a measured peak and a profile.
     NoRows(PathBuf),
+    /// The traced figures' CSV is malformed.
+    BadTraced {
+        /// The CSV.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 // Written out: the carma crate does not depend on thiserror.
@@ -82,6 +102,11 @@ impl std::fmt::Display for PeaksError {
                 path.display()
             ),
             PeaksError::Model { path, message } => write!(f, "{}: {message}", path.display()),
+            PeaksError::BadTraced {
+                path,
+                line,
+                message,
+            } => write!(f, "{} line {line}: {message}", path.display()),
             PeaksError::NoRows(dir) => write!(
                 f,
                 "no task file under {} has a measured peak and a catalog entry",
@@ -121,9 +146,59 @@ pub struct PeakRow {
     pub legacy_mib: u64,
     /// GPUMemNet's estimate recorded in the task file, when there is one.
     pub gpumemnet_mib: Option<u64>,
+    /// The analytic bound on the profile's totals (for `catalog` rows, `carma_mib`).
+    pub totals_mib: u64,
+    /// The terms of carma's reservation, for `summary` and `printout` rows.
+    pub terms: Option<BoundTerms>,
+    /// The traced reservation, when there is one (see [`SOURCES`]).
+    pub traced_mib: Option<u64>,
 }
 
-/// Underestimates and mean over-reservation of one estimator.
+/// A source of reservations the report tallies: which rows it covers and what it
+/// reserves for each.
+pub struct Source {
+    /// Name in the report.
+    pub name: &'static str,
+    /// The reservation for a row, `None` where the source does not apply.
+    pub reservation: fn(&PeakRow) -> Option<u64>,
+    /// Why the source has no figures, when it has none on any row.
+    pub missing: &'static str,
+}
+
+/// Every source the report tallies, per family.
+pub const SOURCES: &[Source] = &[
+    Source {
+        name: "detailed bound, summary/printout",
+        reservation: |r| (r.profile != "catalog").then_some(r.carma_mib),
+        missing: "no table or printout",
+    },
+    Source {
+        name: "totals bound, summary/printout",
+        reservation: |r| (r.profile != "catalog").then_some(r.totals_mib),
+        missing: "no table or printout",
+    },
+    Source {
+        name: "carma, catalog profile",
+        reservation: |r| (r.profile == "catalog").then_some(r.carma_mib),
+        missing: "no catalog profile",
+    },
+    Source {
+        name: "GPUMemNet recorded, catalog jobs",
+        reservation: |r| {
+            (r.profile == "catalog")
+                .then_some(r.gpumemnet_mib)
+                .flatten()
+        },
+        missing: "no GPUMemNet estimate in the task files",
+    },
+    Source {
+        name: "traced",
+        reservation: |r| r.traced_mib,
+        missing: "no traced figures",
+    },
+];
+
+/// Underestimates and over-reservation of one estimator.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Tally {
     /// Rows counted.
@@ -132,28 +207,50 @@ pub struct Tally {
     pub underestimates: usize,
     /// Mean of `max(0, reservation − peak)` (MiB).
     pub mean_over_reservation_mib: f64,
+    /// 95th percentile (nearest rank) of `max(0, reservation − peak)` (MiB).
+    pub p95_over_reservation_mib: u64,
 }
 
 impl Tally {
     fn of(pairs: impl Iterator<Item = (u64, u64)>) -> Tally {
-        let (mut rows, mut under, mut over) = (0usize, 0usize, 0u64);
+        let (mut under, mut overs) = (0usize, Vec::new());
         for (reservation, peak) in pairs {
-            rows += 1;
             if reservation < peak {
                 under += 1;
             }
-            over += reservation.saturating_sub(peak);
+            overs.push(reservation.saturating_sub(peak));
         }
+        overs.sort_unstable();
+        let rows = overs.len();
+        let p95 = match rows {
+            0 => 0,
+            n => overs[(n * 95).div_ceil(100).max(1) - 1],
+        };
         Tally {
             rows,
             underestimates: under,
             mean_over_reservation_mib: if rows == 0 {
                 0.0
             } else {
-                over as f64 / rows as f64
+                overs.iter().sum::<u64>() as f64 / rows as f64
             },
+            p95_over_reservation_mib: p95,
         }
     }
+}
+
+/// One source's figures on one family's rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceTally {
+    /// The family.
+    pub family: Family,
+    /// The source's name ([`SOURCES`]).
+    pub source: &'static str,
+    /// The figures; `None` when the source has no figure on any of the family's rows.
+    pub tally: Option<Tally>,
+    /// Why there are no figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<&'static str>,
 }
 
 /// The whole evaluation.
@@ -169,6 +266,8 @@ pub struct PeaksReport {
     pub carma_where_gpumemnet: Tally,
     /// GPUMemNet's recorded estimates, on those rows.
     pub gpumemnet: Tally,
+    /// Every source of [`SOURCES`] per family (families in the rows, in order).
+    pub by_source: Vec<SourceTally>,
     /// Task files with a peak that the catalog does not restate (no profile).
     pub skipped: Vec<String>,
 }
@@ -258,13 +357,100 @@ fn printout_name(name: &str) -> Option<(&str, u32, u32)> {
     Some((model, bs.parse().ok()?, sl.parse().ok()?))
 }
 
-/// Runs the evaluation over the three directories.
+/// The traced reservation of each job in the CSV at `path` (columns by name: `job`,
+/// `family`, `gpus`, `forward_mib`, `backward_mib`, `optimizer_step_mib`); empty when
+/// the file does not exist.
+fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let text = read(path)?;
+    let bad = |line: usize, message: String| PeaksError::BadTraced {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let Some((_, header)) = lines.next() else {
+        return Ok(Vec::new());
+    };
+    let header: Vec<&str> = header.split(',').map(str::trim).collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| bad(1, format!("no column `{name}`")))
+    };
+    let cols = [
+        col("job")?,
+        col("family")?,
+        col("gpus")?,
+        col("forward_mib")?,
+        col("backward_mib")?,
+        col("optimizer_step_mib")?,
+    ];
+    let mut out = Vec::new();
+    for (i, line) in lines {
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() != header.len() {
+            return Err(bad(
+                i + 1,
+                format!("{} fields, header has {}", fields.len(), header.len()),
+            ));
+        }
+        let num = |c: usize| {
+            fields[c].parse::<u64>().map_err(|_| {
+                bad(
+                    i + 1,
+                    format!("`{}` is not a whole number ({})", fields[c], header[c]),
+                )
+            })
+        };
+        let family: Family = fields[cols[1]]
+            .parse()
+            .map_err(|e| bad(i + 1, format!("{e}")))?;
+        let gpus = u32::try_from(num(cols[2])?).unwrap_or(u32::MAX);
+        let traced = Traced {
+            forward_mib: num(cols[3])?,
+            backward_mib: num(cols[4])?,
+            optimizer_step_mib: num(cols[5])?,
+        };
+        out.push((
+            fields[cols[0]].to_string(),
+            traced_reservation_mib(&traced, family, gpus),
+        ));
+    }
+    Ok(out)
+}
+
+/// The first of `dirs` that holds `name`.
+fn find_in(dirs: &[PathBuf], name: &str) -> Option<PathBuf> {
+    dirs.iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// `resnet50_32.model` → `resnet50.model`: a table does not depend on the batch size.
+fn without_batch(model_file: &str) -> Option<String> {
+    let stem = model_file.strip_suffix(".model")?;
+    let (base, batch) = stem.rsplit_once('_')?;
+    (!batch.is_empty() && batch.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| format!("{base}.model"))
+}
+
+/// Runs the evaluation over the task files and the folders of tables and printouts
+/// (folders that do not exist are skipped).
+/// `traced`: the traced figures' CSV ([`REPO_TRACED`]); the `traced` source is not run
+/// when it does not exist.
 pub fn evaluate_peaks(
     estimator: &Estimator,
     workloads: &Path,
-    summaries: &Path,
-    printouts: &Path,
+    summaries: &[PathBuf],
+    printouts: &[PathBuf],
+    traced: &Path,
 ) -> Result<PeaksReport, PeaksError> {
+    let traced = read_traced(traced)?;
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
     let mut seen = BTreeSet::new();
@@ -278,9 +464,11 @@ pub fn evaluate_peaks(
         path: path.to_path_buf(),
         message,
     };
+    // `values`: what a table or printout says layer by layer (None for the catalog)
     let mut push = |job: &str,
                     source: &'static str,
                     profile: &Profile,
+                    values: Option<&SavedValues>,
                     rad: &Rad,
                     rows: &mut Vec<PeakRow>,
                     path: &Path|
@@ -297,16 +485,31 @@ pub fn evaluate_peaks(
         let e = estimator
             .estimate(profile)
             .map_err(|e| model_err(path, e.to_string()))?;
+        let terms = values
+            .filter(|_| estimator.model(profile.family).is_none())
+            .map(|v| detailed_bound(profile, v));
         rows.push(PeakRow {
             job: job.to_string(),
             profile: source,
             family: profile.family,
             batch_size: profile.batch_size,
             peak_mib: rad.peak_mib,
-            carma_mib: e.mib,
+            carma_mib: terms.map_or(e.mib, |t| t.total_mib),
             carma_source: e.source.to_string(),
             legacy_mib: legacy_upper_bound_mib(profile),
             gpumemnet_mib: rad.gpumemnet_mib,
+            totals_mib: analytic_upper_bound_mib(profile),
+            terms,
+            // one traced figure per job: on its catalog row
+            traced_mib: (source == "catalog")
+                .then(|| {
+                    let stem = rad.name.strip_suffix(".rad").unwrap_or(&rad.name);
+                    traced
+                        .iter()
+                        .find(|(job, _)| job == stem)
+                        .map(|(_, mib)| *mib)
+                })
+                .flatten(),
         });
         Ok(())
     };
@@ -320,22 +523,27 @@ pub fn evaluate_peaks(
             &rad.name,
             "catalog",
             &w.arch.profile(w.batch_size),
+            None,
             rad,
             &mut rows,
             &path,
         )?;
-        let table = summaries.join(&rad.model_file);
-        if !rad.model_file.is_empty() && table.is_file() {
+        if rad.model_file.is_empty() {
+            continue;
+        }
+        let table = find_in(summaries, &rad.model_file)
+            .or_else(|| without_batch(&rad.model_file).and_then(|name| find_in(summaries, &name)));
+        if let Some(table) = table {
             let text = read(&table)?;
             if !looks_like_printout(&text) {
-                let p = parse_torchsummary(&text, w.arch.family, rad.batch_size)
+                let (p, v) = summary_values(&text, w.arch.family, rad.batch_size, false)
                     .map_err(|e| model_err(&table, e.to_string()))?;
-                push(&rad.name, "summary", &p, rad, &mut rows, &table)?;
+                push(&rad.name, "summary", &p, Some(&v), rad, &mut rows, &table)?;
             }
         }
     }
-    if printouts.is_dir() {
-        for path in sorted_files(printouts, "txt")? {
+    for dir in printouts.iter().filter(|d| d.is_dir()) {
+        for path in sorted_files(dir, "txt")? {
             let name = path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -347,47 +555,111 @@ pub fn evaluate_peaks(
             let Some(rad) = rads.iter().find(|r| r.model_file == wanted) else {
                 continue;
             };
-            let p = parse_printout(&read(&path)?, Family::Transformer, batch, seq)
+            let (p, v) = printout_values(&read(&path)?, Family::Transformer, batch, seq)
                 .map_err(|e| model_err(&path, e.to_string()))?;
-            push(&name, "printout", &p, rad, &mut rows, &path)?;
+            push(&name, "printout", &p, Some(&v), rad, &mut rows, &path)?;
         }
     }
     if rows.is_empty() {
         return Err(PeaksError::NoRows(workloads.to_path_buf()));
     }
     let with_gpumemnet = || rows.iter().filter_map(|r| Some((r, r.gpumemnet_mib?)));
+    let mut families: Vec<Family> = Vec::new();
+    for r in &rows {
+        if !families.contains(&r.family) {
+            families.push(r.family);
+        }
+    }
+    families.sort_by_key(|f| f.as_str());
+    let by_source = families
+        .iter()
+        .flat_map(|&family| {
+            let rows = &rows;
+            SOURCES.iter().map(move |s| {
+                let pairs: Vec<(u64, u64)> = rows
+                    .iter()
+                    .filter(|r| r.family == family)
+                    .filter_map(|r| Some(((s.reservation)(r)?, r.peak_mib)))
+                    .collect();
+                let tally = (!pairs.is_empty()).then(|| Tally::of(pairs.into_iter()));
+                SourceTally {
+                    family,
+                    source: s.name,
+                    not_run: tally.is_none().then_some(s.missing),
+                    tally,
+                }
+            })
+        })
+        .collect();
     Ok(PeaksReport {
         carma: Tally::of(rows.iter().map(|r| (r.carma_mib, r.peak_mib))),
         legacy: Tally::of(rows.iter().map(|r| (r.legacy_mib, r.peak_mib))),
         carma_where_gpumemnet: Tally::of(with_gpumemnet().map(|(r, _)| (r.carma_mib, r.peak_mib))),
         gpumemnet: Tally::of(with_gpumemnet().map(|(r, g)| (g, r.peak_mib))),
+        by_source,
         rows,
         skipped,
     })
 }
 
-/// The report as a text table with summary lines.
+/// The report as text: the rows, the terms of each detailed bound, the summary lines
+/// and the per-family, per-source tallies.
 pub fn render_table(r: &PeaksReport) -> String {
     let mut out = format!(
-        "{:<34} {:<8} {:<11} {:>6} {:>7} {:>7} {:>7} {:>9}\n",
-        "job", "profile", "family", "batch", "peak", "carma", "legacy", "gpumemnet"
+        "{:<34} {:<8} {:<11} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9}\n",
+        "job", "profile", "family", "batch", "peak", "carma", "totals", "legacy", "gpumemnet"
     );
     for row in &r.rows {
         let g = row
             .gpumemnet_mib
             .map_or_else(|| "-".to_string(), |v| v.to_string());
         out += &format!(
-            "{:<34} {:<8} {:<11} {:>6} {:>7} {:>7} {:>7} {:>9}\n",
+            "{:<34} {:<8} {:<11} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9}\n",
             row.job,
             row.profile,
             row.family.as_str(),
             row.batch_size,
             row.peak_mib,
             row.carma_mib,
+            row.totals_mib,
             row.legacy_mib,
             g
         );
     }
+    out += "\nterms of the detailed bound (MiB): context, weights, gradients, optimizer state, \
+            activations, attention scores, optimizer step beyond activations\n";
+    out += &format!(
+        "{:<34} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7}\n",
+        "job",
+        "batch",
+        "context",
+        "weights",
+        "grads",
+        "optim",
+        "activ",
+        "scores",
+        "step",
+        "carma",
+        "peak"
+    );
+    for row in &r.rows {
+        let Some(t) = row.terms else { continue };
+        out += &format!(
+            "{:<34} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7}\n",
+            row.job,
+            row.batch_size,
+            t.context_mib,
+            t.weights_mib,
+            t.gradients_mib,
+            t.optimizer_mib,
+            t.activations_mib,
+            t.scores_mib,
+            t.step_mib,
+            t.total_mib,
+            row.peak_mib
+        );
+    }
+    out += "\n";
     let line = |name: &str, t: &Tally| {
         format!(
             "{name}: {} rows, {} underestimates, mean over-reservation {:.0} MiB\n",
@@ -401,6 +673,17 @@ pub fn render_table(r: &PeaksReport) -> String {
         &r.carma_where_gpumemnet,
     );
     out += &line("GPUMemNet recorded (same rows)", &r.gpumemnet);
+    out += "\nby family and source:\n";
+    for s in &r.by_source {
+        let figures = match (&s.tally, s.not_run) {
+            (Some(t), _) => format!(
+                "{} rows, {} underestimates, over-reservation mean {:.0} MiB, p95 {} MiB",
+                t.rows, t.underestimates, t.mean_over_reservation_mib, t.p95_over_reservation_mib
+            ),
+            (None, why) => format!("not run ({})", why.unwrap_or("no figures")),
+        };
+        out += &format!("{} / {}: {figures}\n", s.family.as_str(), s.source);
+    }
     out
 }
 
@@ -425,18 +708,25 @@ mod tests {
         let r = evaluate_peaks(
             &Estimator::new().unwrap(),
             &shared(DEFAULT_WORKLOADS),
-            &shared(DEFAULT_SUMMARIES),
-            &shared(DEFAULT_PRINTOUTS),
+            &[shared(DEFAULT_SUMMARIES), shared(REPO_SUMMARIES)],
+            &[shared(DEFAULT_PRINTOUTS), shared(REPO_PRINTOUTS)],
+            &shared("estimator/tests/data").join("traced-peaks.csv"),
         )
         .unwrap();
         let table = render_table(&r);
-        // Every v2 task file is restated by the catalog (39 jobs) plus 13 summaries and 1 printout:
-        // the rows docs/estimator-evaluation.md and estimator/README.md quote.
-        assert_eq!(r.rows.len(), 53, "{table}");
+        // Every v2 task file is restated by the catalog (39 jobs) plus 13 summaries and 1 printout
+        // from ../shared (the 53 rows docs/estimator-evaluation.md started from), and 15
+        // summaries and 4 printouts the repository writes from the models' architectures.
+        assert_eq!(r.rows.len(), 72, "{table}");
+        assert_eq!(
+            r.rows.iter().filter(|row| row.profile != "catalog").count(),
+            33,
+            "{table}"
+        );
         assert!(r.skipped.is_empty(), "{:?}\n{table}", r.skipped);
         assert_eq!(
             (r.legacy.underestimates, r.gpumemnet.underestimates),
-            (2, 4),
+            (2, 6),
             "{table}"
         );
         for p in ["catalog", "summary", "printout"] {
@@ -455,6 +745,31 @@ mod tests {
                 < r.gpumemnet.mean_over_reservation_mib,
             "{table}"
         );
+        // The detailed bound's goals on tables and printouts: never under, a mean
+        // over-reservation within 2 GiB for CNNs and 4 GiB for Transformers.
+        let detailed = |family: Family| {
+            r.by_source
+                .iter()
+                .find(|s| s.family == family && s.source == SOURCES[0].name)
+                .and_then(|s| s.tally)
+                .unwrap_or_else(|| panic!("no {family} tally\n{table}"))
+        };
+        for (family, goal) in [(Family::Cnn, 2048.0), (Family::Transformer, 4096.0)] {
+            let t = detailed(family);
+            assert_eq!(t.underestimates, 0, "{family}\n{table}");
+            assert!(t.mean_over_reservation_mib <= goal, "{family}\n{table}");
+        }
+        for row in r.rows.iter().filter(|row| row.profile != "catalog") {
+            assert!(row.carma_mib <= row.totals_mib, "{}\n{table}", row.job);
+        }
+        // the traced source covers the jobs of its CSV, once each
+        let traced = r
+            .by_source
+            .iter()
+            .find(|s| s.family == Family::Transformer && s.source == "traced")
+            .and_then(|s| s.tally)
+            .unwrap_or_else(|| panic!("no traced tally\n{table}"));
+        assert_eq!(traced.rows, 5, "{table}");
     }
 
     #[test]
@@ -472,6 +787,15 @@ mod tests {
         let t = Tally::of([(100, 50), (40, 50), (60, 60)].into_iter());
         assert_eq!((t.rows, t.underestimates), (3, 1));
         assert!((t.mean_over_reservation_mib - 50.0 / 3.0).abs() < 1e-9);
+        assert_eq!(t.p95_over_reservation_mib, 50);
+        let t = Tally::of((0..20).map(|i| (100 + i, 100)));
+        // nearest rank: the 19th of 20 sorted over-reservations (0..=19)
+        assert_eq!(t.p95_over_reservation_mib, 18);
+        assert_eq!(
+            without_batch("resnet50_32.model").as_deref(),
+            Some("resnet50.model")
+        );
+        assert_eq!(without_batch("resnet18_cifar100.model"), None);
         assert_eq!(
             printout_name("xlnet_base_cased_bs8_sl512.txt"),
             Some(("xlnet_base_cased", 8, 512))
@@ -485,7 +809,8 @@ mod tests {
         let rad = dir.path().join("resnet.rad");
         let est = Estimator::new().unwrap();
         let d = dir.path();
-        let run = || evaluate_peaks(&est, d, d, d).unwrap_err();
+        let dirs = [d.to_path_buf()];
+        let run = || evaluate_peaks(&est, d, &dirs, &dirs, &d.join("none.csv")).unwrap_err();
         std::fs::write(&rad, "#\nenv\ncmd\nm.model\nd\n32\nexclusive\n1\nlots\n").unwrap();
         let e = run();
         assert!(e.to_string().contains("line 8"), "{e}");

@@ -1,0 +1,148 @@
+"""Writes the model descriptions under estimator/tests/data/ that `carma estimate eval --peaks`
+reads beside ../shared/data: annotated module printouts of the Transformers CARMA measured
+(model-printouts/) and torchsummary tables of the ImageNet CNNs it measured (model-summaries/).
+
+The models are built from their architecture alone (Hugging Face config classes, torchvision
+constructors) on PyTorch's `meta` device: no weights are downloaded and nothing is allocated.
+
+    ~/.cache/carma/venv-profile-*/bin/python estimator/tests/data/describe_models.py
+
+Written with torch 2.14.1, torchvision 0.29.2 and transformers 5.23.0; the output is
+deterministic for those versions.
+
+Printout format (GPUMemNet's Transformer data, what estimator/src/printout.rs reads): the
+module tree as `print(model)` shows it, each module followed by `, <n> params`. A parameter
+shared by two modules (tied input and output embeddings) is counted where it first appears
+in printed order, so a module's count is the sum of its children's plus its own and the
+root's count is `model.parameters()`'s.
+
+torchsummary format (what estimator/src/torchsummary.rs reads): one row per module call in
+the order calls return, every module but the root, `Sequential` and `ModuleList`, as the
+torchsummary package lists them; a row's parameters are its `weight` and `bias` only;
+output shapes with batch -1.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import torch
+import torchvision
+import transformers
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+# (file stem as the CARMA task file names the model, batch, sequence length, constructor).
+# Batch and sequence are in the name only: a printout does not depend on them.
+TRANSFORMERS = [
+    ("BERT_base", 32, 512, lambda: transformers.BertForMaskedLM(transformers.BertConfig())),
+    ("BERT_large", 8, 512, lambda: transformers.BertForMaskedLM(transformers.BertConfig(
+        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+        intermediate_size=4096))),
+    ("gpt2_large", 8, 512, lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_embd=1280, n_layer=36, n_head=20))),
+    ("gpt2_xl", 2, 512, lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_embd=1600, n_layer=48, n_head=25))),
+    ("xlnet_large_cased", 8, 512, lambda: transformers.XLNetForSequenceClassification(
+        transformers.XLNetConfig(vocab_size=32000, d_model=1024, n_layer=24, n_head=16,
+                                 d_inner=4096, ff_activation="gelu"))),
+]
+
+# (file name CARMA's task files give without the batch suffix, constructor, input size).
+CNNS = [
+    ("resnet50", torchvision.models.resnet50, 224),
+    ("vgg", torchvision.models.vgg16, 224),
+    ("mobilenet", torchvision.models.mobilenet_v2, 224),
+    ("efficientNet", torchvision.models.efficientnet_b0, 224),
+    ("Inception", lambda: torchvision.models.inception_v3(init_weights=False), 299),
+]
+
+
+def printout(model) -> str:
+    seen: set[int] = set()
+
+    def own_count(m) -> int:
+        n = 0
+        for p in m.parameters(recurse=False):
+            if id(p) not in seen:
+                seen.add(id(p))
+                n += p.numel()
+        return n
+
+    def walk(m, prefix: str, indent: str, out: list[str]) -> int:
+        children = list(m.named_children())
+        own = own_count(m)
+        if not children:
+            # transformers 5 prints Hugging Face's Conv1D as `Conv1D()`; older releases
+            # printed its output width, which the parser reads
+            args = (f"nf={m.nf}, nx={m.nx}" if type(m).__name__ == "Conv1D"
+                    else m.extra_repr())
+            out.append(f"{indent}{prefix}{type(m).__name__}({args}), {own:,} params")
+            return own
+        out.append(f"{indent}{prefix}{type(m).__name__}(")
+        total = own
+        for name, child in children:
+            total += walk(child, f"({name}): ", indent + "  ", out)
+        out.append(f"{indent}), {total:,} params")
+        return total
+
+    out: list[str] = []
+    walk(model, "", "", out)
+    return "\n".join(out) + "\n"
+
+
+def torchsummary(model, size: int) -> str:
+    rows: list[tuple[str, list[int], int]] = []
+    counter = [0]
+
+    def shape_of(out) -> list[int] | list[list[int]]:
+        if isinstance(out, (list, tuple)):
+            return [[-1] + list(o.shape[1:]) for o in out if isinstance(o, torch.Tensor)]
+        return [-1] + list(out.shape[1:])
+
+    def hook(m, _inp, out):
+        counter[0] += 1
+        params = 0
+        for attr in ("weight", "bias"):
+            t = getattr(m, attr, None)
+            if isinstance(t, torch.Tensor):
+                params += t.numel()
+        if not isinstance(out, torch.Tensor) and hasattr(out, "logits"):
+            out = [out.logits, out.aux_logits] if out.aux_logits is not None else out.logits
+        rows.append((f"{type(m).__name__}-{counter[0]}", shape_of(out), params))
+
+    hooks = [m.register_forward_hook(hook) for m in model.modules()
+             if m is not model and not isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList))]
+    model.train()
+    model(torch.empty(2, 3, size, size, device="meta"))
+    for h in hooks:
+        h.remove()
+    line = "-" * 64
+    out = [line, f"{'Layer (type)':>20}  {'Output Shape':>25} {'Param #':>15}", "=" * 64]
+    for name, shape, params in rows:
+        out.append(f"{name:>20}  {str(shape):>25} {params:>15,}")
+    total = sum(r[2] for r in rows)
+    out += ["=" * 64, f"Total params: {total:,}", f"Trainable params: {total:,}",
+            "Non-trainable params: 0", line]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    (HERE / "model-printouts").mkdir(exist_ok=True)
+    (HERE / "model-summaries").mkdir(exist_ok=True)
+    for stem, batch, seq, make in TRANSFORMERS:
+        with torch.device("meta"):
+            model = make()
+        path = HERE / "model-printouts" / f"{stem}_bs{batch}_sl{seq}.txt"
+        path.write_text(printout(model))
+        print(path.name, sum(p.numel() for p in model.parameters()))
+    for stem, make, size in CNNS:
+        with torch.device("meta"):
+            model = make()
+        path = HERE / "model-summaries" / f"{stem}.model"
+        path.write_text(torchsummary(model, size))
+        print(path.name, sum(p.numel() for p in model.parameters()))
+
+
+if __name__ == "__main__":
+    main()
