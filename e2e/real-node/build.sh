@@ -6,7 +6,7 @@
 # where <key> hashes this go.mod, go.sum, the Go version and the ldflags. Binaries already there are
 # reused; packages shared with control-plane/build.sh come from Go's build cache, so only the link steps
 # and the kubelet's/controller-manager's own packages compile cold.
-# Prints the bin directory on its last line.
+# Also the harness's over-commit watcher from e2e/control-plane. Prints the bin directory on its last line.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE"
@@ -15,6 +15,9 @@ command -v go >/dev/null || { echo "real-node/build.sh: go is required (Go 1.25 
 source "$HERE/../control-plane/kube-build.sh"
 kube_build_vars # release, ldflags, bin
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+# The over-commit watcher (e2e/control-plane/cmd/overcommit-watch, the checker the control-plane harness
+# uses): rebuilt each run, seconds with a warm Go build cache.
+(cd "$HERE/../control-plane" && go build -trimpath -o "$bin/" ./cmd/overcommit-watch)
 want=()
 for b in etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy; do [[ -x "$bin/$b" ]] || want+=("$b"); done
 if [[ ${#want[@]} == 0 ]]; then

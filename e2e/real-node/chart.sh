@@ -262,6 +262,9 @@ def last(hist):
     h = max(hist, key=lambda h: h["revision"]) if hist else {}
     return h.get("revision"), h.get("status"), h.get("description", "")
 
+# every TrainingTask there was before the uninstall (the final snapshot of chart.sh) must be kept
+expected_tts = sorted(i["metadata"]["name"] for i in json.load(open(f"{work}/final-tasks.json"))["items"]
+                      if i["kind"] == "TrainingTask")
 h0, n0, c0, _ = snap("installed")
 h1, n1, c1, _ = snap("upgraded")
 h2, n2, c2, _ = snap("rolledback")
@@ -295,18 +298,83 @@ ok = (r1[0] == before + 1 and r1[1] == "deployed" and r2[0] == before + 2 and r2
       and "carma-scheduler-extender" in rolled_rb and "carma-device-plugin" in rolled_rb
       and ready(n2) == len(live_pods(n2))
       and (held or not h3 and all(left[k] == 0 for k in ("Deployment", "DaemonSet", "ReplicaSet", "Pod"))
-      and not left_rbac and "trainingtasks.carma.io" in crds and len(tts) == 3))
+      and not left_rbac and "trainingtasks.carma.io" in crds and tts == expected_tts))
+sys.exit(0 if ok else 1)
+PY
+}
+
+# The over-commit checker of the control-plane harness, every 2 s from the install to the uninstall:
+# every bound, live carma pod against its GpuNode's GPUs (memory and replicas per GPU).
+watch_start() {
+  "$BIN/overcommit-watch" -kubeconfig "$WORK/kubeconfig" -scheduler carma-e2e-scheduler -interval 2s \
+    -out "$WORK/overcommit.json" >"$WORK/logs/overcommit-watch.log" 2>&1 &
+  echo $! >"$WORK/pids/overcommit-watch"
+}
+watch_stop() {
+  local pid; pid="$(cat "$WORK/pids/overcommit-watch")"
+  kill -TERM "$pid"
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  rm -f "$WORK/pids/overcommit-watch"
+  [[ -s "$WORK/overcommit.json" ]] || die "the over-commit watcher wrote no report: $(tail -n 3 "$WORK/logs/overcommit-watch.log")"
+}
+
+# The issue-level summary: every figure from the snapshots the steps above took from the API server.
+chart_summary() {
+  python3 - "$WORK" "$CARMA_IMAGE" "$CHART_NS" "${CARMA_RN_HOLD:-}" <<'PY'
+import json, sys
+work, image, ns, held = sys.argv[1:]
+pods = [p for p in json.load(open(f"{work}/helm-installed-ns.json"))["items"] if p["kind"] == "Pod"]
+def as_container(p):  # Running, every container started by containerd from the image the chart names
+    cs = p["status"].get("containerStatuses", [])
+    return (p["status"].get("phase") == "Running" and cs and all(
+        c.get("containerID", "").startswith("containerd://") and "running" in c.get("state", {}) for c in cs))
+chart = [p for p in pods if as_container(p)]
+carma = [p for p in chart if any(c["image"] == image for c in p["spec"]["containers"])]
+state = json.load(open(f"{work}/final-tasks.json"))["items"]
+tts = [i for i in state if i["kind"] == "TrainingTask"]
+attempts = [a for t in tts for a in t.get("status", {}).get("attempts", [])]
+ran = [a for a in attempts if a.get("outcome")]
+# attempt pods as last seen: the drain deletes the finished pods of its node, so the snapshot taken
+# after the first TrainingTasks (tasks.sh) fills in those the final one lacks
+kpods = {i["metadata"]["name"]: i for f in ("tasks-state.json", "final-tasks.json")
+         for i in json.load(open(f"{work}/{f}"))["items"] if i["kind"] == "Pod"}
+def reason(a):
+    p = kpods.get(a["pod"], {})
+    cs = p.get("status", {}).get("containerStatuses") or [{}]
+    return (cs[0].get("state", {}).get("terminated") or {}).get("reason")
+oom_rec = [t for t in tts if t.get("status", {}).get("phase") == "Succeeded"
+           and any(a.get("outcome") == "GpuOutOfMemory" for a in t["status"].get("attempts", []))]
+kernel = [a for a in ran if a["outcome"] == "HostOOMKilled" and reason(a) == "OOMKilled"]
+faults = [json.loads(l) for l in open(f"{work}/faults.jsonl")]
+survived = [f for f in faults if f["ok"]]
+oc = json.load(open(f"{work}/overcommit.json"))
+print(f"real-node: {len(carma)} chart pods running as containers from {image}, {len(ran)} training pods run "
+      f"({len(oom_rec)} GPU-OOM recovered, {len(kernel)} kernel OOMKilled), "
+      f"helm install/upgrade/rollback{' ok (uninstall skipped: CARMA_RN_HOLD)' if held else '/uninstall ok'}, "
+      f"{len(survived)} restarts survived, {len(oc['findings'])} over-committed GPUs in {oc['checks']} checks")
+if oc["findings"]:
+    for f in oc["findings"]:
+        print(f"  over-commit: {f['id']}: {f['detail']} (first seen {f['first']})")
+ok = (len(carma) >= 4 and len(ran) >= 3 and oom_rec and kernel and len(survived) == len(faults) >= 4
+      and not oc["findings"] and oc["checks"] > 0)
 sys.exit(0 if ok else 1)
 PY
 }
 
 chart_images
 chart_install
+watch_start
 chart_gpu_pod || die "a chart check failed (the line above)"
 chart_upgrade_rollback
 # shellcheck source=tasks.sh
 source "$HERE/tasks.sh" || die "e2e/real-node/tasks.sh could not be read"
-# Called here, not from tasks.sh: a tasks.sh that bash cannot parse would otherwise skip the
-# TrainingTask checks and let the run pass without their line.
+# shellcheck source=faults.sh
+source "$HERE/faults.sh" || die "e2e/real-node/faults.sh could not be read"
+# Called here, not from tasks.sh or faults.sh: a file that bash cannot parse would otherwise skip its
+# checks and let the run pass without their lines.
 tasks_run || die "a TrainingTask check failed (the line above)"
+faults_run || die "a restart or fault was not survived (the lines above)"
+k get trainingtasks,pods -n default -o json >"$WORK/final-tasks.json"
+watch_stop
 chart_uninstall || die "a helm check failed (the line above)"
+chart_summary || die "the real-node summary's goals are not met (the line above)"

@@ -171,9 +171,10 @@ cp_start_etcd
 # cluster.sh's kube-apiserver on the run's bridge address, with the client certificate it shows the
 # kubelets (logs, exec).
 t_start="$T_START"
-API_BIND=0.0.0.0 API_ADVERTISE="$API_IP" cp_start_apiserver \
-  --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
-  --kubelet-preferred-address-types InternalIP
+API_FLAGS=(--kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key"
+  --kubelet-preferred-address-types InternalIP)
+start_apiserver() { API_BIND=0.0.0.0 API_ADVERTISE="$API_IP" cp_start_apiserver "${API_FLAGS[@]}"; }
+start_apiserver
 t_api=$(date +%s)
 
 log "kube-controller-manager, kube-scheduler"
@@ -333,19 +334,30 @@ EOF
   holder=$!; echo "$holder" >"$WORK/pids/holder-$name"
   for _ in $(seq 50); do [[ "$(tr '\0' ' ' <"/proc/$holder/cmdline")" == sleep* ]] && break; sleep 0.1; done
   [[ "$(tr '\0' ' ' <"/proc/$holder/cmdline")" == sleep* ]] || die "mount namespace of $name not set up"
-  nsenter_node=(nsenter --mount="/proc/$holder/ns/mnt" --)
-  "${nsenter_node[@]}" containerd --config "$nd/containerd/config.toml" >"$WORK/logs/containerd-$name.log" 2>&1 &
-  echo $! >"$WORK/pids/containerd-$name"; sleep 0.01
-  for _ in $(seq 60); do ctr --address "$nd/containerd/containerd.sock" version >/dev/null 2>&1 && break; sleep 0.5; done
-  ctr --address "$nd/containerd/containerd.sock" version >/dev/null || die "containerd of $name did not start"
+  start_containerd "$i"
   for t in busybox pause; do
     ctr --address "$nd/containerd/containerd.sock" -n k8s.io images import --snapshotter "$SNAPSHOTTER" "$img/$t.tar" >>"$WORK/logs/import-$name.log" 2>&1 ||
       die "ctr images import $t on $name: $(tail -n 3 "$WORK/logs/import-$name.log")"
   done
   date +%s >"$nd/kubelet.started"
-  "${nsenter_node[@]}" "$BIN/kubelet" --config "$nd/kubelet-config.yaml" --kubeconfig "$WORK/kubeconfig-$name" \
-    --hostname-override "$name" --node-ip "$ip" --root-dir "$nd/kubelet" --cert-dir "$nd/kubelet/pki" \
-    --node-labels "carma.io/e2e=real-node" >"$WORK/logs/kubelet-$name.log" 2>&1 &
+  start_kubelet "$i"
+}
+# node_mnt <i>: node i's mount namespace, for nsenter (which execs the command: $! is then its pid).
+node_mnt() { echo "--mount=/proc/$(cat "$WORK/pids/holder-$(node_name "$1")")/ns/mnt"; }
+# start_containerd <i> / start_kubelet <i>: (re)start node i's containerd or kubelet with the same
+# configuration; a restart appends to the same log. start_containerd waits until it answers.
+start_containerd() {
+  local name nd; name="$(node_name "$1")"; nd="$WORK/nodes/$name"
+  nsenter "$(node_mnt "$1")" -- containerd --config "$nd/containerd/config.toml" >>"$WORK/logs/containerd-$name.log" 2>&1 &
+  echo $! >"$WORK/pids/containerd-$name"; sleep 0.01
+  for _ in $(seq 60); do ctr --address "$nd/containerd/containerd.sock" version >/dev/null 2>&1 && break; sleep 0.5; done
+  ctr --address "$nd/containerd/containerd.sock" version >/dev/null || die "containerd of $name did not start"
+}
+start_kubelet() {
+  local name nd; name="$(node_name "$1")"; nd="$WORK/nodes/$name"
+  nsenter "$(node_mnt "$1")" -- "$BIN/kubelet" --config "$nd/kubelet-config.yaml" --kubeconfig "$WORK/kubeconfig-$name" \
+    --hostname-override "$name" --node-ip "$(node_ip "$1")" --root-dir "$nd/kubelet" --cert-dir "$nd/kubelet/pki" \
+    --node-labels "carma.io/e2e=real-node" >>"$WORK/logs/kubelet-$name.log" 2>&1 &
   echo $! >"$WORK/pids/kubelet-$name"; sleep 0.01
 }
 

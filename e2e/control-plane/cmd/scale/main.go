@@ -499,23 +499,7 @@ func (b *bench) checkCarma(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	gpus := map[string]map[string]overcommit.GPU{}
-	replicas := 0
-	for _, item := range list.Items {
-		raw, _, _ := unstructured.NestedSlice(item.Object, "status", "gpus")
-		m := map[string]overcommit.GPU{}
-		for _, g := range raw {
-			j, _ := json.Marshal(g)
-			var x overcommit.GPU
-			_ = json.Unmarshal(j, &x)
-			m[x.UUID] = x
-		}
-		gpus[item.GetName()] = m
-		r, _, _ := unstructured.NestedInt64(item.Object, "spec", "replicasPerGpu")
-		if replicas == 0 || int(r) < replicas {
-			replicas = int(r)
-		}
-	}
+	gpus, replicas := overcommit.GPUsOf(list.Items)
 	pods, err := b.kube.CoreV1().Pods(benchNS).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.schedulerName", b.cfg.carmaScheduler).String()})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Names the checker reads (api/src/names.rs).
@@ -159,4 +160,32 @@ func Findings(pods []v1.Pod, gpus map[string]map[string]GPU, scheduler string, r
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID() < out[j].ID() })
 	return out
+}
+
+// GPUsOf reads the GPUs each GpuNode's status lists (node → GPU UUID → GPU) and the smallest
+// spec.replicasPerGpu among them: the figures Findings judges pods against. A GpuNode whose status
+// cannot be read lists no GPUs, so its pods are findings (unknown-gpu), never skipped.
+func GPUsOf(gpuNodes []unstructured.Unstructured) (map[string]map[string]GPU, int) {
+	gpus := map[string]map[string]GPU{}
+	replicas := 0
+	for _, item := range gpuNodes {
+		raw, _, _ := unstructured.NestedSlice(item.Object, "status", "gpus")
+		m := map[string]GPU{}
+		for _, g := range raw {
+			j, err := json.Marshal(g)
+			if err != nil {
+				continue
+			}
+			var x GPU
+			if json.Unmarshal(j, &x) == nil && x.UUID != "" {
+				m[x.UUID] = x
+			}
+		}
+		gpus[item.GetName()] = m
+		r, _, _ := unstructured.NestedInt64(item.Object, "spec", "replicasPerGpu")
+		if replicas == 0 || int(r) < replicas {
+			replicas = int(r)
+		}
+	}
+	return gpus, replicas
 }
