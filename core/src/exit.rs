@@ -182,11 +182,11 @@ pub struct ContainerExit<'a> {
     pub exit_code: i32,
     /// The runtime's short reason (`Error`, `Completed`, `OOMKilled`); empty when none was given.
     pub reason: &'a str,
-    /// The termination message; empty when there is none. When it is not empty it is the
-    /// evidence, and the log tail is not read.
+    /// The termination message; empty when there is none. Searched first.
     pub message: &'a str,
-    /// The last lines of the output, the evidence when the message is empty; empty when they
-    /// were not read or could not be (see [`ContainerExit::reads_log_tail`]).
+    /// The last lines of the output, searched when the message names no GPU OOM (images that
+    /// write a termination message of their own, "training failed", leave the traceback in the
+    /// log); empty when they were not read or could not be (see [`ContainerExit::reads_log_tail`]).
     pub log_tail: &'a str,
     /// For a kernel OOM kill: which host memory limit to raise, in the caller's terms (the
     /// operator names the container's `resources`). `None` leaves the reason without advice.
@@ -194,18 +194,20 @@ pub struct ContainerExit<'a> {
 }
 
 impl ContainerExit<'_> {
-    /// Whether the verdict rests on [`log_tail`](Self::log_tail): the process failed, was not
-    /// killed for host memory, and left no termination message. A caller for which reading the
-    /// log costs something (the operator asks the API server) reads it only then.
-    pub fn reads_log_tail(&self) -> bool {
-        self.exit_code != 0 && self.reason != OOM_KILLED && self.message.trim().is_empty()
+    /// Whether the verdict may rest on [`log_tail`](Self::log_tail): the process failed, was
+    /// not killed for host memory, and its termination message names no GPU OOM. A caller for
+    /// which reading the log costs something (the operator asks the API server) reads it only
+    /// then.
+    pub fn reads_log_tail(&self, patterns: &OomPatterns) -> bool {
+        self.exit_code != 0 && self.reason != OOM_KILLED && patterns.find(self.message).is_none()
     }
 }
 
 /// The verdict on an ended training container: exit 0 succeeded; `OOMKilled` is a host-memory
-/// kill whatever the text says; otherwise the first line of the termination message (or, when
-/// that is empty, of the log tail) that matches a pattern is a GPU out-of-memory crash; anything
-/// else failed, with the exit code and the last line of that text as the reason.
+/// kill whatever the text says; otherwise the first line of the termination message, or failing
+/// that of the log tail, that matches a pattern is a GPU out-of-memory crash; anything else
+/// failed, with the exit code and the last line of the message (the log's when the message is
+/// empty) as the reason.
 pub fn classify_exit(exit: &ContainerExit<'_>, patterns: &OomPatterns) -> Verdict {
     if exit.exit_code == 0 {
         return Verdict::Succeeded;
@@ -219,14 +221,17 @@ pub fn classify_exit(exit: &ContainerExit<'_>, patterns: &OomPatterns) -> Verdic
         };
     }
     let message = exit.message.trim();
+    if let Some(evidence) = patterns
+        .find(message)
+        .or_else(|| patterns.find(exit.log_tail))
+    {
+        return Verdict::GpuOutOfMemory { evidence };
+    }
     let text = if message.is_empty() {
         exit.log_tail
     } else {
         message
     };
-    if let Some(evidence) = patterns.find(text) {
-        return Verdict::GpuOutOfMemory { evidence };
-    }
     let last_line = text
         .lines()
         .map(str::trim)
@@ -430,7 +435,7 @@ mod tests {
             ..ContainerExit::default()
         };
         // No log is needed to tell.
-        assert!(!exit.reads_log_tail());
+        assert!(!exit.reads_log_tail(&OomPatterns::default()));
         assert_eq!(
             classify_exit(&exit, &OomPatterns::default()).kind(),
             VerdictKind::HostOomKilled
@@ -461,9 +466,9 @@ mod tests {
             reason: "Error",
             ..ContainerExit::default()
         };
-        assert!(exit.reads_log_tail());
-        let with_log =
-            |log_tail| classify_exit(&ContainerExit { log_tail, ..exit }, &OomPatterns::default());
+        let patterns = OomPatterns::default();
+        assert!(exit.reads_log_tail(&patterns));
+        let with_log = |log_tail| classify_exit(&ContainerExit { log_tail, ..exit }, &patterns);
         let v = with_log("step 10\nRuntimeError: CUDA out of memory. Tried");
         assert_eq!(v.kind(), VerdictKind::GpuOutOfMemory);
         assert_eq!(
@@ -472,19 +477,43 @@ mod tests {
                 reason: "exit code 1 (Error)".into()
             }
         );
-        // A message, even one that names no OOM, is the evidence: the log is not read.
-        let with_message = ContainerExit {
-            message: "ValueError: bad",
-            log_tail: "CUDA out of memory",
+        // A success never needs it, nor a message that already names the OOM.
+        assert!(!ContainerExit::default().reads_log_tail(&patterns));
+        let named = ContainerExit {
+            message: "torch.OutOfMemoryError: CUDA out of memory.",
             ..exit
         };
-        assert!(!with_message.reads_log_tail());
+        assert!(!named.reads_log_tail(&patterns));
+    }
+
+    #[test]
+    fn a_message_of_the_images_own_does_not_hide_the_oom_in_the_log() {
+        // Images that write their own termination message ("training failed") leave PyTorch's
+        // traceback in the log: the log tail is still read and decides.
+        let patterns = OomPatterns::default();
+        let exit = ContainerExit {
+            exit_code: 1,
+            reason: "Error",
+            message: "training failed, see the log",
+            log_tail: "step 10\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            ..ContainerExit::default()
+        };
+        assert!(exit.reads_log_tail(&patterns));
         assert_eq!(
-            classify_exit(&with_message, &OomPatterns::default()).kind(),
-            VerdictKind::Failed
+            classify_exit(&exit, &patterns).kind(),
+            VerdictKind::GpuOutOfMemory
         );
-        // A success never needs it.
-        assert!(!ContainerExit::default().reads_log_tail());
+        // With no OOM anywhere, the message (not the log) is the reason.
+        let plain = ContainerExit {
+            log_tail: "step 10\nValueError: bad shape",
+            ..exit
+        };
+        assert_eq!(
+            classify_exit(&plain, &patterns),
+            Verdict::Failed {
+                reason: "exit code 1 (Error): training failed, see the log".into()
+            }
+        );
     }
 
     #[test]

@@ -142,7 +142,7 @@ fn classify_terminated(
         log_tail: logs.unwrap_or(""),
         host_memory_advice: Some(&advice),
     };
-    if logs.is_none() && exit.reads_log_tail() {
+    if logs.is_none() && exit.reads_log_tail(patterns) {
         return PodProgress::NeedsLogs {
             container: training_container_name(pod).unwrap_or_default(),
         };
@@ -250,7 +250,8 @@ mod tests {
             ("ValueError: bad config", AttemptOutcomeKind::Failed),
         ];
         for (message, want) in cases {
-            let v = finished(&failed(1, "Error", message), None);
+            // Some(""): a message that names no OOM sends the operator to the log; here it was empty.
+            let v = finished(&failed(1, "Error", message), Some(""));
             assert_eq!(outcome_kind(v.kind()), *want, "{message}: {v:?}");
         }
     }
@@ -273,7 +274,7 @@ mod tests {
         );
         let v = finished(
             &failed(2, "Error", "loading\nValueError: no such file\n\n"),
-            None,
+            Some(""),
         );
         assert_eq!(
             v,
@@ -483,17 +484,28 @@ mod tests {
             })
         );
         let pod = failed(1, "Error", "CUDA out of memory");
+        // The message names no OOM by these patterns, so the log is asked for, then decides.
         assert!(matches!(
             classify(&pod, None, &p),
+            PodProgress::NeedsLogs { .. }
+        ));
+        assert!(matches!(
+            classify(&pod, Some("step 3"), &p),
             PodProgress::Finished(Verdict::Failed { .. })
         ));
+        assert_eq!(
+            classify(&pod, Some("step 3\nMy allocator gave up"), &p),
+            PodProgress::Finished(Verdict::GpuOutOfMemory {
+                evidence: "My allocator gave up".into()
+            })
+        );
     }
 
     #[test]
     fn long_reasons_are_cut() {
         let max = carma_core::exit::MAX_REASON_CHARS;
         let long = "x".repeat(5000);
-        let v = finished(&failed(1, "Error", &long), None);
+        let v = finished(&failed(1, "Error", &long), Some(""));
         assert!(v.reason().chars().count() <= max + 20);
         let v = finished(
             &pod(json!({"phase": "Failed", "reason": "DeadlineExceeded", "message": long})),
