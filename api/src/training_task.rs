@@ -149,8 +149,8 @@ pub struct ModelProfile {
     pub traced: Option<TracedStep>,
 }
 
-/// Peak MiB of live tensors (parameters included) in each phase of a traced training step. The
-/// range is the estimator's (`carma_estimator::MAX_TRACED_MIB`).
+/// Peak MiB of live tensors (parameters included) in each phase of a traced training step, and
+/// the largest single tensor. The range is the estimator's (`carma_estimator::MAX_TRACED_MIB`).
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TracedStep {
@@ -166,6 +166,16 @@ pub struct TracedStep {
     #[serde(rename = "optimizerStepMiB")]
     #[schemars(range(min = 1, max = 16777216))]
     pub optimizer_step_mib: u64,
+    /// The largest single tensor created during forward or backward (cuDNN workspaces and
+    /// cached allocator blocks grow with it); absent in older traces, when the largest phase
+    /// peak stands in for it.
+    #[serde(
+        rename = "largestTensorMiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1, max = 16777216))]
+    pub largest_tensor_mib: Option<u64>,
 }
 
 /// Optimizer of a profile, as the estimator names it.

@@ -11,8 +11,8 @@
 //!   rule that prefers the higher class when the model is unsure;
 //! * a profile that carries a traced training step (`traced`, from
 //!   `carma_profile --trace`) gets the [traced reservation](traced_reservation_mib): the
-//!   step's peak of live tensors plus fitted CUDA-context and allocator overheads, before
-//!   any model;
+//!   step's peak of live tensors plus a fitted CUDA context and a fitted multiple of its
+//!   largest tensor (cuDNN workspaces, allocator blocks), before any model;
 //! * other families (CNN and Transformer until their datasets exist), and profiles
 //!   beyond a model's training range, get the [analytic bound](analytic): what a
 //!   training step keeps (weights, gradients, optimizer state, saved activations,
@@ -67,6 +67,6 @@ pub use profile::{
 pub use torchinfo::{looks_like_torchinfo, parse_torchinfo};
 pub use torchsummary::{SummaryError, parse_torchsummary};
 pub use traced::{
-    CNN_FACTOR_MILLI, CONTEXT_MIB, MAX_TRACED_MIB, MULTI_GPU_FACTOR_MILLI,
-    TRANSFORMER_FACTOR_MILLI, Traced, traced_reservation_mib,
+    CNN_LARGEST_FACTOR_MILLI, CONTEXT_MIB, FLOOR_MIB, MAX_TRACED_MIB, MULTI_GPU_FACTOR_MILLI,
+    TRANSFORMER_LARGEST_FACTOR_MILLI, Traced, traced_reservation_mib,
 };

@@ -252,6 +252,15 @@ impl Profile {
             for (key, mib) in t.keyed() {
                 range(key, mib, MAX_TRACED_MIB)?;
             }
+            if let Some(largest) = t.largest_tensor_mib.filter(|l| *l > t.peak_mib()) {
+                return invalid(
+                    "traced.largestTensorMiB",
+                    &format!(
+                        "{largest} MiB is more than the largest phase peak ({} MiB), which holds that tensor",
+                        t.peak_mib()
+                    ),
+                );
+            }
         }
         let bound = analytic_upper_bound_mib(self);
         if bound > MAX_ESTIMATE_MIB {

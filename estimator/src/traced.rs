@@ -6,50 +6,70 @@
 //! caching allocator's 512-byte blocks). The profile carries the three peaks as
 //! `"traced": {"forwardMiB": N, "backwardMiB": N, "optimizerStepMiB": N}`.
 //!
+//! `largestTensorMiB` is the largest single tensor an operator created during forward or
+//! backward (an activation, its gradient, a weight's gradient).
+//!
 //! A GPU holds more than the live tensors: the CUDA context and kernels, cuBLAS/cuDNN
-//! workspaces, and what the caching allocator keeps or cannot reuse. The reservation adds
-//! them with constants fitted on CARMA's measured jobs (`docs/traced-estimate.md`):
+//! workspaces, and what the caching allocator keeps or cannot reuse. cuDNN sizes a
+//! convolution's workspace by the tensors it convolves, and the allocator keeps those
+//! blocks after they are freed, so that part grows with the largest tensor rather than with
+//! the sum. The reservation adds both with constants fitted on CARMA's measured jobs
+//! (`docs/traced-estimate.md`, which also gives each job's leave-one-architecture-out
+//! figure):
 //!
 //! ```text
-//! reservation = CONTEXT_MIB + ceil(peak × family factor × (multi-GPU factor if gpus > 1))
+//! reservation = max(FLOOR_MIB,
+//!                   CONTEXT_MIB + ceil((peak + b(family) × largest) × (multi-GPU factor if gpus > 1)))
 //! ```
 //!
-//! where `peak` is the largest of the three phases.
+//! where `peak` is the largest of the three phases, counted once (the trace is a floor of
+//! what the GPU holds), and `b` is [`CNN_LARGEST_FACTOR_MILLI`] for CNNs and MLPs,
+//! [`TRANSFORMER_LARGEST_FACTOR_MILLI`] for Transformers.
 
 use serde::{Deserialize, Serialize};
 
 use crate::family::Family;
 
-/// Largest traced phase peak accepted: 2^24 MiB (16 TiB), far beyond any GPU or
+/// Largest traced figure accepted: 2^24 MiB (16 TiB), far beyond any GPU or
 /// multi-GPU server's memory; larger figures are a mistake, not a job.
 pub const MAX_TRACED_MIB: u64 = 1 << 24;
 
-/// What the GPU holds besides tensors, in MiB: the CUDA context with PyTorch's kernels and
-/// the cuBLAS handle. Fitted: the CIFAR-100 jobs, whose traced peaks are tens to hundreds
-/// of MiB, measure 554–665 MiB above them on an A100.
-pub const CONTEXT_MIB: u64 = 602;
+/// What the GPU holds besides tensors, in MiB, for a job of ordinary size: the CUDA
+/// context with PyTorch's kernels, the cuBLAS and cuDNN handles. Fitted jointly with
+/// [`CNN_LARGEST_FACTOR_MILLI`] (the pair with the least mean over-reservation that
+/// underestimates no traced job; the CIFAR-100 jobs measure 554–665 MiB above their traced
+/// peaks, ResNet-50 at batch 128 about 1,000 MiB above its peak and workspace term).
+pub const CONTEXT_MIB: u64 = 750;
 
-/// The factor on a CNN's traced peak, in thousandths: cuDNN's convolution workspaces and
-/// the caching allocator's cached and split blocks grow with the activations. Fitted on
-/// ResNet-50, MobileNetV2 and EfficientNet-B0 (ImageNet, batch 32–128) and ResNet-18,
-/// EfficientNet-B0 and MobileNetV3-small (CIFAR-100); MLPs use it too (no MLP job was
-/// traced; they have no convolution workspace, so it errs high).
-pub const CNN_FACTOR_MILLI: u64 = 1_163;
+/// The least reservation, in MiB: CARMA's MNIST job (1.2 M parameters, a 35 MiB traced
+/// step) measured 1,776 MiB in the same environment as jobs that measure 590 MiB. Nothing
+/// in its task file or its trace says what holds the rest (the script's data handling,
+/// libraries it loads, eager kernel loading), and GPUMemNet's smallest MLP run holds
+/// 1,443 MiB too: a job this small cannot be told apart from it, so every job reserves at
+/// least this much.
+pub const FLOOR_MIB: u64 = 1_776;
 
-/// The factor on a Transformer's traced peak, in thousandths: 1. The traced BERT jobs
-/// measure at or below their traced peak (the trace counts the masked-LM logits in fp32 and
-/// the previous step's output alive during the forward pass; the runs may have kept less).
-pub const TRANSFORMER_FACTOR_MILLI: u64 = 1_000;
+/// Multiples of the largest tensor a CNN (or MLP) job holds beyond its traced peak, in
+/// thousandths: cuDNN workspaces and the allocator's cached blocks. Set by VGG-16 at batch
+/// 128 (its 1,568 MiB 64 × 224 × 224 activations; 21,864 MiB measured for an 11,075 MiB
+/// trace); Inception-v3 needs nearly as much. MLPs have no convolution workspace: it errs
+/// high for them (no MLP job was traced).
+pub const CNN_LARGEST_FACTOR_MILLI: u64 = 6_750;
+
+/// The same for Transformers: 0. The traced BERT jobs measure at or below their traced
+/// peak plus [`CONTEXT_MIB`] (the trace counts the masked-LM logits in fp32 and the
+/// previous step's output alive during the forward pass; the runs may have kept less).
+pub const TRANSFORMER_LARGEST_FACTOR_MILLI: u64 = 0;
 
 /// The extra factor, in thousandths, for a pod with more than one GPU (the trace is of one
 /// GPU's share of the batch): `nn.DataParallel` keeps gradient reductions, the replicas'
-/// broadcast parameters and the gathered outputs on GPU 0, and NCCL its buffers. Fitted on
-/// XLNet-base and GPT-2 large on 2 GPUs.
-pub const MULTI_GPU_FACTOR_MILLI: u64 = 1_730;
+/// broadcast parameters and the gathered outputs on GPU 0, and NCCL its buffers. Set by
+/// XLNet-base on 2 GPUs; it over-reserves GPT-2 large on 2 GPUs by 11 GiB.
+pub const MULTI_GPU_FACTOR_MILLI: u64 = 1_700;
 
 /// The three phase peaks of one traced training step, in MiB (rounded up), each the peak
-/// of live tensor bytes during that phase with the parameters included. The `traced` key
-/// of a model profile.
+/// of live tensor bytes during that phase with the parameters included, and the largest
+/// single tensor. The `traced` key of a model profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Traced {
@@ -63,6 +83,16 @@ pub struct Traced {
     /// [`MAX_TRACED_MIB`].
     #[serde(rename = "optimizerStepMiB")]
     pub optimizer_step_mib: u64,
+    /// The largest single tensor an operator created during forward or backward, 1 to
+    /// [`MAX_TRACED_MIB`]. Optional: traces written before it was recorded lack it, and the
+    /// reservation then counts the largest phase peak in its place (no tensor is larger than
+    /// the peak it is part of), which is safe but loose for CNNs: trace again.
+    #[serde(
+        rename = "largestTensorMiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub largest_tensor_mib: Option<u64>,
 }
 
 impl Traced {
@@ -73,69 +103,103 @@ impl Traced {
             .max(self.optimizer_step_mib)
     }
 
-    /// Each phase paired with its key in the profile (`traced.forwardMiB`, …).
-    pub fn keyed(&self) -> [(&'static str, u64); 3] {
-        [
+    /// The largest tensor, or the largest phase peak when the trace did not record it.
+    pub fn largest_or_peak_mib(&self) -> u64 {
+        self.largest_tensor_mib.unwrap_or_else(|| self.peak_mib())
+    }
+
+    /// Each figure present paired with its key in the profile (`traced.forwardMiB`, …).
+    pub fn keyed(&self) -> Vec<(&'static str, u64)> {
+        let mut keyed = vec![
             ("traced.forwardMiB", self.forward_mib),
             ("traced.backwardMiB", self.backward_mib),
             ("traced.optimizerStepMiB", self.optimizer_step_mib),
-        ]
+        ];
+        if let Some(l) = self.largest_tensor_mib {
+            keyed.push(("traced.largestTensorMiB", l));
+        }
+        keyed
     }
 }
 
 /// The reservation in MiB, per GPU, for a job whose traced step (one GPU's share of the
 /// batch) is `traced`, of model family `family`, run on `gpus` GPUs per pod (0 counts as 1).
 ///
-/// `CONTEXT_MIB + ceil(peak × factor(family) × (MULTI_GPU_FACTOR if gpus > 1))`, with the
-/// constants of this module. Never panics: the arithmetic saturates (a validated profile
-/// stays far from it).
+/// `max(FLOOR_MIB, CONTEXT_MIB + ceil((peak + b(family) × largest) × (MULTI_GPU_FACTOR if
+/// gpus > 1)))`, with the constants of this module. Never panics: the arithmetic saturates
+/// (a validated profile stays far from it).
 ///
 /// ```
 /// use carma_estimator::{Family, Traced, traced_reservation_mib};
-/// let t = Traced { forward_mib: 19_000, backward_mib: 19_821, optimizer_step_mib: 4_445 };
-/// assert_eq!(traced_reservation_mib(&t, Family::Transformer, 1), 602 + 19_821);
+/// let t = Traced { forward_mib: 19_000, backward_mib: 19_821, optimizer_step_mib: 4_445,
+///                  largest_tensor_mib: Some(1_908) };
+/// assert_eq!(traced_reservation_mib(&t, Family::Transformer, 1), 750 + 19_821);
 /// ```
 pub fn traced_reservation_mib(traced: &Traced, family: Family, gpus: u32) -> u64 {
-    let factor = match family {
-        Family::Transformer => TRANSFORMER_FACTOR_MILLI,
-        Family::Cnn | Family::Mlp => CNN_FACTOR_MILLI,
+    let largest_factor = match family {
+        Family::Transformer => TRANSFORMER_LARGEST_FACTOR_MILLI,
+        Family::Cnn | Family::Mlp => CNN_LARGEST_FACTOR_MILLI,
     };
     let multi = if gpus > 1 {
         MULTI_GPU_FACTOR_MILLI
     } else {
         1_000
     };
-    let scaled = u128::from(traced.peak_mib()) * u128::from(factor) * u128::from(multi);
-    let tensors = scaled.div_ceil(1_000_000);
-    CONTEXT_MIB.saturating_add(u64::try_from(tensors).unwrap_or(u64::MAX))
+    let milli = u128::from(traced.peak_mib())
+        .saturating_mul(1_000)
+        .saturating_add(
+            u128::from(traced.largest_or_peak_mib()).saturating_mul(u128::from(largest_factor)),
+        );
+    let tensors = milli.saturating_mul(u128::from(multi)).div_ceil(1_000_000);
+    CONTEXT_MIB
+        .saturating_add(u64::try_from(tensors).unwrap_or(u64::MAX))
+        .max(FLOOR_MIB)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn t(f: u64, b: u64, o: u64) -> Traced {
+    fn t(f: u64, b: u64, o: u64, l: Option<u64>) -> Traced {
         Traced {
             forward_mib: f,
             backward_mib: b,
             optimizer_step_mib: o,
+            largest_tensor_mib: l,
         }
     }
 
     #[test]
-    fn the_largest_phase_counts_and_the_family_scales_it() {
-        let x = t(1_000, 2_000, 500);
-        assert_eq!(x.peak_mib(), 2_000);
-        assert_eq!(traced_reservation_mib(&x, Family::Transformer, 1), 2_602);
-        assert_eq!(traced_reservation_mib(&x, Family::Cnn, 1), 602 + 2_326);
-        assert_eq!(traced_reservation_mib(&x, Family::Cnn, 0), 602 + 2_326);
-        // 2 GPUs: 2000 × 1.163 × 1.73 = 4023.98 → 4024
-        assert_eq!(traced_reservation_mib(&x, Family::Cnn, 2), 602 + 4_024);
+    fn the_largest_phase_and_tensor_count_and_the_family_scales_the_tensor() {
+        let x = t(10_000, 20_000, 5_000, Some(1_000));
+        assert_eq!(x.peak_mib(), 20_000);
+        assert_eq!(traced_reservation_mib(&x, Family::Transformer, 1), 20_750);
+        // 20000 + 6.75 × 1000
+        assert_eq!(traced_reservation_mib(&x, Family::Cnn, 1), 750 + 26_750);
+        assert_eq!(traced_reservation_mib(&x, Family::Cnn, 0), 750 + 26_750);
+        assert_eq!(traced_reservation_mib(&x, Family::Mlp, 1), 750 + 26_750);
+        // 2 GPUs: 26750 × 1.7 = 45475
+        assert_eq!(traced_reservation_mib(&x, Family::Cnn, 2), 750 + 45_475);
+    }
+
+    #[test]
+    fn small_jobs_reserve_the_floor_and_a_missing_largest_tensor_is_the_peak() {
+        let tiny = t(27, 35, 23, Some(5));
+        assert_eq!(traced_reservation_mib(&tiny, Family::Cnn, 1), FLOOR_MIB);
+        let old = t(1_000, 2_000, 500, None);
+        assert_eq!(old.largest_or_peak_mib(), 2_000);
+        assert_eq!(
+            traced_reservation_mib(&old, Family::Cnn, 1),
+            750 + 2_000 + 13_500
+        );
+        assert_eq!(traced_reservation_mib(&old, Family::Transformer, 1), 2_750);
+        assert_eq!(old.keyed().len(), 3);
+        assert_eq!(tiny.keyed()[3], ("traced.largestTensorMiB", 5));
     }
 
     #[test]
     fn huge_figures_saturate() {
-        let x = t(u64::MAX, 1, 1);
+        let x = t(u64::MAX, 1, 1, Some(u64::MAX));
         assert_eq!(traced_reservation_mib(&x, Family::Cnn, 8), u64::MAX);
     }
 }

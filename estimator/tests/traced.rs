@@ -1,42 +1,15 @@
 //! The traced reservation against CARMA's measured peaks.
 //!
-//! `estimator/tests/data/traced-peaks.csv` holds the traced phase peaks of each of CARMA's
-//! jobs (`python -m carma_profile.calibrate`, one GPU's share of the batch); the measured
-//! per-GPU peaks (A100, MiB) are line 8 of the task files in
+//! `estimator/tests/data/traced-peaks.csv` holds the traced phase peaks and largest tensor of
+//! each of CARMA's jobs (`python -m carma_profile.calibrate`, one GPU's share of the batch);
+//! the measured per-GPU peaks (A100, MiB) are line 8 of the task files in
 //! `../shared/traces/carma/v2/workloads/*.rad`. The constants of `traced.rs` were fitted on
-//! the jobs of the models in [`FITTED`]; the others are held out.
+//! all of them; `python -m carma_profile.report` refits them without each architecture in
+//! turn (docs/traced-estimate.md).
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use carma_estimator::{Family, Traced, parse_profile, traced_reservation_mib};
-
-/// The models whose jobs the constants were fitted on (the CSV's `model` column;
-/// `efficientnet_b0` covers its ImageNet and CIFAR-100 jobs).
-const FITTED: [&str; 8] = [
-    "resnet50",
-    "mobilenet_v2",
-    "efficientnet_b0",
-    "resnet18",
-    "mobilenet_v3_small",
-    "bert-base (masked LM)",
-    "xlnet-base (sequence classification)",
-    "gpt2-large (causal LM)",
-];
-
-/// Held-out jobs the traced reservation underestimates (docs/traced-estimate.md says why):
-/// VGG-16 and Inception-v3 need more than the fitted factor over their traced peak (cuDNN
-/// workspaces and cached blocks of their wide convolutions), the MNIST job holds about
-/// 1.2 GiB that no training step of its 35 MiB model explains.
-const KNOWN_MISSES: [&str; 7] = [
-    "Inception",
-    "Inception2",
-    "Inception3",
-    "mnist_train",
-    "vgg",
-    "vgg2",
-    "vgg3",
-];
 
 struct Job {
     job: String,
@@ -69,7 +42,7 @@ fn jobs() -> Vec<Job> {
             .position(|h| *h == name)
             .unwrap_or_else(|| panic!("traced-peaks.csv has no column {name}"))
     };
-    let (job, family, model, gpus, fwd, bwd, opt) = (
+    let (job, family, model, gpus, fwd, bwd, opt, largest) = (
         col("job"),
         col("family"),
         col("model"),
@@ -77,6 +50,7 @@ fn jobs() -> Vec<Job> {
         col("forward_mib"),
         col("backward_mib"),
         col("optimizer_step_mib"),
+        col("largest_tensor_mib"),
     );
     lines
         .map(|l| {
@@ -99,6 +73,7 @@ fn jobs() -> Vec<Job> {
                     forward_mib: num(fwd),
                     backward_mib: num(bwd),
                     optimizer_step_mib: num(opt),
+                    largest_tensor_mib: Some(num(largest)),
                 },
                 measured,
             }
@@ -111,58 +86,67 @@ fn over(j: &Job) -> i64 {
 }
 
 #[test]
-fn no_fitted_job_is_underestimated_and_the_mean_over_is_under_a_gib() {
+fn no_job_is_underestimated_and_the_constants_are_tight() {
     let all = jobs();
     assert!(all.len() >= 40, "only {} traced jobs", all.len());
-    let fitted: Vec<&Job> = all
+    let under: Vec<String> = all
         .iter()
-        .filter(|j| FITTED.contains(&j.model.as_str()))
+        .filter(|j| over(j) < 0)
+        .map(|j| {
+            format!(
+                "{} ({}): measured {} MiB, traced reservation {} MiB",
+                j.job,
+                j.model,
+                j.measured,
+                traced_reservation_mib(&j.traced, j.family, j.gpus)
+            )
+        })
         .collect();
-    assert!(fitted.len() >= 25, "only {} fitted jobs", fitted.len());
-    for j in &fitted {
-        assert!(
-            over(j) >= 0,
-            "{} ({}): measured {} MiB, traced reservation {} MiB",
-            j.job,
-            j.model,
-            j.measured,
-            traced_reservation_mib(&j.traced, j.family, j.gpus)
-        );
-    }
-    let mean = fitted.iter().map(|j| over(j)).sum::<i64>() / fitted.len() as i64;
-    assert!(mean <= 1024, "mean over-reservation {mean} MiB");
-    // The constants are tight: each has a fitted job within 10 % of being underestimated.
-    let tight = |pick: &dyn Fn(&Job) -> bool| {
-        fitted
+    assert!(under.is_empty(), "underestimated:\n{}", under.join("\n"));
+    let mean = |family: Family| {
+        let of: Vec<i64> = all
             .iter()
+            .filter(|j| j.family == family)
+            .map(over)
+            .collect();
+        of.iter().sum::<i64>() / of.len() as i64
+    };
+    // CNN within the 1 GiB goal; Transformer not: one multi-GPU factor over-reserves
+    // GPT-2 large on 2 GPUs by 11 GiB (docs/traced-estimate.md).
+    assert!(
+        mean(Family::Cnn) <= 1024,
+        "CNN mean over {} MiB",
+        mean(Family::Cnn)
+    );
+    assert!(
+        mean(Family::Transformer) <= 4096,
+        "Transformer mean over {} MiB",
+        mean(Family::Transformer)
+    );
+    // Each constant is set by a job within 3 % of being underestimated.
+    let tight = |pick: &dyn Fn(&Job) -> bool| {
+        all.iter()
             .filter(|j| pick(j))
             .map(|j| over(j) as f64 / j.measured as f64)
             .fold(f64::INFINITY, f64::min)
     };
-    assert!(tight(&|j| j.family == Family::Cnn) < 0.10);
-    assert!(tight(&|j| j.gpus > 1) < 0.10);
     assert!(
-        tight(&|j| j.measured < 1_000) < 0.10,
-        "the context constant"
+        tight(&|j| j.model == "vgg16") < 0.03,
+        "the largest-tensor factor"
     );
-}
-
-#[test]
-fn only_the_known_misses_are_underestimated() {
-    let under: BTreeSet<String> = jobs()
-        .iter()
-        .filter(|j| over(j) < 0)
-        .map(|j| j.job.clone())
-        .collect();
-    let known: BTreeSet<String> = KNOWN_MISSES.iter().map(|s| s.to_string()).collect();
-    assert_eq!(under, known, "underestimated jobs changed");
+    assert!(tight(&|j| j.gpus > 1) < 0.03, "the multi-GPU factor");
+    assert!(tight(&|j| j.measured < 2_000) < 0.03, "the floor");
+    assert!(
+        tight(&|j| j.family == Family::Cnn && j.measured > 2_000) < 0.03,
+        "the context"
+    );
 }
 
 #[test]
 fn a_traced_profile_parses_and_bad_figures_name_their_key() {
     let base = r#"{"family":"cnn","batchSize":32,"parameters":25557032,"activations":37560000,"depth":107"#;
     let p = parse_profile(&format!(
-        r#"{base},"traced":{{"forwardMiB":2930,"backwardMiB":2947,"optimizerStepMiB":507}}}}"#
+        r#"{base},"traced":{{"forwardMiB":2930,"backwardMiB":2947,"optimizerStepMiB":507,"largestTensorMiB":98}}}}"#
     ))
     .unwrap();
     assert_eq!(p.traced.map(|t| t.peak_mib()), Some(2947));
@@ -178,6 +162,7 @@ fn a_traced_profile_parses_and_bad_figures_name_their_key() {
     );
     let json = serde_json::to_string(&p).unwrap();
     assert!(json.contains(r#""traced":{"forwardMiB":2930"#), "{json}");
+    assert!(json.contains(r#""largestTensorMiB":98}"#), "{json}");
 
     for (traced, key) in [
         (
@@ -196,6 +181,14 @@ fn a_traced_profile_parses_and_bad_figures_name_their_key() {
         (
             r#"{"forwardMiB":1,"backwardMiB":1,"optimizerStepMiB":1,"peakMiB":1}"#,
             "peakMiB",
+        ),
+        (
+            r#"{"forwardMiB":10,"backwardMiB":10,"optimizerStepMiB":1,"largestTensorMiB":0}"#,
+            "traced.largestTensorMiB",
+        ),
+        (
+            r#"{"forwardMiB":10,"backwardMiB":10,"optimizerStepMiB":1,"largestTensorMiB":11}"#,
+            "traced.largestTensorMiB",
         ),
         (r#"[1,1,1]"#, "traced"),
         (r#"null"#, "traced"),

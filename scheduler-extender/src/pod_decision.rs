@@ -490,6 +490,7 @@ mod tests {
             forward_mib: 12_641,
             backward_mib: 13_118,
             optimizer_step_mib: 7_467,
+            largest_tensor_mib: None,
         };
         let want =
             carma_estimator::traced_reservation_mib(&t, carma_estimator::Family::Transformer, 2);

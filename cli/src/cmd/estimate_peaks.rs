@@ -358,8 +358,8 @@ fn printout_name(name: &str) -> Option<(&str, u32, u32)> {
 }
 
 /// The traced reservation of each job in the CSV at `path` (columns by name: `job`,
-/// `family`, `gpus`, `forward_mib`, `backward_mib`, `optimizer_step_mib`); empty when
-/// the file does not exist.
+/// `family`, `gpus`, `forward_mib`, `backward_mib`, `optimizer_step_mib`, and
+/// `largest_tensor_mib` when the CSV has it); empty when the file does not exist.
 fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
     if !path.is_file() {
         return Ok(Vec::new());
@@ -392,6 +392,7 @@ fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
         col("backward_mib")?,
         col("optimizer_step_mib")?,
     ];
+    let largest = header.iter().position(|h| *h == "largest_tensor_mib");
     let mut out = Vec::new();
     for (i, line) in lines {
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -417,6 +418,7 @@ fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
             forward_mib: num(cols[3])?,
             backward_mib: num(cols[4])?,
             optimizer_step_mib: num(cols[5])?,
+            largest_tensor_mib: largest.map(num).transpose()?,
         };
         out.push((
             fields[cols[0]].to_string(),

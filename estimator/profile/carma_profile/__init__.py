@@ -5,7 +5,7 @@
     {'family': 'cnn', 'batchSize': 128, 'parameters': ..., 'activations': ..., ...}
 
     >>> carma_profile.trace_step(torchvision.models.resnet50, batch_size=32, input_size=(3, 224, 224))
-    {'forwardMiB': ..., 'backwardMiB': ..., 'optimizerStepMiB': ...}
+    {'forwardMiB': ..., 'backwardMiB': ..., 'optimizerStepMiB': ..., 'largestTensorMiB': ...}
 
 See `core.py` for the definitions, `trace.py` for what a traced step counts, and `python -m carma_profile --help` for the CLI.
 """

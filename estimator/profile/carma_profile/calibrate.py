@@ -50,7 +50,7 @@ from .core import ProfileError
 from .trace import trace_step
 
 COLUMNS = ["job", "family", "model", "batch_size", "seq_len", "gpus", "forward_mib", "backward_mib",
-           "optimizer_step_mib", "torch_version"]
+           "optimizer_step_mib", "largest_tensor_mib", "torch_version"]
 
 
 def mnist_cnn():
@@ -159,7 +159,8 @@ def trace_job(rad: dict) -> dict:
     t = trace_step(factory, batch, **kw)
     return {"job": rad["job"], "family": family, "model": label, "batch_size": batch, "seq_len": seq_len,
             "gpus": rad["gpus"], "forward_mib": t["forwardMiB"], "backward_mib": t["backwardMiB"],
-            "optimizer_step_mib": t["optimizerStepMiB"], "torch_version": torch.__version__.split("+")[0]}
+            "optimizer_step_mib": t["optimizerStepMiB"],
+            "largest_tensor_mib": t["largestTensorMiB"], "torch_version": torch.__version__.split("+")[0]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,13 @@ smallest block), what `torch.cuda.memory_allocated` reports. The allocator's seg
 after a free, and the splits it cannot reuse are not modelled: they are fragmentation,
 which the reservation's fitted factor covers.
 
+The largest single storage an operator creates during forward and backward is recorded as
+well (`largestTensorMiB`): what the trace cannot see grows with it. cuDNN sizes a
+convolution's workspace by the tensors it convolves (and, with `cudnn.benchmark`, tries
+algorithms whose workspaces are several times larger), and the caching allocator keeps
+such blocks, and the segments split from them, reserved after they are freed. The
+reservation adds a fitted multiple of it.
+
 What is not counted (the reservation's overheads cover it, `docs/traced-estimate.md`): the
 CUDA context and kernels, cuBLAS and cuDNN workspaces (cuDNN picks its convolution
 algorithm, and so its workspace, on the GPU), NCCL buffers of multi-GPU jobs, memory the
@@ -66,6 +73,10 @@ class _LiveBytes:
         self._refs: dict[int, Any] = {}  # id(storage) -> weak reference
         self.live = 0
         self.peak = 0
+        # The largest storage an operator creates while `watch_largest` is on (forward and
+        # backward), in allocator blocks.
+        self.watch_largest = False
+        self.largest = 0
 
     def add_tensor(self, t) -> None:
         torch = self._torch
@@ -85,6 +96,8 @@ class _LiveBytes:
                 self.live -= size
 
         self._refs[key] = self._weakref.ref(st, freed)
+        if self.watch_largest:
+            self.largest = max(self.largest, size)
         self.live += size
         self.peak = max(self.peak, self.live)
 
@@ -141,9 +154,11 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
                *, make_input: Callable[[int], Any] | None = None, labels: Callable[[int], Any] | None = None,
                optimizer: str | None = None, mixed_precision: bool | None = None,
                steps: int = 2) -> dict:
-    """The `traced` object of a model profile: `{"forwardMiB", "backwardMiB", "optimizerStepMiB"}`,
-    each the peak of live tensor bytes (parameters included) during that phase of a training
-    step, in MiB rounded up.
+    """The `traced` object of a model profile: `{"forwardMiB", "backwardMiB", "optimizerStepMiB",
+    "largestTensorMiB"}`, the first three each the peak of live tensor bytes (parameters
+    included) during that phase of a training step, the last the largest single storage an
+    operator created during forward or backward (an activation, its gradient, a weight's
+    gradient), all in MiB rounded up.
 
     `factory()` builds the model; it is called on the meta device (no weights in memory)
     and the model then moves onto fake tensors. The input is one of `input_size` (one
@@ -219,6 +234,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
                 for _ in range(steps):
                     opt.zero_grad(set_to_none=True)
                     live.start_phase()
+                    live.watch_largest = True
                     x = make_input(batch_size)
                     kw = {} if labels is None else {"labels": labels(batch_size)}
                     with amp:
@@ -239,6 +255,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
                     live.start_phase()
                     loss.backward()
                     peaks["backward"] = max(peaks["backward"], live.peak)
+                    live.watch_largest = False
                     live.start_phase()
                     opt.step()
                     peaks["optimizerStep"] = max(peaks["optimizerStep"], live.peak)
@@ -253,6 +270,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
         "forwardMiB": max(1, math.ceil(peaks["forward"] / MIB)),
         "backwardMiB": max(1, math.ceil(peaks["backward"] / MIB)),
         "optimizerStepMiB": max(1, math.ceil(peaks["optimizerStep"] / MIB)),
+        "largestTensorMiB": max(1, math.ceil(live.largest / MIB)),
     }
 
 

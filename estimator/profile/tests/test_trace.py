@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 def test_resnet18_phases_hold_parameters_state_and_activations():
     t = trace_step(lambda: torchvision.models.resnet18(num_classes=100), 32, input_size=(3, 32, 32))
-    assert set(t) == {"forwardMiB", "backwardMiB", "optimizerStepMiB"}
+    assert set(t) == {"forwardMiB", "backwardMiB", "optimizerStepMiB", "largestTensorMiB"}
     # 11.2 M fp32 parameters are 43 MiB; with grads and Adam's two moments, 171 MiB
     # are live in the optimizer step (plus foreach temporaries).
     assert 171 <= t["optimizerStepMiB"] < 260, t
@@ -26,9 +26,21 @@ def test_resnet18_phases_hold_parameters_state_and_activations():
 
 
 def test_the_traced_peak_grows_with_the_batch():
-    peaks = [max(trace_step(torchvision.models.resnet18, b, input_size=(3, 64, 64)).values())
-             for b in (8, 32, 128)]
+    traces = [trace_step(torchvision.models.resnet18, b, input_size=(3, 64, 64)) for b in (8, 32, 128)]
+    peaks = [max(t["forwardMiB"], t["backwardMiB"], t["optimizerStepMiB"]) for t in traces]
     assert peaks[0] < peaks[1] < peaks[2], peaks
+
+
+def test_the_largest_tensor_is_the_largest_activation_or_gradient():
+    # VGG-16 at 224 x 224: the first two convolutions' outputs, 64 x 224 x 224 fp32 values per
+    # sample (12.25 MiB), are its largest tensors; at batch 8, 98 MiB. Its 4096 x 25088
+    # classifier weight (392 MiB) is a parameter, not created by an operator, but its gradient
+    # is: the largest at this batch.
+    t = trace_step(torchvision.models.vgg16, 8, input_size=(3, 224, 224))
+    assert t["largestTensorMiB"] == 392, t
+    t = trace_step(torchvision.models.vgg16, 64, input_size=(3, 224, 224))
+    assert t["largestTensorMiB"] == 784, t
+    assert t["largestTensorMiB"] < t["backwardMiB"]
 
 
 def test_a_tiny_bert_traces_without_weights_or_gpu():
@@ -64,7 +76,7 @@ def test_trace_flag_output_is_accepted_by_the_rust_estimator(carma_bin):
     r = cli(f"{MODELS}:MnistNet", "--batch-size", "64", "--input", "1,28,28", "--trace")
     assert r.returncode == 0, r.stderr
     profile = json.loads(r.stdout)
-    assert set(profile["traced"]) == {"forwardMiB", "backwardMiB", "optimizerStepMiB"}
+    assert set(profile["traced"]) == {"forwardMiB", "backwardMiB", "optimizerStepMiB", "largestTensorMiB"}
     est = subprocess.run([carma_bin, "estimate", "--profile", "-"], input=r.stdout,
                          capture_output=True, text=True, timeout=60)
     assert est.returncode == 0, est.stderr
