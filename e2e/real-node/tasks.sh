@@ -6,10 +6,11 @@
 # only adds carma.io/gpu, the scheduler name, restartPolicy Never and terminationMessagePolicy
 # FallbackToLogsOnError to it):
 #   tt-ok    exits 0;
-#   tt-gpuoom  attempt 1 prints PyTorch's CUDA out-of-memory error and exits 1, a later attempt exits 0
-#            (the attempt number comes from the pod's carma.io/attempt label through the downward API);
-#            the operator has to read the kubelet's termination message (the log tail) as a GPU OOM,
-#            grow the reservation and run it again;
+#   tt-gpuoom  attempt 1 writes a termination message of its own ("training failed, see the log"),
+#            prints PyTorch's CUDA out-of-memory error and exits 1, a later attempt exits 0 (the attempt
+#            number comes from the pod's carma.io/attempt label through the downward API); the message
+#            names no OOM, so the operator has to read the log through the kubelet, find the GPU OOM
+#            there, grow the reservation and run it again;
 #   tt-hostoom is killed by the kernel under its 32Mi memory limit (OOMKilled, exit 137): the operator
 #            has to call it HostOOMKilled, not a GPU OOM, and leave the GPU reservation as it was.
 # Every figure of the summary line is read from the API server: the TrainingTasks' status and their
@@ -53,6 +54,7 @@ tasks_run() {
     training_task tt-ok 64Mi 'echo "step 0 loss 2.30 reserved $CARMA_RESERVED_MIB MiB"; exit 0'
     training_task tt-gpuoom 64Mi 'echo "attempt $ATTEMPT reserved $CARMA_RESERVED_MIB MiB"
 if [ "$ATTEMPT" = 1 ]; then
+  echo "training failed, see the log" >/dev/termination-log
   echo "Traceback (most recent call last):"
   echo "  File \"train.py\", line 12, in <module>"
   echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB total capacity)"
@@ -115,7 +117,8 @@ for name, tt in sorted(tts.items()):
     if st.get("phase") == "Succeeded" and outs and outs[-1] == "Succeeded" and terms[-1].get("exitCode") == 0:
         succeeded.append(name)
     if (st.get("phase") == "Succeeded" and len(att) >= 2 and outs[0] == "GpuOutOfMemory"
-            and terms[0].get("exitCode") == 1 and "CUDA out of memory" in terms[0].get("message", "")
+            and terms[0].get("exitCode") == 1 and terms[0].get("message", "").startswith("training failed")
+            and "CUDA out of memory" in att[0].get("reason", "")
             and (res[1] or 0) > (res[0] or 0) and env_res[:2] == res[:2]):
         recovered.append(name)
     if (outs and outs[0] == "HostOOMKilled" and terms[0].get("reason") == "OOMKilled" and terms[0].get("exitCode") == 137
