@@ -2,11 +2,13 @@
 # Restarts and faults under load on the real nodes (CARMA_RN_CHART=1); sourced by chart.sh after the
 # TrainingTask checks, never run alone. Uses run.sh's k, log, die, WORK, BIN, NODES, node_name,
 # start_kubelet, start_containerd, start_apiserver, cp_start_etcd, BUSYBOX_IMAGE and chart.sh's
-# CHART_NS and training_task (tasks.sh).
+# CHART_NS, CHART_ARGS, HELM, chart_rolled and training_task (tasks.sh).
 #
 # The load: four TrainingTasks whose training loop prints a step a second until the harness creates a
 # stop file (a read-only hostPath volume), so each is in flight through every fault below and ends
 # with exit 0 when told. Then, one after the other:
+#   upgrade    `helm upgrade` with a changed value: the extender and the device plugin roll while the
+#              training pods keep running;
 #   kubelet    the kubelet of tt-load-1's node is stopped (SIGTERM) and started again: the device plugin registers
 #              again (its log, read through the kubelet), the node lists carma.io/gpu again, and the
 #              running training pods keep their containers and GPUs;
@@ -161,6 +163,29 @@ plugin_registrations() {
   k -n "$CHART_NS" logs "$pod" 2>/dev/null | grep -c "registered with kubelet" || true
 }
 
+# fault_upgrade: `helm upgrade` with a changed value while the load trains: the extender and the device
+# plugin DaemonSet roll (new pods), the training pods keep running on their GPUs, and the device plugin's
+# new pods register with the kubelets again.
+fault_upgrade() {
+  local before after rolled
+  log "faults: helm upgrade --set placement.memoryMarginMiB=2560 with the load in flight"
+  faults_state "$WORK/fault-upgrade-0"
+  before="$(k -n "$CHART_NS" get pods -l app.kubernetes.io/component=device-plugin -o jsonpath='{.items[*].metadata.uid}')"
+  "$HELM" upgrade carma "$ROOT/charts/carma" "${CHART_ARGS[@]}" --set placement.memoryMarginMiB=2560 \
+    >"$WORK/logs/helm-upgrade-load.log" 2>&1 || { log "faults: helm upgrade: $(tail -n 3 "$WORK/logs/helm-upgrade-load.log")"; return 1; }
+  chart_rolled || { log "faults: the chart did not roll"; return 1; }
+  after="$(k -n "$CHART_NS" get pods -l app.kubernetes.io/component=device-plugin -o jsonpath='{.items[*].metadata.uid}')"
+  rolled=0; [[ -n "$after" && "$after" != "$before" ]] && rolled=1
+  for _ in $(seq 60); do # the new plugin pods registered: every node lists carma.io/gpu again
+    [[ "$(k get nodes -o jsonpath='{range .items[*]}{.status.allocatable.carma\.io/gpu}{"\n"}{end}' | grep -c '^[1-9]' || true)" -ge "$NODES" ]] && break
+    sleep 1
+  done
+  faults_after upgrade || log "faults: the TrainingTask after the upgrade did not succeed"
+  faults_state "$WORK/fault-upgrade-1"
+  faults_judge upgrade "$WORK/fault-upgrade-0" "$WORK/fault-upgrade-1" "" \
+    "{\"devicePluginPodsReplaced\": $([[ $rolled == 1 ]] && echo true || echo false), \"ok\": $([[ $rolled == 1 ]] && echo true || echo false)}"
+}
+
 # load_node <task>: the node the task's running attempt pod is on; node_index <name>: its i.
 load_node() { k get pods -n default -l "carma.io/task=$1" --field-selector status.phase=Running -o jsonpath='{.items[0].spec.nodeName}'; }
 node_index() { local i; for i in $(seq "$NODES"); do [[ "$(node_name "$i")" == "$1" ]] && echo "$i"; done; }
@@ -257,7 +282,7 @@ faults_run() {
   log "faults: load ${FAULT_LOAD[*]} (training until told to stop)"
   for f in "${FAULT_LOAD[@]}"; do load_task "$f"; done | k apply -f - >/dev/null
   faults_wait_running || die "the load TrainingTasks did not all start"
-  for f in kubelet containerd drain; do "fault_$f" || failed+=("$f"); done
+  for f in upgrade kubelet containerd drain; do "fault_$f" || failed+=("$f"); done
   for f in apiserver etcd; do fault_control_plane "$f" || failed+=("$f"); done
   if [[ "${CARMA_RN_PLANT:-}" == overcommit ]]; then plant_overcommit; fi
   log "faults: stopping the load"
