@@ -26,32 +26,10 @@
 FAULT_LOAD=(tt-load-1 tt-load-2 tt-load-3 tt-load-4)
 FAULT_TASKS=(tt-ok tt-gpuoom tt-hostoom "${FAULT_LOAD[@]}") # every TrainingTask that must still exist
 
-# load_task <name>: a TrainingTask that trains until $WORK/signal/stop exists.
+# load_task <name>: a TrainingTask (tasks.sh's template) that trains until $WORK/signal/stop exists.
 load_task() {
-  cat <<EOF
-apiVersion: carma.io/v1alpha1
-kind: TrainingTask
-metadata: {name: $1, namespace: default}
-spec:
-  gpus: 1
-  gpuMemory: 3000Mi
-  recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0}
-  template:
-    spec:
-      restartPolicy: Never
-      terminationGracePeriodSeconds: 1
-      volumes:
-      - name: signal
-        hostPath: {path: $WORK/signal, type: Directory}
-      containers:
-      - name: train
-        image: $BUSYBOX_IMAGE
-        imagePullPolicy: Never
-        command: [sh, -c, 'i=0; while [ ! -e /signal/stop ]; do echo "step \$i"; i=\$((i+1)); sleep 1; done; echo done; exit 0']
-        volumeMounts: [{name: signal, mountPath: /signal, readOnly: true}]
-        resources: {limits: {memory: 32Mi}, requests: {cpu: 10m, memory: 32Mi}}
----
-EOF
+  TT_GPU_MEMORY=3000Mi TT_SIGNAL_DIR="$WORK/signal" training_task "$1" 32Mi \
+    'i=0; while [ ! -e /signal/stop ]; do echo "step $i"; i=$((i+1)); sleep 1; done; echo done; exit 0'
 }
 
 # faults_state <file>: TrainingTasks, pods in default, the chart's pods, and nodes, as JSON.

@@ -17,7 +17,8 @@
 # attempt pods' container statuses.
 
 # training_task <name> <memory limit> <script> [more recovery fields]: a TrainingTask running <script>
-# with busybox sh, the attempt number in $ATTEMPT, on one GPU with a 2000Mi reservation.
+# with busybox sh, the attempt number in $ATTEMPT, on one GPU with a 2000Mi reservation (TT_GPU_MEMORY
+# to change it); with TT_SIGNAL_DIR set, that host directory is mounted read-only at /signal.
 training_task() {
   local script
   script="$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$3")"
@@ -27,12 +28,13 @@ kind: TrainingTask
 metadata: {name: $1, namespace: default}
 spec:
   gpus: 1
-  gpuMemory: 2000Mi
+  gpuMemory: ${TT_GPU_MEMORY:-2000Mi}
   recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0${4:+, $4}}
   template:
     spec:
       restartPolicy: Never
       terminationGracePeriodSeconds: 1
+      volumes: [${TT_SIGNAL_DIR:+{name: signal, hostPath: {path: $TT_SIGNAL_DIR, type: Directory\}\}}]
       containers:
       - name: train
         image: $BUSYBOX_IMAGE
@@ -41,6 +43,7 @@ spec:
         - name: ATTEMPT
           valueFrom: {fieldRef: {fieldPath: "metadata.labels['carma.io/attempt']"}}
         command: [sh, -c, $script]
+        volumeMounts: [${TT_SIGNAL_DIR:+{name: signal, mountPath: /signal, readOnly: true\}}]
         resources: {limits: {memory: $2}, requests: {cpu: 10m, memory: $2}}
 ---
 EOF
