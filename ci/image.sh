@@ -5,6 +5,9 @@
 #   ci/image.sh                  # as root on Debian 12 (apt-get installs what is missing)
 #   ci/image.sh --fresh-bases    # make the two base images again even when the current ones match
 #   ci/image.sh --clean          # remove its images and Buildah's cache mounts (all of root's)
+#   ci/image.sh --bases-only     # the prerequisites and the two base images, no build (CI starts this
+#                                # in the background at its beginning: downloads and unpacking overlap
+#                                # the Rust builds)
 #
 # The Dockerfile's base images are build arguments whose defaults are public images (rust, distroless
 # cc-debian12). CI reaches no container registry, so this script makes equivalents from Debian 12
@@ -52,12 +55,13 @@ BUILD_PACKAGES=(ca-certificates gcc libc6-dev)
 # Where the workspace's cache mounts live (Buildah, root).
 BUILDAH_CACHE=/var/tmp/buildah-cache
 
-fresh=0; clean=0
+fresh=0; clean=0; bases_only=0
 while (($#)); do
   case "$1" in
     --fresh-bases) fresh=1; shift ;;
     --clean) clean=1; shift ;;
-    -h|--help) sed -n '2,29p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --bases-only) bases_only=1; shift ;;
+    -h|--help) sed -n '2,32p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -70,6 +74,14 @@ step() { # step <name>: ends the current step (prints its duration), starts the 
 }
 
 [[ "$(id -u)" == 0 ]] || die "needs root (mmdebstrap's root mode, Buildah's and Podman's root storage)"
+
+# One at a time: a second run (CI's build after its background --bases-only) waits here, then finds
+# the bases made.
+exec 8>/var/lock/carma-ci-image.lock
+if ! flock -n 8; then
+  echo "waiting for another ci/image.sh (making the bases in the background?)"
+  waited=$SECONDS; flock 8; echo "waited $((SECONDS - waited)) s"
+fi
 
 image="$(tools/build-image.sh --print)"
 
@@ -86,8 +98,9 @@ for p in buildah podman runc mmdebstrap; do command -v "$p" >/dev/null 2>&1 || n
 if ((${#need[@]})); then
   command -v apt-get >/dev/null || die "${need[*]} missing, and no apt-get to install them (Debian 12)"
   export DEBIAN_FRONTEND=noninteractive
-  install=(apt-get install -y -q --no-install-recommends "${need[@]}")
-  "${install[@]}" >/dev/null 2>&1 || { apt-get update -q >/dev/null && "${install[@]}" >/dev/null; } \
+  # Waits for another apt-get (CI's other steps install packages too) instead of failing.
+  install=(apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${need[@]}")
+  "${install[@]}" >/dev/null 2>&1 || { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null && "${install[@]}" >/dev/null; } \
     || die "apt-get install ${need[*]} failed"
 fi
 echo "$(buildah --version); $(podman --version)"
@@ -213,6 +226,8 @@ else
     "$ctr"
   commit "$ctr" "$RUNTIME_BASE"
 fi
+
+if ((bases_only)); then step ""; echo "bases made in $((SECONDS - t_all)) s"; exit 0; fi
 
 step "build the root Dockerfile (buildah, bases $RUST_BASE and $RUNTIME_BASE)"
 remember_old "$image"
