@@ -303,6 +303,27 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# The README's "removing carma for good", its commands as written: the TrainingTasks (their attempt pods
+# follow through the garbage collector), the GpuNodes, then the CRDs. Counts are read before and after.
+chart_remove() {
+  [[ -z "${CARMA_RN_HOLD:-}" ]] || return 0
+  local tts gns pods crds left_pods left
+  tts=$(k get trainingtasks -A -o name | wc -l); gns=$(k get gpunodes -o name | wc -l)
+  pods=$(k get pods -A -l carma.io/task -o name | wc -l)
+  crds=$(k get crd -o name | grep -c '\.carma\.io$' || true)
+  log "chart: removing carma for good (the README's commands)"
+  k delete trainingtasks --all -A >/dev/null && k delete gpunodes --all >/dev/null &&
+    k delete crd trainingtasks.carma.io gpunodes.carma.io memoryhistories.carma.io >/dev/null || return 1
+  for _ in $(seq 60); do
+    left_pods=$(k get pods -A -l carma.io/task -o name | wc -l)
+    [[ $left_pods == 0 ]] && break
+    sleep 1
+  done
+  left=$(k get crd -o name | grep -c '\.carma\.io$' || true)
+  echo "real-node remove: $crds CRDs, $tts TrainingTasks and $gns GpuNodes deleted, $pods attempt pods garbage-collected ($left_pods left), $left carma.io CRDs left"
+  [[ $left == 0 && $left_pods == 0 && $crds == 3 && $tts -gt 0 && $gns -gt 0 ]]
+}
+
 # The over-commit checker of the control-plane harness, every 2 s from the install to the uninstall:
 # every bound, live carma pod against its GpuNode's GPUs (memory and replicas per GPU).
 watch_start() {
@@ -377,4 +398,5 @@ faults_run || die "a restart or fault was not survived (the lines above)"
 k get trainingtasks,pods -n default -o json >"$WORK/final-tasks.json"
 watch_stop
 chart_uninstall || die "a helm check failed (the line above)"
+chart_remove || die "carma was not removed for good (the line above)"
 chart_summary || die "the real-node summary's goals are not met (the line above)"
