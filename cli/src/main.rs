@@ -29,6 +29,8 @@ struct Cli {
 enum Command {
     /// Per-node DaemonSet: advertise shareable GPUs to kubelet, sample GPU telemetry, publish GpuNode status and metrics.
     DevicePlugin(cmd::device_plugin::DevicePluginArgs),
+    /// Per-node DaemonSet on Dynamic Resource Allocation (Kubernetes 1.36+): publish GPUs as ResourceSlices with memory as consumable capacity, prepare claims for kubelet.
+    DraDriver(cmd::dra_driver::DraDriverArgs),
     /// kube-scheduler HTTP extender: filter, prioritize and bind pods to nodes and individual GPUs.
     SchedulerExtender(cmd::scheduler_extender::SchedulerExtenderArgs),
     /// TrainingTask controller: run attempts, detect GPU out-of-memory crashes, recover with larger reservations.
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::DevicePlugin(args) => cmd::device_plugin::run(args),
+        Command::DraDriver(args) => cmd::dra_driver::run(args),
         Command::SchedulerExtender(args) => cmd::scheduler_extender::run(args),
         Command::Operator(args) => cmd::operator::run(args),
         Command::Estimate(args) => cmd::estimate::run(args),

@@ -23,6 +23,7 @@ macro_rules! outln {
 
 pub mod crds;
 pub mod device_plugin;
+pub mod dra_driver;
 pub mod estimate;
 pub mod local;
 pub mod operator;

@@ -1,0 +1,205 @@
+//! `carma dra-driver`: the per-node Dynamic Resource Allocation kubelet plugin.
+//!
+//! Registers `gpu.carma.io` with the kubelet's plugin watcher (`--registry-dir`), serves the DRA v1
+//! node service on `--plugin-dir/dra.sock`, writes one CDI spec per prepared claim into
+//! `--cdi-dir`, and publishes the node's GPUs as a ResourceSlice: memory as consumable capacity,
+//! the utilization gate and health as device taints. It needs the API server (claims are read
+//! from it, the slice is written to it) and Kubernetes 1.36 or newer for shared devices; see
+//! docs/dra.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use carma_device_plugin::config::{self, BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
+use carma_dra_driver::Config;
+use carma_dra_driver::config::{DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR};
+
+use super::EXIT_BAD_INPUT;
+
+/// Arguments of `carma dra-driver`.
+#[derive(Debug, clap::Args)]
+pub struct DraDriverArgs {
+    /// GPU backend, as for `carma device-plugin`: nvml, dcgm or simulated.
+    #[arg(long, env = "CARMA_BACKEND")]
+    pub backend: BackendKind,
+    /// Simulated GPUs as COUNTxSIZE (backend `simulated`).
+    #[arg(long, default_value = "4x40GiB")]
+    pub simulated_gpus: SimulatedGpus,
+    /// Metric set the simulated backend mimics: nvml, gpm or dcgm.
+    #[arg(long, default_value = "gpm")]
+    pub simulated_metrics: SimulatedMetrics,
+    /// dcgm-exporter URL (backend `dcgm`).
+    #[arg(long, env = "CARMA_DCGM_ENDPOINT")]
+    pub dcgm_endpoint: Option<String>,
+    /// This node's name (NODE_NAME from spec.nodeName): the slice's node and pool.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The kubelet's plugin-watcher directory (the registration socket is created there).
+    #[arg(long, default_value = DEFAULT_REGISTRY_DIR)]
+    pub registry_dir: PathBuf,
+    /// Directory of the DRA socket (dra.sock).
+    #[arg(long, default_value = DEFAULT_PLUGIN_DIR)]
+    pub plugin_dir: PathBuf,
+    /// The container runtime's CDI spec directory.
+    #[arg(long, default_value = DEFAULT_CDI_DIR)]
+    pub cdi_dir: PathBuf,
+    /// Also hand the runtime NVIDIA's CDI name nvidia.com/gpu=<UUID> for each device (needs the
+    /// NVIDIA Container Toolkit's generated CDI spec on the node).
+    #[arg(long)]
+    pub nvidia_cdi: bool,
+    /// Most claims sharing one GPU (the `slots` capacity).
+    #[arg(long, default_value_t = 8)]
+    pub slots: u32,
+    /// Smallest memory share in MiB; smaller memory requests are rounded up to it.
+    #[arg(long, default_value_t = 1024)]
+    pub min_share_mib: u64,
+    /// Put MPS settings into the CDI specs (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from the booked memory,
+    /// the MPS pipe, shared-memory and log mounts with their default directories).
+    #[arg(long)]
+    pub mps: bool,
+    /// Telemetry sampling interval.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub sample_interval: Duration,
+    /// SM activity cap of the utilization gate.
+    #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = 0.8)]
+    pub sm_activity_cap: f64,
+    /// SM occupancy cap of the utilization gate.
+    #[arg(long, env = "CARMA_SM_OCCUPANCY_CAP", default_value_t = 0.45)]
+    pub sm_occupancy_cap: f64,
+    /// DRAM activity cap of the utilization gate.
+    #[arg(long, env = "CARMA_DRAM_ACTIVITY_CAP", default_value_t = 0.4)]
+    pub dram_activity_cap: f64,
+    /// A gated GPU's taint is lifted only below every cap minus this margin.
+    #[arg(long, default_value_t = 0.05)]
+    pub gate_reopen_margin: f64,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, config::ConfigError> {
+    config::parse_duration("--sample-interval", text)
+}
+
+impl DraDriverArgs {
+    fn to_config(&self) -> Result<Config, String> {
+        let mut c = Config::new(self.node_name.trim(), self.backend);
+        c.simulated_gpus = self.simulated_gpus;
+        c.simulated_metrics = self.simulated_metrics;
+        c.dcgm_endpoint = self.dcgm_endpoint.clone();
+        c.registry_dir = self.registry_dir.clone();
+        c.plugin_dir = self.plugin_dir.clone();
+        c.cdi_dir = self.cdi_dir.clone();
+        c.nvidia_cdi = self.nvidia_cdi;
+        c.slots = self.slots;
+        c.min_share_mib = self.min_share_mib;
+        c.mps = self.mps.then(MpsConfig::with_defaults);
+        c.sample_interval = self.sample_interval;
+        c.sm_activity_cap = self.sm_activity_cap;
+        c.sm_occupancy_cap = self.sm_occupancy_cap;
+        c.dram_activity_cap = self.dram_activity_cap;
+        c.gate_reopen_margin = self.gate_reopen_margin;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+}
+
+/// Run `carma dra-driver`.
+pub fn run(args: DraDriverArgs) -> anyhow::Result<ExitCode> {
+    let config = match args.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("carma dra-driver: {e}");
+            return Ok(ExitCode::from(EXIT_BAD_INPUT));
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("carma-dra")
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let kube = kube::Client::try_default().await.map_err(|e| {
+            anyhow::anyhow!("carma dra-driver needs the Kubernetes API server: {e}")
+        })?;
+        let deps = carma_dra_driver::Dependencies {
+            kube: Some(kube),
+            ..Default::default()
+        };
+        let running = match carma_dra_driver::start(config, deps).await {
+            Ok(r) => r,
+            Err(carma_dra_driver::Error::Config(e)) => {
+                eprintln!("carma dra-driver: {e}");
+                return Ok(ExitCode::from(EXIT_BAD_INPUT));
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("carma dra-driver cannot start")),
+        };
+        super::shutdown_signal().await;
+        running.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: DraDriverArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<DraDriverArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("dra-driver").chain(argv.iter().copied()))
+            .map(|c| c.args)
+    }
+
+    #[test]
+    fn flags_map_to_the_config() {
+        let c = parse(&[
+            "--backend",
+            "simulated",
+            "--node-name",
+            "gpu-7",
+            "--simulated-gpus",
+            "2x80GiB",
+            "--slots",
+            "4",
+            "--cdi-dir",
+            "/tmp/cdi",
+            "--nvidia-cdi",
+            "--mps",
+            "--sm-activity-cap",
+            "0.7",
+        ])
+        .unwrap()
+        .to_config()
+        .unwrap();
+        assert_eq!(c.node_name, "gpu-7");
+        assert_eq!(
+            (c.simulated_gpus.count, c.simulated_gpus.memory_mib),
+            (2, 81920)
+        );
+        assert_eq!(c.slots, 4);
+        assert_eq!(c.cdi_dir, PathBuf::from("/tmp/cdi"));
+        assert!(c.nvidia_cdi && c.mps.is_some());
+        assert_eq!(c.sm_activity_cap, 0.7);
+        assert_eq!(
+            c.registration_socket(),
+            PathBuf::from("/var/lib/kubelet/plugins_registry/gpu.carma.io-reg.sock")
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let err = parse(&["--backend", "simulated", "--node-name", "n", "--slots", "0"])
+            .unwrap()
+            .to_config()
+            .unwrap_err();
+        assert!(err.contains("--slots"), "{err}");
+        assert!(
+            parse(&["--backend", "simulated"]).is_err(),
+            "--node-name is required"
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! Run-time configuration of the DRA driver.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use carma_device_plugin::config::{BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
+use thiserror::Error;
+
+use crate::DRIVER_NAME;
+
+/// A configuration value that cannot be used; the message names the flag.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// The kubelet's plugin-watcher directory: a socket created here is how a plugin registers.
+pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
+/// Where the DRA socket lives (the Go helper's default: `/var/lib/kubelet/plugins/<driver>`).
+pub const DEFAULT_PLUGIN_DIR: &str = "/var/lib/kubelet/plugins/gpu.carma.io";
+/// The container runtime's directory of dynamically generated CDI specs.
+pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
+
+/// Everything the DRA driver needs to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// This node's name: the ResourceSlice's `nodeName` and its pool's name.
+    pub node_name: String,
+    /// GPU backend (the device plugin's).
+    pub backend: BackendKind,
+    /// Simulated GPUs (backend `simulated`).
+    pub simulated_gpus: SimulatedGpus,
+    /// Which source's metric set the simulated backend mimics.
+    pub simulated_metrics: SimulatedMetrics,
+    /// dcgm-exporter URL (backend `dcgm`).
+    pub dcgm_endpoint: Option<String>,
+    /// The kubelet's plugin-watcher directory; the registration socket `gpu.carma.io-reg.sock` is
+    /// created in it.
+    pub registry_dir: PathBuf,
+    /// Directory of the DRA socket `dra.sock` (the path the kubelet is told in `GetInfo`).
+    pub plugin_dir: PathBuf,
+    /// Where per-claim CDI specs are written.
+    pub cdi_dir: PathBuf,
+    /// Telemetry sampling interval.
+    pub sample_interval: Duration,
+    /// Samples per activity window (CARMA: 30).
+    pub window: usize,
+    /// SM activity cap of the utilization gate.
+    pub sm_activity_cap: f64,
+    /// SM occupancy cap of the utilization gate.
+    pub sm_occupancy_cap: f64,
+    /// DRAM activity cap of the utilization gate.
+    pub dram_activity_cap: f64,
+    /// A gated GPU is reopened only when the gate passes with every cap lowered by this much, so a
+    /// GPU hovering at the cap does not rewrite the slice every second.
+    pub gate_reopen_margin: f64,
+    /// Value of each device's `slots` capacity: the most claims that can share one GPU (the
+    /// device plugin's replicas).
+    pub slots: u32,
+    /// Smallest memory share (MiB): `requestPolicy.validRange.min` of `memory`; smaller requests
+    /// are rounded up to it.
+    pub min_share_mib: u64,
+    /// MPS settings put into the CDI specs (the device plugin's); `None`: off.
+    pub mps: Option<MpsConfig>,
+    /// Also return NVIDIA's CDI name `nvidia.com/gpu=<UUID>` for each device, for runtimes that
+    /// expose GPUs through the NVIDIA Container Toolkit's generated CDI spec.
+    pub nvidia_cdi: bool,
+    /// ResourceSlice writes are at least this far apart.
+    pub slice_min_interval: Duration,
+}
+
+impl Config {
+    /// The defaults for `node_name` and `backend`.
+    pub fn new(node_name: impl Into<String>, backend: BackendKind) -> Self {
+        let gate = carma_core::PlacementConfig::default();
+        Self {
+            node_name: node_name.into(),
+            backend,
+            simulated_gpus: SimulatedGpus::default(),
+            simulated_metrics: SimulatedMetrics::default(),
+            dcgm_endpoint: None,
+            registry_dir: PathBuf::from(DEFAULT_REGISTRY_DIR),
+            plugin_dir: PathBuf::from(DEFAULT_PLUGIN_DIR),
+            cdi_dir: PathBuf::from(DEFAULT_CDI_DIR),
+            sample_interval: Duration::from_secs(1),
+            window: carma_core::telemetry::DEFAULT_WINDOW,
+            sm_activity_cap: gate.sm_activity_cap,
+            sm_occupancy_cap: gate.sm_occupancy_cap,
+            dram_activity_cap: gate.dram_activity_cap,
+            gate_reopen_margin: 0.05,
+            slots: 8,
+            min_share_mib: 1024,
+            mps: None,
+            nvidia_cdi: false,
+            slice_min_interval: Duration::from_secs(2),
+        }
+    }
+
+    /// The registration socket the kubelet's plugin watcher finds.
+    pub fn registration_socket(&self) -> PathBuf {
+        self.registry_dir.join(format!("{DRIVER_NAME}-reg.sock"))
+    }
+
+    /// The DRA service socket.
+    pub fn dra_socket(&self) -> PathBuf {
+        self.plugin_dir.join("dra.sock")
+    }
+
+    /// Check what the flag parsers cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError(m));
+        if self.node_name.trim().is_empty() {
+            return bad(
+                "--node-name is empty: pass the node's name (NODE_NAME from spec.nodeName)".into(),
+            );
+        }
+        for (flag, cap) in [
+            ("--sm-activity-cap", self.sm_activity_cap),
+            ("--sm-occupancy-cap", self.sm_occupancy_cap),
+            ("--dram-activity-cap", self.dram_activity_cap),
+        ] {
+            if !(cap.is_finite() && (0.0..=1.0).contains(&cap)) {
+                return bad(format!("{flag} {cap}: expected a ratio between 0 and 1"));
+            }
+        }
+        if !(self.gate_reopen_margin.is_finite() && (0.0..0.5).contains(&self.gate_reopen_margin)) {
+            return bad(format!(
+                "--gate-reopen-margin {}: expected 0 up to (not including) 0.5",
+                self.gate_reopen_margin
+            ));
+        }
+        if !(1..=1024).contains(&self.slots) {
+            return bad(format!(
+                "--slots {}: expected 1..=1024 claims per GPU",
+                self.slots
+            ));
+        }
+        if self.min_share_mib == 0 {
+            return bad("--min-share-mib 0: expected at least 1 MiB".into());
+        }
+        if self.window == 0 {
+            return bad("the activity window must hold at least one sample".into());
+        }
+        if self.backend == BackendKind::Dcgm && self.dcgm_endpoint.is_none() {
+            return bad("--backend dcgm needs --dcgm-endpoint (the dcgm-exporter URL)".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockets_are_where_the_kubelet_looks() {
+        let c = Config::new("n1", BackendKind::Simulated);
+        assert_eq!(
+            c.registration_socket(),
+            PathBuf::from("/var/lib/kubelet/plugins_registry/gpu.carma.io-reg.sock")
+        );
+        assert_eq!(
+            c.dra_socket(),
+            PathBuf::from("/var/lib/kubelet/plugins/gpu.carma.io/dra.sock")
+        );
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn validation_names_the_flag() {
+        let mut c = Config::new("n1", BackendKind::Simulated);
+        c.slots = 0;
+        assert!(c.validate().unwrap_err().0.contains("--slots"));
+        c.slots = 8;
+        c.gate_reopen_margin = 0.7;
+        assert!(c.validate().unwrap_err().0.contains("--gate-reopen-margin"));
+        c.gate_reopen_margin = 0.05;
+        c.node_name = " ".into();
+        assert!(c.validate().unwrap_err().0.contains("--node-name"));
+        c.node_name = "n1".into();
+        c.backend = BackendKind::Dcgm;
+        assert!(c.validate().unwrap_err().0.contains("--dcgm-endpoint"));
+    }
+}

@@ -1,0 +1,57 @@
+//! `carma-dra-driver`: carma's Dynamic Resource Allocation kubelet plugin (`carma dra-driver`).
+//!
+//! * registers with the kubelet's plugin watcher as a `DRAPlugin` ([`registration`]) and serves
+//!   the DRA v1 node service ([`node`]) on Unix sockets ([`server`]);
+//! * prepares a claim by reading its allocation ([`claims`]) and writing a CDI spec with the
+//!   device plugin's container environment ([`cdi`]);
+//! * publishes the node's GPUs as one ResourceSlice ([`slice`], [`publisher`]): memory as
+//!   consumable capacity, the utilization gate and health as device taints ([`taints`]);
+//! * samples the GPUs with the device plugin's backends and telemetry windows (shared code in
+//!   `carma-device-plugin`).
+//!
+//! [`driver::start`] wires it together. The design is `docs/dra.md`.
+
+pub mod cdi;
+pub mod claims;
+pub mod config;
+pub mod driver;
+pub mod node;
+pub mod proto;
+pub mod publisher;
+pub mod registration;
+pub mod server;
+pub mod slice;
+pub mod taints;
+
+use std::path::PathBuf;
+
+pub use config::{Config, ConfigError};
+pub use driver::{Dependencies, RunningDriver, start};
+
+/// The driver name: `ResourceSlice.spec.driver`, the plugin name the kubelet registers, and the
+/// domain of the taint keys.
+pub const DRIVER_NAME: &str = "gpu.carma.io";
+
+/// The driver cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A configuration value is not usable.
+    #[error(transparent)]
+    Config(ConfigError),
+    /// The GPU backend cannot start.
+    #[error(transparent)]
+    Backend(#[from] carma_device_plugin::backends::BackendError),
+    /// Claims cannot be read without an API server.
+    #[error(
+        "no Kubernetes API server: the DRA driver reads each ResourceClaim's allocation from it"
+    )]
+    NoApiServer,
+    /// A socket cannot be served.
+    #[error("cannot serve on {}: {source}", path.display())]
+    Socket {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}

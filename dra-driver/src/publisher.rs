@@ -1,0 +1,202 @@
+//! Writes the node's ResourceSlice by server-side apply when its devices change.
+//!
+//! Every write carries a new pool `generation` (the scheduler ignores slices of older
+//! generations). The first write continues from the generation stored in the API server, so a
+//! restarted driver never goes back. Writes are at least `min_interval` apart; a change inside the
+//! interval is written by a later offer (the driver offers every sample).
+//!
+//! An API server with `DRAConsumableCapacity` off silently drops `allowMultipleAllocations` and
+//! `requestPolicy`. A device stored that way is whole-only and ignores memory requests, which is
+//! not what carma's claims mean, so the driver then publishes the pool with no devices and stops
+//! writing until it is restarted (the Go helper reports the same case as `DroppedFieldsError`).
+//! Dropped taints (`DRADeviceTaints` off) leave the devices usable but the gate unenforced; that
+//! is logged, once.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
+use kube::api::{Api, Patch, PatchParams};
+use thiserror::Error;
+use tracing::{error, info, warn};
+
+use crate::slice::{dropped_fields, resource_slice, slice_name};
+
+/// Field manager of the driver's applies.
+pub const FIELD_MANAGER: &str = "carma-dra-driver";
+
+/// A slice write failed.
+#[derive(Debug, Error)]
+pub enum PublishError {
+    /// The Node (the slice's owner) cannot be read.
+    #[error("reading Node {node}: {source}")]
+    Node {
+        /// Node name.
+        node: String,
+        /// Why.
+        source: kube::Error,
+    },
+    /// The stored slice cannot be read.
+    #[error("reading ResourceSlice {name}: {source}")]
+    Read {
+        /// Slice name.
+        name: String,
+        /// Why.
+        source: kube::Error,
+    },
+    /// The apply failed.
+    #[error("applying ResourceSlice {name}: {source}")]
+    Apply {
+        /// Slice name.
+        name: String,
+        /// Why.
+        source: kube::Error,
+    },
+    /// The API server dropped the sharing fields.
+    #[error(
+        "the API server dropped allowMultipleAllocations/requestPolicy from ResourceSlice {name} (feature gate DRAConsumableCapacity is off; it is on by default from Kubernetes 1.36): its devices are withdrawn until the driver restarts"
+    )]
+    SharingDropped {
+        /// Slice name.
+        name: String,
+    },
+}
+
+/// Publishes one node's slice.
+pub struct SlicePublisher {
+    slices: Api<ResourceSlice>,
+    nodes: Api<Node>,
+    node: String,
+    node_uid: Option<String>,
+    generation: Option<i64>,
+    last: Option<Vec<Device>>,
+    last_write: Option<Instant>,
+    min_interval: Duration,
+    withdrawn: bool,
+    taints_warned: bool,
+}
+
+impl std::fmt::Debug for SlicePublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlicePublisher")
+            .field("node", &self.node)
+            .field("generation", &self.generation)
+            .field("withdrawn", &self.withdrawn)
+            .finish()
+    }
+}
+
+impl SlicePublisher {
+    /// A publisher for `node`'s slice (needs `get` on nodes and `get`, `create`, `patch` on
+    /// resourceslices).
+    pub fn new(client: kube::Client, node: impl Into<String>, min_interval: Duration) -> Self {
+        Self {
+            slices: Api::all(client.clone()),
+            nodes: Api::all(client),
+            node: node.into(),
+            node_uid: None,
+            generation: None,
+            last: None,
+            last_write: None,
+            min_interval,
+            withdrawn: false,
+            taints_warned: false,
+        }
+    }
+
+    /// Write `devices` if they differ from the last write and the interval allows; returns the
+    /// generation written, `None` when nothing was written.
+    pub async fn offer(&mut self, devices: &[Device]) -> Result<Option<i64>, PublishError> {
+        if self.withdrawn || self.last.as_deref() == Some(devices) {
+            return Ok(None);
+        }
+        if self
+            .last_write
+            .is_some_and(|at| at.elapsed() < self.min_interval)
+        {
+            return Ok(None);
+        }
+        let name = slice_name(&self.node);
+        let generation = self.next_generation(&name).await?;
+        let stored = self.apply(&name, generation, devices.to_vec()).await?;
+        self.last_write = Some(Instant::now());
+        let dropped = dropped_fields(devices, stored.spec.devices.as_deref().unwrap_or_default());
+        if dropped.sharing {
+            self.withdrawn = true;
+            let generation = generation + 1;
+            self.generation = Some(generation);
+            self.apply(&name, generation, Vec::new()).await?;
+            let e = PublishError::SharingDropped { name };
+            error!("{e}");
+            return Err(e);
+        }
+        if dropped.taints && !self.taints_warned {
+            self.taints_warned = true;
+            warn!(
+                slice = %name,
+                "the API server dropped the device taints (feature gate DRADeviceTaints is off; on by default from Kubernetes 1.36): the utilization gate is not enforced by the scheduler"
+            );
+        }
+        self.last = Some(devices.to_vec());
+        info!(slice = %name, generation, devices = devices.len(), "ResourceSlice written");
+        Ok(Some(generation))
+    }
+
+    async fn next_generation(&mut self, name: &str) -> Result<i64, PublishError> {
+        let next = match self.generation {
+            Some(g) => g + 1,
+            None => {
+                let stored =
+                    self.slices
+                        .get_opt(name)
+                        .await
+                        .map_err(|source| PublishError::Read {
+                            name: name.to_string(),
+                            source,
+                        })?;
+                stored.map_or(0, |s| s.spec.pool.generation) + 1
+            }
+        };
+        self.generation = Some(next);
+        Ok(next)
+    }
+
+    async fn apply(
+        &mut self,
+        name: &str,
+        generation: i64,
+        devices: Vec<Device>,
+    ) -> Result<ResourceSlice, PublishError> {
+        if self.node_uid.is_none() {
+            let node = self
+                .nodes
+                .get(&self.node)
+                .await
+                .map_err(|source| PublishError::Node {
+                    node: self.node.clone(),
+                    source,
+                })?;
+            self.node_uid = node.metadata.uid;
+        }
+        let mut slice = resource_slice(&self.node, self.node_uid.as_deref(), generation, devices);
+        // Server-side apply needs the type in the body.
+        slice.metadata.name = Some(name.to_string());
+        let body = serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": slice.metadata,
+            "spec": slice.spec,
+        });
+        self.slices
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(|source| PublishError::Apply {
+                name: name.to_string(),
+                source,
+            })
+    }
+}

@@ -1,0 +1,422 @@
+//! The kubelet's side, played by a tonic client over the driver's real Unix sockets: plugin
+//! registration, then NodePrepareResources and NodeUnprepareResources for claims allocated on the
+//! driver's devices, with the CDI specs they leave on disk.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use carma_device_plugin::backends::simulated::simulated_uuid;
+use carma_device_plugin::config::{BackendKind, SimulatedGpus};
+use carma_device_plugin::registration::uds_channel;
+use carma_dra_driver::claims::StaticClaims;
+use carma_dra_driver::proto::dra::dra_plugin_client::DraPluginClient;
+use carma_dra_driver::proto::dra::{
+    Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest,
+};
+use carma_dra_driver::proto::registration::registration_client::RegistrationClient;
+use carma_dra_driver::proto::registration::{InfoRequest, RegistrationStatus};
+use carma_dra_driver::registration::RegistrationState;
+use carma_dra_driver::{Config, Dependencies, RunningDriver};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
+    ResourceClaimStatus,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+const NODE: &str = "gpu-node-1";
+
+/// One allocation result: (driver, pool, device, request, consumed memory, share ID).
+type Result1<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
+fn claim(name: &str, uid: &str, results: &[Result1<'_>]) -> ResourceClaim {
+    ResourceClaim {
+        metadata: ObjectMeta {
+            namespace: Some("ml".into()),
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: Default::default(),
+        status: Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: Some(
+                        results
+                            .iter()
+                            .map(|(driver, pool, device, request, mem, share)| {
+                                DeviceRequestAllocationResult {
+                                    driver: driver.to_string(),
+                                    pool: pool.to_string(),
+                                    device: device.to_string(),
+                                    request: request.to_string(),
+                                    consumed_capacity: mem.map(|m| {
+                                        BTreeMap::from([(
+                                            "memory".to_string(),
+                                            Quantity(m.to_string()),
+                                        )])
+                                    }),
+                                    share_id: share.map(str::to_string),
+                                    ..Default::default()
+                                }
+                            })
+                            .collect(),
+                    ),
+                    config: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn kubelet_claim(name: &str, uid: &str) -> Claim {
+    Claim {
+        namespace: "ml".into(),
+        name: name.into(),
+        uid: uid.into(),
+    }
+}
+
+async fn start(dir: &std::path::Path, claims: &StaticClaims) -> RunningDriver {
+    let mut config = Config::new(NODE, BackendKind::Simulated);
+    config.simulated_gpus = SimulatedGpus {
+        count: 4,
+        memory_mib: 40960,
+    };
+    config.registry_dir = dir.join("plugins_registry");
+    config.plugin_dir = dir.join("plugins/gpu.carma.io");
+    config.cdi_dir = dir.join("cdi");
+    config.sample_interval = Duration::from_millis(100);
+    let deps = Dependencies {
+        claims: Some(Arc::new(claims.clone())),
+        ..Default::default()
+    };
+    carma_dra_driver::start(config, deps).await.unwrap()
+}
+
+fn env(dir: &std::path::Path, uid: &str) -> Vec<Vec<String>> {
+    let path = dir.join(format!("cdi/gpu.carma.io-claim_{uid}.json"));
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(spec["kind"], "gpu.carma.io/claim");
+    spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            d["containerEdits"]["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_kubelet_registers_the_driver_through_the_registry_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start(dir.path(), &StaticClaims::default()).await;
+    let reg = dir.path().join("plugins_registry/gpu.carma.io-reg.sock");
+    assert_eq!(driver.registration_socket(), reg);
+    let mut client = RegistrationClient::new(uds_channel(&reg).await.unwrap());
+    let info = client.get_info(InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(info.r#type, "DRAPlugin");
+    assert_eq!(info.name, "gpu.carma.io");
+    let dra = dir.path().join("plugins/gpu.carma.io/dra.sock");
+    assert_eq!(info.endpoint, dra.to_string_lossy());
+    assert_eq!(info.supported_versions, ["v1.DRAPlugin"]);
+    // The kubelet dials the endpoint it was given.
+    assert!(uds_channel(&info.endpoint).await.is_ok());
+
+    let mut state = driver.registration();
+    assert_eq!(*state.borrow(), RegistrationState::Pending);
+    client
+        .notify_registration_status(RegistrationStatus {
+            plugin_registered: false,
+            error: "version not supported".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        *state.borrow_and_update(),
+        RegistrationState::Failed("version not supported".into())
+    );
+    client
+        .notify_registration_status(RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(*state.borrow_and_update(), RegistrationState::Registered);
+
+    driver.shutdown().await;
+    assert!(
+        !reg.exists() && !dra.exists(),
+        "sockets removed on shutdown"
+    );
+}
+
+#[tokio::test]
+async fn prepare_answers_cdi_names_and_writes_the_spec_then_unprepare_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let claims = StaticClaims::default();
+    claims.insert(claim(
+        "train-a",
+        "uid-a",
+        &[(
+            "gpu.carma.io",
+            NODE,
+            "gpu-1",
+            "gpu",
+            Some("12Gi"),
+            Some("share-7"),
+        )],
+    ));
+    // Two GPUs in one request, each booked whole (no consumedCapacity), next to another
+    // driver's device that is not ours to prepare.
+    claims.insert(claim(
+        "train-b",
+        "uid-b",
+        &[
+            ("gpu.carma.io", NODE, "gpu-0", "gpus", None, None),
+            ("gpu.carma.io", NODE, "gpu-3", "gpus", None, None),
+            ("net.example.com", NODE, "nic-0", "nic", None, None),
+        ],
+    ));
+    let driver = start(dir.path(), &claims).await;
+    let mut kubelet = DraPluginClient::new(uds_channel(driver.dra_socket()).await.unwrap());
+
+    let answer = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![
+                kubelet_claim("train-a", "uid-a"),
+                kubelet_claim("train-b", "uid-b"),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.claims.len(), 2);
+    let a = &answer.claims["uid-a"];
+    assert_eq!(a.error, "");
+    assert_eq!(a.devices.len(), 1);
+    let d = &a.devices[0];
+    assert_eq!(
+        (
+            d.pool_name.as_str(),
+            d.device_name.as_str(),
+            d.request_names.as_slice()
+        ),
+        (NODE, "gpu-1", ["gpu".to_string()].as_slice())
+    );
+    assert_eq!(d.cdi_device_ids, ["gpu.carma.io/claim=uid-a-gpu-gpu-1"]);
+    assert_eq!(d.share_id.as_deref(), Some("share-7"));
+    let uuid1 = simulated_uuid(NODE, 1);
+    assert_eq!(
+        env(dir.path(), "uid-a"),
+        [[
+            format!("CARMA_ASSIGNED_GPUS={uuid1}"),
+            "CARMA_RESERVED_MIB=12288".to_string(),
+            format!("NVIDIA_VISIBLE_DEVICES={uuid1}"),
+        ]]
+    );
+
+    let b = &answer.claims["uid-b"];
+    assert_eq!(b.error, "");
+    let names: Vec<&str> = b.devices.iter().map(|d| d.device_name.as_str()).collect();
+    assert_eq!(names, ["gpu-0", "gpu-3"], "only this driver's devices");
+    let both = format!("{},{}", simulated_uuid(NODE, 0), simulated_uuid(NODE, 3));
+    let env_b = env(dir.path(), "uid-b");
+    assert_eq!(env_b.len(), 2);
+    assert_eq!(env_b[0], env_b[1]);
+    assert!(env_b[0].contains(&format!("NVIDIA_VISIBLE_DEVICES={both}")));
+    assert!(
+        env_b[0].contains(&"CARMA_RESERVED_MIB=40960".to_string()),
+        "whole GPU"
+    );
+    let mut uids = driver.prepared().claim_uids();
+    uids.sort();
+    assert_eq!(uids, ["uid-a", "uid-b"]);
+
+    // Preparing again (kubelet retries) gives the same answer.
+    let again = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kubelet_claim("train-a", "uid-a")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims["uid-a"], answer.claims["uid-a"]);
+
+    let spec_a = dir.path().join("cdi/gpu.carma.io-claim_uid-a.json");
+    let gone = kubelet
+        .node_unprepare_resources(NodeUnprepareResourcesRequest {
+            claims: vec![kubelet_claim("train-a", "uid-a")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(gone.claims["uid-a"].error, "");
+    assert!(!spec_a.exists());
+    assert_eq!(driver.prepared().claim_uids(), ["uid-b"]);
+    // Unprepare is idempotent, also for a claim this process never prepared.
+    let again = kubelet
+        .node_unprepare_resources(NodeUnprepareResourcesRequest {
+            claims: vec![
+                kubelet_claim("train-a", "uid-a"),
+                kubelet_claim("old", "uid-old"),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims.len(), 2);
+    assert!(again.claims.values().all(|c| c.error.is_empty()));
+    driver.shutdown().await;
+}
+
+#[tokio::test]
+async fn claims_that_are_not_this_nodes_fail_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let claims = StaticClaims::default();
+    claims.insert(claim(
+        "ok",
+        "uid-ok",
+        &[("gpu.carma.io", NODE, "gpu-2", "gpu", Some("4Gi"), None)],
+    ));
+    claims.insert(claim(
+        "elsewhere",
+        "uid-else",
+        &[(
+            "gpu.carma.io",
+            "gpu-node-2",
+            "gpu-0",
+            "gpu",
+            Some("4Gi"),
+            None,
+        )],
+    ));
+    claims.insert(claim(
+        "no-such-gpu",
+        "uid-nogpu",
+        &[("gpu.carma.io", NODE, "gpu-9", "gpu", Some("4Gi"), None)],
+    ));
+    claims.insert(claim(
+        "recreated",
+        "uid-new",
+        &[("gpu.carma.io", NODE, "gpu-0", "gpu", Some("4Gi"), None)],
+    ));
+    let mut pending = claim("pending", "uid-pending", &[]);
+    pending.status = None;
+    claims.insert(pending);
+    let driver = start(dir.path(), &claims).await;
+    let mut kubelet = DraPluginClient::new(uds_channel(driver.dra_socket()).await.unwrap());
+    let answer = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![
+                kubelet_claim("ok", "uid-ok"),
+                kubelet_claim("elsewhere", "uid-else"),
+                kubelet_claim("no-such-gpu", "uid-nogpu"),
+                kubelet_claim("recreated", "uid-old"),
+                kubelet_claim("pending", "uid-pending"),
+                kubelet_claim("missing", "uid-missing"),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let error = |uid: &str| answer.claims[uid].error.clone();
+    assert_eq!(error("uid-ok"), "");
+    assert!(
+        error("uid-else").contains("pool gpu-node-2"),
+        "{}",
+        error("uid-else")
+    );
+    assert!(
+        error("uid-nogpu").contains("gpu-9"),
+        "{}",
+        error("uid-nogpu")
+    );
+    assert!(
+        error("uid-old").contains("has UID uid-new"),
+        "{}",
+        error("uid-old")
+    );
+    assert!(
+        error("uid-pending").contains("not allocated"),
+        "{}",
+        error("uid-pending")
+    );
+    assert!(
+        error("uid-missing").contains("not found"),
+        "{}",
+        error("uid-missing")
+    );
+    for uid in [
+        "uid-else",
+        "uid-nogpu",
+        "uid-old",
+        "uid-pending",
+        "uid-missing",
+    ] {
+        assert!(answer.claims[uid].devices.is_empty());
+        assert!(
+            !dir.path()
+                .join(format!("cdi/gpu.carma.io-claim_{uid}.json"))
+                .exists()
+        );
+    }
+    assert_eq!(driver.prepared().claim_uids(), ["uid-ok"]);
+    driver.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_driver_offers_one_shareable_device_per_gpu_and_taints_an_unhealthy_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start(dir.path(), &StaticClaims::default()).await;
+    let mut devices = driver.devices();
+    let first = devices.wait_for(|d| !d.is_empty()).await.unwrap().clone();
+    assert_eq!(first.len(), 4);
+    assert!(
+        first
+            .iter()
+            .all(|d| d.allow_multiple_allocations == Some(true))
+    );
+    assert_eq!(
+        first[2].capacity.as_ref().unwrap()["memory"].value.0,
+        "40960Mi"
+    );
+    driver.simulated().unwrap().set_health(2, Some("XID 79"));
+    let tainted = tokio::time::timeout(
+        Duration::from_secs(5),
+        devices.wait_for(|d| {
+            d[2].taints
+                .as_ref()
+                .is_some_and(|t| t.iter().any(|t| t.key == "gpu.carma.io/unhealthy"))
+        }),
+    )
+    .await
+    .expect("the unhealthy GPU is tainted within 5 s")
+    .unwrap()
+    .clone();
+    assert!(
+        tainted[0]
+            .taints
+            .iter()
+            .flatten()
+            .all(|t| t.key != "gpu.carma.io/unhealthy")
+    );
+    driver.shutdown().await;
+}
