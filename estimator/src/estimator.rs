@@ -183,8 +183,8 @@ impl Estimator {
     }
 
     /// Estimates the per-GPU reservation for one job run with `gpus` GPUs per pod. A
-    /// profile with `traced` gets the traced reservation (the GPU count adds the
-    /// multi-GPU factor); the models and the analytic bound do not read the GPU count.
+    /// profile with `traced` gets the traced reservation (each GPU beyond the first adds the
+    /// multi-GPU term); the models and the analytic bound do not read the GPU count.
     pub fn estimate_for(&self, p: &Profile, gpus: u32) -> Result<Estimate, EstimateError> {
         p.validate()?;
         if let Some(e) = traced(p, gpus) {

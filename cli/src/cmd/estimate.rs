@@ -34,10 +34,13 @@ use super::EXIT_BAD_INPUT;
 
 #[path = "estimate_peaks.rs"]
 mod estimate_peaks;
+#[path = "estimate_peaks_report.rs"]
+mod estimate_peaks_report;
 use estimate_peaks::{
     DEFAULT_PRINTOUTS, DEFAULT_SUMMARIES, DEFAULT_WORKLOADS, REPO_PRINTOUTS, REPO_SUMMARIES,
-    REPO_TRACED, evaluate_peaks, render_table,
+    REPO_TRACED, evaluate_peaks,
 };
+use estimate_peaks_report::render_table;
 
 /// Arguments of `carma estimate`.
 #[derive(Debug, clap::Args)]

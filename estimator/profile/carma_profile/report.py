@@ -25,8 +25,7 @@ def constants(repo: Path) -> dict[str, int]:
 def reservation(c: dict, family: str, gpus: int, peak: int, largest: int) -> int:
     """estimator/src/traced.rs's traced_reservation_mib."""
     b = c["TRANSFORMER_LARGEST_FACTOR_MILLI"] if family == "transformer" else c["CNN_LARGEST_FACTOR_MILLI"]
-    multi = c["MULTI_GPU_FACTOR_MILLI"] if gpus > 1 else 1000
-    tensors = -(-(peak * 1000 + largest * b) * multi // 1_000_000)
+    tensors = -(-(peak * 1000 + largest * b) // 1000) + max(0, gpus - 1) * c["MULTI_GPU_MIB"]
     return max(c["FLOOR_MIB"], c["CONTEXT_MIB"] + tensors)
 
 
@@ -37,7 +36,7 @@ def fit(rows: list[dict], floor: int) -> dict[str, int]:
     traced.rs); the Transformer largest-tensor factor is 0 (the BERT jobs measure at their
     traced peak). Searched: the context in steps of 10 MiB, with the least CNN factor (in
     steps of 0.01) that covers every single-GPU CNN job above the floor, then the least
-    multi-GPU factor (in steps of 0.01) that covers the multi-GPU jobs.
+    multi-GPU term (MiB per GPU beyond the first) that covers the multi-GPU jobs.
     """
     single = [r for r in rows if r["gpus"] == 1 and r["measured"] > floor]
     best = None
@@ -47,11 +46,10 @@ def fit(rows: list[dict], floor: int) -> dict[str, int]:
         need = [(r["measured"] - context - r["peak"]) / r["largest"] for r in single if r["family"] != "transformer"]
         b = max(0, math.ceil(max(need, default=0) * 100) * 10)
         c = {"CONTEXT_MIB": context, "FLOOR_MIB": floor, "CNN_LARGEST_FACTOR_MILLI": b,
-             "TRANSFORMER_LARGEST_FACTOR_MILLI": 0, "MULTI_GPU_FACTOR_MILLI": 1000}
-        multi = [r for r in rows if r["gpus"] > 1]
-        need = [(r["measured"] - context) / (reservation({**c, "CONTEXT_MIB": 0, "FLOOR_MIB": 0}, r["family"], 1,
-                                                         r["peak"], r["largest"])) for r in multi]
-        c["MULTI_GPU_FACTOR_MILLI"] = max(1000, math.ceil(max(need, default=1) * 100) * 10)
+             "TRANSFORMER_LARGEST_FACTOR_MILLI": 0, "MULTI_GPU_MIB": 0}
+        need = [(r["measured"] - reservation(c, r["family"], r["gpus"], r["peak"], r["largest"])) / (r["gpus"] - 1)
+                for r in rows if r["gpus"] > 1]
+        c["MULTI_GPU_MIB"] = max(0, math.ceil(max(need, default=0)))
         over = sum(reservation(c, r["family"], r["gpus"], r["peak"], r["largest"]) - r["measured"] for r in rows)
         if best is None or over < best[0]:
             best = (over, c)
@@ -111,11 +109,11 @@ def main() -> int:
     print()
     print(summary("shipped constants", rows, "reservation"))
     print(summary("leave-one-architecture-out", rows, "held_out"))
-    print("\nconstants refitted without each architecture (context MiB, CNN factor, multi-GPU factor):")
+    print("\nconstants refitted without each architecture (context MiB, CNN factor, multi-GPU MiB):")
     for arch in sorted({r["model"] for r in rows}):
         k = next(r["held_out_constants"] for r in rows if r["model"] == arch)
         print(f"- without {arch}: {k['CONTEXT_MIB']}, {k['CNN_LARGEST_FACTOR_MILLI'] / 1000:.2f}, "
-              f"{k['MULTI_GPU_FACTOR_MILLI'] / 1000:.2f}")
+              f"{k['MULTI_GPU_MIB']:,}")
     return 0
 
 

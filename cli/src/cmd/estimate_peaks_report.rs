@@ -1,0 +1,269 @@
+//! `carma estimate eval --peaks`, the report: the rows that `estimate_peaks` builds,
+//! tallied per family and source (rows, underestimates, mean and p95 over-reservation),
+//! and rendered as the text table of `--table`.
+
+use carma_estimator::Family;
+use serde::Serialize;
+
+use super::estimate_peaks::PeakRow;
+
+/// A source of reservations the report tallies: which rows it covers and what it
+/// reserves for each.
+pub struct Source {
+    /// Name in the report.
+    pub name: &'static str,
+    /// The reservation for a row, `None` where the source does not apply.
+    pub reservation: fn(&PeakRow) -> Option<u64>,
+    /// Why the source has no figures, when it has none on any row.
+    pub missing: &'static str,
+}
+
+/// Every source the report tallies, per family.
+pub const SOURCES: &[Source] = &[
+    Source {
+        name: "detailed bound, summary/printout",
+        reservation: |r| (r.profile != "catalog").then_some(r.carma_mib),
+        missing: "no table or printout",
+    },
+    Source {
+        name: "totals bound, summary/printout",
+        reservation: |r| (r.profile != "catalog").then_some(r.totals_mib),
+        missing: "no table or printout",
+    },
+    Source {
+        name: "carma, catalog profile",
+        reservation: |r| (r.profile == "catalog").then_some(r.carma_mib),
+        missing: "no catalog profile",
+    },
+    Source {
+        name: "GPUMemNet recorded, catalog jobs",
+        reservation: |r| {
+            (r.profile == "catalog")
+                .then_some(r.gpumemnet_mib)
+                .flatten()
+        },
+        missing: "no GPUMemNet estimate in the task files",
+    },
+    Source {
+        name: "traced",
+        reservation: |r| r.traced_mib,
+        missing: "no traced figures",
+    },
+];
+
+/// Underestimates and over-reservation of one estimator.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Tally {
+    /// Rows counted.
+    pub rows: usize,
+    /// Rows whose reservation is below the measured peak (an OOM crash).
+    pub underestimates: usize,
+    /// Mean of `max(0, reservation − peak)` (MiB).
+    pub mean_over_reservation_mib: f64,
+    /// 95th percentile (nearest rank) of `max(0, reservation − peak)` (MiB).
+    pub p95_over_reservation_mib: u64,
+}
+
+impl Tally {
+    fn of(pairs: impl Iterator<Item = (u64, u64)>) -> Tally {
+        let (mut under, mut overs) = (0usize, Vec::new());
+        for (reservation, peak) in pairs {
+            if reservation < peak {
+                under += 1;
+            }
+            overs.push(reservation.saturating_sub(peak));
+        }
+        overs.sort_unstable();
+        let rows = overs.len();
+        let p95 = match rows {
+            0 => 0,
+            n => overs[(n * 95).div_ceil(100).max(1) - 1],
+        };
+        Tally {
+            rows,
+            underestimates: under,
+            mean_over_reservation_mib: if rows == 0 {
+                0.0
+            } else {
+                overs.iter().sum::<u64>() as f64 / rows as f64
+            },
+            p95_over_reservation_mib: p95,
+        }
+    }
+}
+
+/// One source's figures on one family's rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceTally {
+    /// The family.
+    pub family: Family,
+    /// The source's name ([`SOURCES`]).
+    pub source: &'static str,
+    /// The figures; `None` when the source has no figure on any of the family's rows.
+    pub tally: Option<Tally>,
+    /// Why there are no figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<&'static str>,
+}
+
+/// The whole evaluation.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeaksReport {
+    /// One row per job and profile source.
+    pub rows: Vec<PeakRow>,
+    /// carma now, every row.
+    pub carma: Tally,
+    /// The legacy bound, every row.
+    pub legacy: Tally,
+    /// carma now, on the rows with a GPUMemNet estimate.
+    pub carma_where_gpumemnet: Tally,
+    /// GPUMemNet's recorded estimates, on those rows.
+    pub gpumemnet: Tally,
+    /// Every source of [`SOURCES`] per family (families in the rows, in order).
+    pub by_source: Vec<SourceTally>,
+    /// Task files with a peak that the catalog does not restate (no profile).
+    pub skipped: Vec<String>,
+}
+
+/// Tallies the rows: every row, the rows with a GPUMemNet estimate, and every source of
+/// [`SOURCES`] per family (families in name order). `rows` must not be empty.
+pub fn report(rows: Vec<PeakRow>, skipped: Vec<String>) -> PeaksReport {
+    let with_gpumemnet = || rows.iter().filter_map(|r| Some((r, r.gpumemnet_mib?)));
+    let mut families: Vec<Family> = Vec::new();
+    for r in &rows {
+        if !families.contains(&r.family) {
+            families.push(r.family);
+        }
+    }
+    families.sort_by_key(|f| f.as_str());
+    let by_source = families
+        .iter()
+        .flat_map(|&family| {
+            let rows = &rows;
+            SOURCES.iter().map(move |s| {
+                let pairs: Vec<(u64, u64)> = rows
+                    .iter()
+                    .filter(|r| r.family == family)
+                    .filter_map(|r| Some(((s.reservation)(r)?, r.peak_mib)))
+                    .collect();
+                let tally = (!pairs.is_empty()).then(|| Tally::of(pairs.into_iter()));
+                SourceTally {
+                    family,
+                    source: s.name,
+                    not_run: tally.is_none().then_some(s.missing),
+                    tally,
+                }
+            })
+        })
+        .collect();
+    PeaksReport {
+        carma: Tally::of(rows.iter().map(|r| (r.carma_mib, r.peak_mib))),
+        legacy: Tally::of(rows.iter().map(|r| (r.legacy_mib, r.peak_mib))),
+        carma_where_gpumemnet: Tally::of(with_gpumemnet().map(|(r, _)| (r.carma_mib, r.peak_mib))),
+        gpumemnet: Tally::of(with_gpumemnet().map(|(r, g)| (g, r.peak_mib))),
+        by_source,
+        rows,
+        skipped,
+    }
+}
+
+/// The report as text: the rows, the terms of each detailed bound, the summary lines
+/// and the per-family, per-source tallies.
+pub fn render_table(r: &PeaksReport) -> String {
+    let mut out = format!(
+        "{:<34} {:<8} {:<11} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9}\n",
+        "job", "profile", "family", "batch", "peak", "carma", "totals", "legacy", "gpumemnet"
+    );
+    for row in &r.rows {
+        let g = row
+            .gpumemnet_mib
+            .map_or_else(|| "-".to_string(), |v| v.to_string());
+        out += &format!(
+            "{:<34} {:<8} {:<11} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9}\n",
+            row.job,
+            row.profile,
+            row.family.as_str(),
+            row.batch_size,
+            row.peak_mib,
+            row.carma_mib,
+            row.totals_mib,
+            row.legacy_mib,
+            g
+        );
+    }
+    out += "\nterms of the detailed bound (MiB): context, weights, gradients, optimizer state, \
+            activations, attention scores, optimizer step beyond activations\n";
+    out += &format!(
+        "{:<34} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7}\n",
+        "job",
+        "batch",
+        "context",
+        "weights",
+        "grads",
+        "optim",
+        "activ",
+        "scores",
+        "step",
+        "carma",
+        "peak"
+    );
+    for row in &r.rows {
+        let Some(t) = row.terms else { continue };
+        out += &format!(
+            "{:<34} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7}\n",
+            row.job,
+            row.batch_size,
+            t.context_mib,
+            t.weights_mib,
+            t.gradients_mib,
+            t.optimizer_mib,
+            t.activations_mib,
+            t.scores_mib,
+            t.step_mib,
+            t.total_mib,
+            row.peak_mib
+        );
+    }
+    out += "\n";
+    let line = |name: &str, t: &Tally| {
+        format!(
+            "{name}: {} rows, {} underestimates, mean over-reservation {:.0} MiB\n",
+            t.rows, t.underestimates, t.mean_over_reservation_mib
+        )
+    };
+    out += &line("carma (all rows)", &r.carma);
+    out += &line("legacy bound (all rows)", &r.legacy);
+    out += &line(
+        "carma (rows with a GPUMemNet estimate)",
+        &r.carma_where_gpumemnet,
+    );
+    out += &line("GPUMemNet recorded (same rows)", &r.gpumemnet);
+    out += "\nby family and source:\n";
+    for s in &r.by_source {
+        let figures = match (&s.tally, s.not_run) {
+            (Some(t), _) => format!(
+                "{} rows, {} underestimates, over-reservation mean {:.0} MiB, p95 {} MiB",
+                t.rows, t.underestimates, t.mean_over_reservation_mib, t.p95_over_reservation_mib
+            ),
+            (None, why) => format!("not run ({})", why.unwrap_or("no figures")),
+        };
+        out += &format!("{} / {}: {figures}\n", s.family.as_str(), s.source);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tally() {
+        let t = Tally::of([(100, 50), (40, 50), (60, 60)].into_iter());
+        assert_eq!((t.rows, t.underestimates), (3, 1));
+        assert!((t.mean_over_reservation_mib - 50.0 / 3.0).abs() < 1e-9);
+        assert_eq!(t.p95_over_reservation_mib, 50);
+        let t = Tally::of((0..20).map(|i| (100 + i, 100)));
+        // nearest rank: the 19th of 20 sorted over-reservations (0..=19)
+        assert_eq!(t.p95_over_reservation_mib, 18);
+    }
+}
