@@ -420,3 +420,118 @@ async fn the_driver_offers_one_shareable_device_per_gpu_and_taints_an_unhealthy_
     );
     driver.shutdown().await;
 }
+
+/// Two GPUs whose SM activity (and occupancy, DRAM activity) the test sets; it records the
+/// context of the last sample.
+#[derive(Debug, Default)]
+struct ScriptedBackend {
+    load: parking_lot::Mutex<[f64; 2]>,
+    last_context: parking_lot::Mutex<Option<carma_device_plugin::backends::SampleContext>>,
+}
+
+impl carma_device_plugin::backends::GpuBackend for ScriptedBackend {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
+    fn sample<'a>(
+        &'a self,
+        ctx: &'a carma_device_plugin::backends::SampleContext,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<
+            Vec<carma_device_plugin::backends::GpuSample>,
+            carma_device_plugin::backends::BackendError,
+        >,
+    > {
+        use carma_device_plugin::backends::{Activity, ActivitySource, GpuSample};
+        *self.last_context.lock() = Some(ctx.clone());
+        let load = *self.load.lock();
+        Box::pin(async move {
+            Ok((0..2u32)
+                .map(|i| {
+                    let mut s = GpuSample::basic(i, format!("GPU-{i}"), "m", 40 << 30, 0);
+                    let l = load[i as usize];
+                    s.sm_activity = Activity::new(l, ActivitySource::Dcgm);
+                    s.sm_occupancy = Activity::new(l, ActivitySource::Dcgm);
+                    s.dram_activity = Activity::new(l, ActivitySource::Dcgm);
+                    s
+                })
+                .collect())
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_gate_taint_follows_the_measured_sm_activity_and_prepared_claims_reach_the_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let claims = StaticClaims::default();
+    claims.insert(claim(
+        "a",
+        "uid-a",
+        &[("gpu.carma.io", NODE, "gpu-1", "gpu", Some("12Gi"), None)],
+    ));
+    let backend = Arc::new(ScriptedBackend::default());
+    let mut config = Config::new(NODE, BackendKind::Simulated);
+    config.registry_dir = dir.path().join("registry");
+    config.plugin_dir = dir.path().join("plugin");
+    config.cdi_dir = dir.path().join("cdi");
+    config.sample_interval = Duration::from_millis(50);
+    config.window = 1;
+    let driver = carma_dra_driver::start(
+        config,
+        Dependencies {
+            backend: Some(backend.clone()),
+            claims: Some(Arc::new(claims)),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let gate = |d: &[k8s_openapi::api::resource::v1::Device], i: usize| {
+        d[i].taints
+            .iter()
+            .flatten()
+            .any(|t| t.key == "gpu.carma.io/utilization-gate" && t.effect == "NoSchedule")
+    };
+    let wait = Duration::from_secs(5);
+    let mut devices = driver.devices();
+    tokio::time::timeout(
+        wait,
+        devices.wait_for(|d| d.len() == 2 && !gate(d, 0) && !gate(d, 1)),
+    )
+    .await
+    .expect("idle GPUs are untainted")
+    .unwrap();
+
+    *backend.load.lock() = [0.1, 0.95];
+    let d = tokio::time::timeout(wait, devices.wait_for(|d| gate(d, 1)))
+        .await
+        .expect("the busy GPU is tainted")
+        .unwrap()
+        .clone();
+    assert!(!gate(&d, 0), "the idle GPU stays open");
+    *backend.load.lock() = [0.1, 0.5];
+    tokio::time::timeout(wait, devices.wait_for(|d| !gate(d, 1)))
+        .await
+        .expect("the taint is lifted once the GPU is below the caps")
+        .unwrap();
+
+    let mut kubelet = DraPluginClient::new(uds_channel(driver.dra_socket()).await.unwrap());
+    let answer = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kubelet_claim("a", "uid-a")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.claims["uid-a"].error, "");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ctx = backend.last_context.lock().clone().unwrap();
+    let on_gpu1 = &ctx.pods_by_gpu["GPU-1"];
+    assert_eq!(
+        (on_gpu1[0].uid.as_str(), on_gpu1[0].reserved_mib),
+        ("uid-a", 12288)
+    );
+    driver.shutdown().await;
+}
