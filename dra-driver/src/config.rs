@@ -137,6 +137,20 @@ impl Config {
         if self.min_share_mib == 0 {
             return bad("--min-share-mib 0: expected at least 1 MiB".into());
         }
+        for (flag, dir) in [
+            ("--registry-dir", &self.registry_dir),
+            ("--plugin-dir", &self.plugin_dir),
+            ("--cdi-dir", &self.cdi_dir),
+        ] {
+            // The kubelet dials the DRA socket by the path GetInfo names, from its own working
+            // directory.
+            if !dir.is_absolute() {
+                return bad(format!(
+                    "{flag} {}: expected an absolute path",
+                    dir.display()
+                ));
+            }
+        }
         if self.window == 0 {
             return bad("the activity window must hold at least one sample".into());
         }
@@ -177,6 +191,9 @@ mod tests {
         c.node_name = " ".into();
         assert!(c.validate().unwrap_err().0.contains("--node-name"));
         c.node_name = "n1".into();
+        c.plugin_dir = PathBuf::from("plugins/gpu.carma.io");
+        assert!(c.validate().unwrap_err().0.contains("--plugin-dir"));
+        c.plugin_dir = PathBuf::from(DEFAULT_PLUGIN_DIR);
         c.backend = BackendKind::Dcgm;
         assert!(c.validate().unwrap_err().0.contains("--dcgm-endpoint"));
     }
