@@ -200,6 +200,9 @@ pub struct BoundTerms {
     /// temporaries). The detailed bound counts it only where it exceeds activations
     /// and scores, which are freed before the step.
     pub step_mib: u64,
+    /// What each GPU of a pod beyond the first adds ([`crate::MULTI_GPU_MIB`] each: the traced
+    /// estimate's term, fitted on CARMA's 2-GPU jobs).
+    pub multi_gpu_mib: u64,
     /// The reservation: the terms' sum rounded up to [`ROUNDING_MIB`].
     pub total_mib: u64,
 }
@@ -227,8 +230,20 @@ fn rounded(mib: u128) -> u64 {
 ///
 /// Activations are freed before the optimizer step, so Adam's two weight-sized
 /// temporaries are counted only where they are larger than the activations. `c` and `l` are
-/// [`detailed_factors`]; `e` is [`activation_bytes`].
+/// [`detailed_factors`]; `e` is [`activation_bytes`]. One GPU; [`detailed_bound_for`] adds
+/// what more GPUs hold.
 pub fn detailed_bound(job: impl Into<BoundInputs>, values: &SavedValues) -> BoundTerms {
+    detailed_bound_for(job, values, 1)
+}
+
+/// [`detailed_bound`] per GPU of a pod with `gpus` GPUs (0 counts as 1), for a job read at
+/// its per-GPU batch: each GPU beyond the first adds [`crate::MULTI_GPU_MIB`], what CARMA's
+/// 2-GPU jobs hold beyond one GPU's share of the step (`docs/traced-estimate.md`).
+pub fn detailed_bound_for(
+    job: impl Into<BoundInputs>,
+    values: &SavedValues,
+    gpus: u32,
+) -> BoundTerms {
     let p: BoundInputs = job.into();
     let e = u128::from(activation_bytes(p.mixed_precision));
     let f = detailed_factors(p.family);
@@ -269,7 +284,8 @@ pub fn detailed_bound(job: impl Into<BoundInputs>, values: &SavedValues) -> Boun
         mib_ceil(scores),
         mib_ceil(step_extra),
     );
-    let sum = [w, g, o, a, s, x]
+    let m = u64::from(gpus.max(1) - 1).saturating_mul(crate::MULTI_GPU_MIB);
+    let sum = [w, g, o, a, s, x, m]
         .iter()
         .fold(u128::from(CONTEXT_MIB), |acc, v| {
             acc.saturating_add(u128::from(*v))
@@ -282,6 +298,7 @@ pub fn detailed_bound(job: impl Into<BoundInputs>, values: &SavedValues) -> Boun
         activations_mib: a,
         scores_mib: s,
         step_mib: x,
+        multi_gpu_mib: m,
         total_mib: rounded(sum),
     }
 }
@@ -412,6 +429,14 @@ mod tests {
             ..SavedValues::default()
         };
         assert_eq!(detailed_bound(p, &scores).scores_mib, 4);
+        // each GPU beyond the first adds the multi-GPU term
+        let one = detailed_bound(profile(Family::Cnn, 10_000_000, 1, 32), &values);
+        let two = detailed_bound_for(profile(Family::Cnn, 10_000_000, 1, 32), &values, 2);
+        assert_eq!(
+            (one.multi_gpu_mib, two.multi_gpu_mib),
+            (0, crate::MULTI_GPU_MIB)
+        );
+        assert_eq!(two.total_mib, 2048 + 4864); // 1867 + 4848 = 6715 → 6912
         // SGD keeps no state buffer and allocates no temporary
         let mut p = profile(Family::Cnn, 100_000_000, 1, 1);
         p.optimizer = Optimizer::Sgd;
@@ -427,6 +452,8 @@ mod tests {
             scores: u128::MAX,
         };
         let t = detailed_bound(profile(Family::Cnn, u64::MAX, 1, u32::MAX), &values);
+        assert_eq!(t.total_mib, u64::MAX);
+        let t = detailed_bound_for(profile(Family::Cnn, 1, 1, 1), &values, u32::MAX);
         assert_eq!(t.total_mib, u64::MAX);
     }
 

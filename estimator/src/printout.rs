@@ -50,9 +50,15 @@
 //! * an attention block whose own parameters (its count less its children's) hold
 //!   whole `width × width` matrices — XLNet's q, k, v, o and r, which are bare
 //!   parameters, not `Linear` modules — adds one `seq × width` output per matrix;
-//! * scores: one `heads × seq²` tensor per plain attention block, 3.25 per
-//!   relative-position block (type name containing `Relative`); see
-//!   [`score_quarters`] for why.
+//! * scores: 3.25 `heads × seq²` tensors per relative-position block (type name containing
+//!   `Relative`), none for a plain block; see [`score_quarters`] for why;
+//! * a GELU written as elementwise operations ([`COMPOSITE_GELUS`], GPT-2's `NewGELUActivation`)
+//!   keeps [`COMPOSITE_GELU_TENSORS`] more tensors for backward, each the size of the widest output
+//!   in its block (the feed-forward's inner width);
+//! * a language-model head — a `Linear` whose `out_features` is the vocabulary of the first
+//!   `Embedding` — feeds a cross-entropy over the vocabulary that keeps [`LM_LOSS_TENSORS`] more
+//!   tensors of the logits' size (the log-probabilities, and in backward their gradient and the
+//!   logits').
 //!
 //! Parameters are the outermost module's count; every module's count must be at
 //! least the sum of its children's (a module can hold parameters of its own, as
@@ -67,6 +73,17 @@ use crate::torchsummary::parse_count;
 pub const HEAD_DIM: u64 = 64;
 /// Score-sized tensors per head of an attention block (see the module docs).
 pub const SCORE_TENSORS: u128 = 3;
+/// GELU modules written as elementwise operations (the tanh approximation spelled out):
+/// autograd saves their intermediates, where `nn.GELU` / `GELUActivation` save only the input.
+pub const COMPOSITE_GELUS: [&str; 2] = ["NewGELUActivation", "FastGELUActivation"];
+/// Tensors a composite GELU keeps beyond its output, each the size of its input:
+/// `0.5 × x × (1 + tanh(√(2/π) × (x + 0.044715 × x³)))` saves the tanh output, `0.5 × x` and
+/// `1 + tanh(…)` for backward (the products with constants save nothing).
+pub const COMPOSITE_GELU_TENSORS: u128 = 3;
+/// Logit-sized tensors a cross-entropy over the vocabulary keeps beyond the logits: the
+/// log-probabilities (saved for backward), then in backward their gradient and the logits'
+/// gradient, alive together at the start of backward.
+pub const LM_LOSS_TENSORS: u128 = 3;
 
 /// Why a module printout was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -184,6 +201,8 @@ struct Open {
     repeat: u32,
     children_params: u128,
     before: Totals,
+    /// The widest output of the modules closed on their line directly inside it.
+    max_width: u64,
 }
 
 /// One module line: `(key): [N x ]Type(args)[, n params]` or the root `Type(…`.
@@ -229,6 +248,8 @@ pub(crate) fn parse_printout_values(
     let mut stack: Vec<Open> = Vec::new();
     let mut totals = Totals::default();
     let mut width: Option<u64> = None;
+    // the first Embedding's vocabulary: a Linear with that many outputs is an LM head
+    let mut vocab: Option<u64> = None;
     let mut root_params: Option<u64> = None;
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
@@ -264,6 +285,7 @@ pub(crate) fn parse_printout_values(
                 repeat: m.repeat,
                 children_params: 0,
                 before: totals,
+                max_width: 0,
             }),
             Some(args) => {
                 let count = m
@@ -271,6 +293,18 @@ pub(crate) fn parse_printout_values(
                     .ok_or_else(|| bad("a module must end with `, <n> params`"))?;
                 let before = totals;
                 leaf(m.kind, args, seq, &mut width, &mut totals).map_err(&bad)?;
+                if m.kind == "Embedding" && vocab.is_none() {
+                    vocab = positional(args, 0);
+                }
+                let block_width = match stack.last_mut() {
+                    Some(parent) => {
+                        parent.max_width = parent.max_width.max(width.unwrap_or(0));
+                        parent.max_width
+                    }
+                    None => width.unwrap_or(0),
+                };
+                let kept = kept_beyond_output(m.kind, args, vocab, block_width);
+                totals.saved = totals.saved.saturating_add(kept.saturating_mul(seq));
                 if m.repeat > 1 {
                     totals.repeat(&before, u128::from(m.repeat - 1));
                 }
@@ -385,14 +419,30 @@ fn add_attention(totals: &mut Totals, width: Option<u64>, seq: u128, kind: &str)
 }
 
 /// Score tensors per head that the detailed bound counts for an attention block of
-/// type `kind`, in quarters: 4 (one tensor) for a plain block, 13 (3.25) for
-/// relative-position attention (`*Relative*`, XLNet's), which builds a content, a
-/// position and a segment score beside the probabilities. Fitted on measured peaks
-/// (see docs/estimator-evaluation.md): the plain figure is below the three
-/// tensors an eager fp32 block keeps because the measured BERT and GPT-2 runs did
-/// not keep them (PyTorch's fused attention keeps none).
+/// type `kind`, in quarters: none for a plain block, 13 (3.25) for relative-position
+/// attention (`*Relative*`, XLNet's), which builds a content, a position and a segment score
+/// beside the probabilities in eager operations. A plain block runs PyTorch's fused attention
+/// (`scaled_dot_product_attention`), which keeps the output and one log-sum-exp per query, no
+/// `seq²` tensor: the traced BERT and GPT-2 steps keep none, and BERT-large measures below its
+/// module outputs with one score tensor per head. The relative figure is fitted on XLNet-base;
+/// the traced XLNet steps hold 3,176 and 8,217 MiB beyond their state at batch 4 where module
+/// outputs and 3.25 score tensors count 3,055 and 8,105 (docs/estimator-evaluation.md).
 fn score_quarters(kind: &str) -> u128 {
-    if kind.contains("Relative") { 13 } else { 4 }
+    if kind.contains("Relative") { 13 } else { 0 }
+}
+
+/// Values per token that a module closed on its line keeps beyond its output (see the module
+/// docs): a composite GELU's intermediates at its block's widest output, an LM head's loss
+/// tensors at the vocabulary.
+fn kept_beyond_output(kind: &str, args: &str, vocab: Option<u64>, block_width: u64) -> u128 {
+    if COMPOSITE_GELUS.contains(&kind) {
+        return COMPOSITE_GELU_TENSORS.saturating_mul(u128::from(block_width));
+    }
+    let is_linear = matches!(kind, "Linear" | "LazyLinear");
+    match (is_linear, vocab, keyword(args, "out_features")) {
+        (true, Some(v), Some(out)) if out == v => LM_LOSS_TENSORS.saturating_mul(u128::from(v)),
+        _ => 0,
+    }
 }
 
 /// Counts one module closed on its line.
@@ -586,8 +636,8 @@ Total params: 1
         let (p, v) = parse_printout_values(TINY, Family::Transformer, 2, 10).unwrap();
         // the module outputs, without the profile's 3 score tensors per head
         assert_eq!(v.saved, u128::from(p.activations) - 2 * 3 * 2 * 100);
-        // one score tensor per head of a plain block: 2 blocks × 2 heads × 10²
-        assert_eq!(v.scores, 2 * 2 * 100);
+        // a plain block runs fused attention: no score tensor
+        assert_eq!(v.scores, 0);
         assert_eq!(v.largest, 5120);
         // a relative-position block keeps 3.25 per head, and its bare projections
         // (own parameters / width²) count as outputs: 2 × 128² + 4 → 2 projections

@@ -89,3 +89,43 @@ fn xlnet_base_detailed_bound_is_tighter_and_covers_the_peak() {
     assert!(t.total_mib < analytic_upper_bound_mib(&p), "{t:?}");
     assert_eq!(t.step_mib, 0, "activations outweigh Adam's temporary");
 }
+
+/// GPT-2 large's printout (the repository's, from its config class) at per-GPU batch 4 of the
+/// 2-GPU task (CARMA v2 gpt2_large_2.rad: global batch 8, measured 28,356 MiB per GPU).
+#[test]
+fn gpt2_keeps_its_composite_gelu_and_lm_loss_and_no_scores() {
+    use carma_estimator::analytic::{detailed_bound, detailed_bound_for, printout_values};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/model-printouts/gpt2_large_bs8_sl512.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (p, v) = printout_values(&text, Family::Transformer, 4, 512).unwrap();
+    // fused attention keeps no score tensor
+    assert_eq!(v.scores, 0);
+    // NewGELUActivation keeps 3 tensors of the 5,120-wide feed-forward per layer, the LM head's
+    // cross-entropy 3 of the 50,257-wide logits, beyond the module outputs
+    let gelu = 3 * 36 * 512 * 5120;
+    let loss = 3 * 512 * 50_257;
+    let (_, plain) = printout_values(
+        &text.replace("NewGELUActivation", "GELUActivation"),
+        Family::Transformer,
+        4,
+        512,
+    )
+    .unwrap();
+    assert_eq!(plain.saved + gelu, v.saved);
+    let (_, no_head) = printout_values(
+        &text.replace("out_features=50257", "out_features=50256"),
+        Family::Transformer,
+        4,
+        512,
+    )
+    .unwrap();
+    assert_eq!(no_head.saved + loss + 512, v.saved);
+    // what a second GPU holds is the multi-GPU term, not a doubled batch
+    let one = detailed_bound(&p, &v);
+    let two = detailed_bound_for(&p, &v, 2);
+    assert_eq!(two.multi_gpu_mib, carma_estimator::MULTI_GPU_MIB);
+    assert!(two.total_mib >= 28_356, "{two:?}");
+    assert!(two.total_mib <= 28_356 + 2048, "{two:?}");
+    assert!(one.total_mib < 28_356, "{one:?}");
+}

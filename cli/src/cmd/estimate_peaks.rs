@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use carma_estimator::analytic::{
-    BoundTerms, SavedValues, analytic_upper_bound_mib, detailed_bound, printout_values,
+    BoundTerms, SavedValues, analytic_upper_bound_mib, detailed_bound_for, printout_values,
     summary_values,
 };
 use carma_estimator::{
@@ -188,6 +188,8 @@ struct Rad {
     name: String,
     model_file: String,
     batch_size: u32,
+    /// GPUs per job (line 7; 1 when absent).
+    gpus: u32,
     peak_mib: u64,
     gpumemnet_mib: Option<u64>,
 }
@@ -250,6 +252,7 @@ fn read_rad(path: &Path) -> Result<Option<Rad>, PeaksError> {
         batch_size: batch as u32,
         peak_mib: peak.ceil() as u64,
         gpumemnet_mib: gpumemnet,
+        gpus: number(7, "GPU count")?.map_or(1, |g| (g as u32).max(1)),
     }))
 }
 
@@ -391,9 +394,18 @@ pub fn evaluate_peaks(
         let e = estimator
             .estimate(profile)
             .map_err(|e| model_err(path, e.to_string()))?;
+        // the profile bounds read a multi-GPU job at the task's global batch, their allowance
+        // for what more GPUs hold; a printout row's profile is at the per-GPU batch
+        let global = Profile {
+            batch_size: match source {
+                "printout" => profile.batch_size.saturating_mul(rad.gpus),
+                _ => profile.batch_size,
+            },
+            ..profile.clone()
+        };
         let terms = values
             .filter(|_| estimator.model(profile.family).is_none())
-            .map(|v| detailed_bound(profile, v));
+            .map(|v| detailed_bound_for(profile, v, rad.gpus));
         rows.push(PeakRow {
             job: job.to_string(),
             profile: source,
@@ -402,9 +414,9 @@ pub fn evaluate_peaks(
             peak_mib: rad.peak_mib,
             carma_mib: terms.map_or(e.mib, |t| t.total_mib),
             carma_source: e.source.to_string(),
-            legacy_mib: legacy_upper_bound_mib(profile),
+            legacy_mib: legacy_upper_bound_mib(&global),
             gpumemnet_mib: rad.gpumemnet_mib,
-            totals_mib: analytic_upper_bound_mib(profile),
+            totals_mib: analytic_upper_bound_mib(&global),
             terms,
             // one traced figure per job: on its catalog row
             traced_mib: (source == "catalog")
@@ -463,6 +475,8 @@ pub fn evaluate_peaks(
             let Some(rad) = rads.iter().find(|r| r.model_file == wanted) else {
                 continue;
             };
+            // the file's batch is the task's (global) batch: each GPU trains on its share
+            let batch = batch.div_ceil(rad.gpus);
             let (p, v) = printout_values(&read(&path)?, Family::Transformer, batch, seq)
                 .map_err(|e| model_err(&path, e.to_string()))?;
             push(&name, "printout", &p, Some(&v), rad, &mut rows, &path)?;
@@ -541,7 +555,9 @@ mod tests {
             "{table}"
         );
         // The detailed bound's goals on tables and printouts: never under, a mean
-        // over-reservation within 2 GiB for CNNs and 4 GiB for Transformers.
+        // over-reservation within 2 GiB for CNNs and for Transformers (the goal is 4 GiB; fused
+        // attention without score tensors, composite GELUs, the LM loss and the multi-GPU term
+        // brought the Transformer mean from 2,246 to 1,734 MiB).
         let detailed = |family: Family| {
             r.by_source
                 .iter()
@@ -549,17 +565,21 @@ mod tests {
                 .and_then(|s| s.tally)
                 .unwrap_or_else(|| panic!("no {family} tally\n{table}"))
         };
-        for (family, goal) in [(Family::Cnn, 2048.0), (Family::Transformer, 4096.0)] {
+        for (family, goal) in [(Family::Cnn, 2048.0), (Family::Transformer, 2048.0)] {
             let t = detailed(family);
             assert_eq!(t.underestimates, 0, "{family}\n{table}");
             assert!(t.mean_over_reservation_mib <= goal, "{family}\n{table}");
         }
         // Tighter than the totals bound, except where Adam's two step temporaries set the
-        // detailed bound (the totals bound counts one, on top of the activations).
+        // detailed bound (the totals bound counts one, on top of the activations) and on
+        // multi-GPU jobs (the totals bound's allowance is the global batch, the detailed
+        // bound's the multi-GPU term: XLNet-base on 2 GPUs holds less than the term).
         for row in r.rows.iter().filter(|row| row.profile != "catalog") {
-            let step = row.terms.is_some_and(|t| t.step_mib > 0);
+            let exempt = row
+                .terms
+                .is_some_and(|t| t.step_mib > 0 || t.multi_gpu_mib > 0);
             assert!(
-                step || row.carma_mib <= row.totals_mib,
+                exempt || row.carma_mib <= row.totals_mib,
                 "{}\n{table}",
                 row.job
             );

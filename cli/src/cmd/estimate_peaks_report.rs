@@ -192,9 +192,9 @@ pub fn render_table(r: &PeaksReport) -> String {
         );
     }
     out += "\nterms of the detailed bound (MiB): context, weights, gradients, optimizer state, \
-            activations, attention scores, optimizer step beyond activations\n";
+            activations, attention scores, optimizer step beyond activations, GPUs beyond the first\n";
     out += &format!(
-        "{:<34} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7}\n",
+        "{:<34} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>5} {:>7} {:>7}\n",
         "job",
         "batch",
         "context",
@@ -204,13 +204,14 @@ pub fn render_table(r: &PeaksReport) -> String {
         "activ",
         "scores",
         "step",
+        "multi",
         "carma",
         "peak"
     );
     for row in &r.rows {
         let Some(t) = row.terms else { continue };
         out += &format!(
-            "{:<34} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>7} {:>7}\n",
+            "{:<34} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>5} {:>7} {:>7}\n",
             row.job,
             row.batch_size,
             t.context_mib,
@@ -220,6 +221,7 @@ pub fn render_table(r: &PeaksReport) -> String {
             t.activations_mib,
             t.scores_mib,
             t.step_mib,
+            t.multi_gpu_mib,
             t.total_mib,
             row.peak_mib
         );
