@@ -105,9 +105,15 @@ impl SlicePublisher {
     }
 
     /// Write `devices` if they differ from the last write and the interval allows; returns the
-    /// generation written, `None` when nothing was written.
+    /// generation written, `None` when nothing was written. Once the devices are withdrawn every
+    /// offer fails with [`PublishError::SharingDropped`] without writing.
     pub async fn offer(&mut self, devices: &[Device]) -> Result<Option<i64>, PublishError> {
-        if self.withdrawn || self.last.as_deref() == Some(devices) {
+        if self.withdrawn {
+            return Err(PublishError::SharingDropped {
+                name: slice_name(&self.node),
+            });
+        }
+        if self.last.as_deref() == Some(devices) {
             return Ok(None);
         }
         if self

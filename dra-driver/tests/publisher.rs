@@ -221,7 +221,10 @@ async fn devices_are_withdrawn_when_the_api_server_drops_the_sharing_fields() {
         "the pool is left without devices"
     );
     assert_eq!(last["pool"]["generation"], 2);
-    // And it stays so: later offers write nothing.
-    assert_eq!(p.offer(&node_devices(true)).await.unwrap(), None);
+    // And it stays so: later offers fail the same way and write nothing.
+    assert!(matches!(
+        p.offer(&node_devices(true)).await,
+        Err(PublishError::SharingDropped { .. })
+    ));
     assert_eq!(patches(&seen).len(), 2);
 }
