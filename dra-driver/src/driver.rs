@@ -24,7 +24,7 @@ use crate::proto::dra::dra_plugin_server::DraPluginServer;
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::publisher::SlicePublisher;
 use crate::registration::{RegistrationService, RegistrationState};
-use crate::server::serve_unix;
+use crate::server::{serve_unix, serve_unix_fixing_authority};
 use crate::slice::{CapacityPolicy, devices};
 use crate::taints::Tainter;
 
@@ -227,7 +227,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     let registration_socket = config.registration_socket();
     let (registration, registration_rx) = RegistrationService::new(&dra_socket);
     tasks.push(
-        serve_unix(
+        serve_unix_fixing_authority(
             &registration_socket,
             Routes::new(RegistrationServer::new(registration)),
             shutdown_rx.clone(),

@@ -11,6 +11,7 @@
 //!
 //! [`driver::start`] wires it together. The design is `docs/dra.md`.
 
+pub mod authority;
 pub mod cdi;
 pub mod claims;
 pub mod config;

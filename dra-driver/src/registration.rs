@@ -4,6 +4,8 @@
 //! validates the answer (type `DRAPlugin`, a version it speaks), connects to the endpoint named
 //! there and reports the outcome through `NotifyRegistrationStatus`. Unlike the device-plugin API
 //! nothing has to be redone when the kubelet restarts: the watcher re-reads the sockets it finds.
+//! The watcher's requests carry an `:authority` tonic rejects; the socket is therefore served
+//! through [`crate::server::serve_unix_fixing_authority`].
 
 use std::path::Path;
 
