@@ -58,9 +58,10 @@ pub const REFERENCE_PEAKS: &[(&str, u64, &str)] = &[(
 )];
 
 /// Why the evaluation could not run.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PeaksError {
     /// A directory or file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
     Read {
         /// The path.
         path: PathBuf,
@@ -68,6 +69,7 @@ pub enum PeaksError {
         source: std::io::Error,
     },
     /// A task file line is not what CARMA writes there.
+    #[error("{}: 0-based line {line} ({what}) is `{text}`, not a number", path.display())]
     BadRad {
         /// The task file.
         path: PathBuf,
@@ -79,6 +81,7 @@ pub enum PeaksError {
         text: String,
     },
     /// A model description could not be parsed or estimated.
+    #[error("{}: {message}", path.display())]
     Model {
         /// The file.
         path: PathBuf,
@@ -86,8 +89,10 @@ pub enum PeaksError {
         message: String,
     },
     /// No task file had both a measured peak and a profile.
+    #[error("no task file under {} has a measured peak and a catalog entry", .0.display())]
     NoRows(PathBuf),
     /// The traced figures' CSV is malformed.
+    #[error("{} line {line}: {message}", path.display())]
     BadTraced {
         /// The CSV.
         path: PathBuf,
@@ -96,47 +101,6 @@ pub enum PeaksError {
         /// What is wrong.
         message: String,
     },
-}
-
-// Written out: the carma crate does not depend on thiserror.
-impl std::fmt::Display for PeaksError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PeaksError::Read { path, source } => {
-                write!(f, "cannot read {}: {source}", path.display())
-            }
-            PeaksError::BadRad {
-                path,
-                line,
-                what,
-                text,
-            } => write!(
-                f,
-                "{}: 0-based line {line} ({what}) is `{text}`, not a number",
-                path.display()
-            ),
-            PeaksError::Model { path, message } => write!(f, "{}: {message}", path.display()),
-            PeaksError::BadTraced {
-                path,
-                line,
-                message,
-            } => write!(f, "{} line {line}: {message}", path.display()),
-            PeaksError::NoRows(dir) => write!(
-                f,
-                "no task file under {} has a measured peak and a catalog entry",
-                dir.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for PeaksError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PeaksError::Read { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// One job: the measured peak and three reservations (MiB).
