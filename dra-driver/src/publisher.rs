@@ -2,8 +2,9 @@
 //!
 //! Every write carries a new pool `generation` (the scheduler ignores slices of older
 //! generations). The first write continues from the generation stored in the API server, so a
-//! restarted driver never goes back. Writes are at least `min_interval` apart; a change inside the
-//! interval is written by a later offer (the driver offers every sample).
+//! restarted driver never goes back. Attempts, failed ones included, are at least `min_interval`
+//! apart; a change inside the interval is written by a later offer (the driver offers every
+//! sample).
 //!
 //! An API server with `DRAConsumableCapacity` off silently drops `allowMultipleAllocations` and
 //! `requestPolicy`. A device stored that way is whole-only and ignores memory requests, which is
@@ -70,7 +71,7 @@ pub struct SlicePublisher {
     node_uid: Option<String>,
     generation: Option<i64>,
     last: Option<Vec<Device>>,
-    last_write: Option<Instant>,
+    last_attempt: Option<Instant>,
     min_interval: Duration,
     withdrawn: bool,
     taints_warned: bool,
@@ -97,7 +98,7 @@ impl SlicePublisher {
             node_uid: None,
             generation: None,
             last: None,
-            last_write: None,
+            last_attempt: None,
             min_interval,
             withdrawn: false,
             taints_warned: false,
@@ -117,15 +118,16 @@ impl SlicePublisher {
             return Ok(None);
         }
         if self
-            .last_write
+            .last_attempt
             .is_some_and(|at| at.elapsed() < self.min_interval)
         {
             return Ok(None);
         }
+        // Failed attempts count too, so an unreachable API server is not asked every sample.
+        self.last_attempt = Some(Instant::now());
         let name = slice_name(&self.node);
         let generation = self.next_generation(&name).await?;
         let stored = self.apply(&name, generation, devices.to_vec()).await?;
-        self.last_write = Some(Instant::now());
         let dropped = dropped_fields(devices, stored.spec.devices.as_deref().unwrap_or_default());
         if dropped.sharing {
             self.withdrawn = true;
