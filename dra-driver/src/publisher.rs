@@ -6,6 +6,11 @@
 //! apart; a change inside the interval is written by a later offer (the driver offers every
 //! sample).
 //!
+//! The kubelet deletes all of its node's ResourceSlices when it starts, and a driver's slices
+//! some time after the driver stops being reachable. The driver therefore also re-applies an
+//! unchanged slice every `resync` (30 s by default, same generation); an apply that has to create
+//! the slice again is logged.
+//!
 //! An API server with `DRAConsumableCapacity` off silently drops `allowMultipleAllocations` and
 //! `requestPolicy`. A device stored that way is whole-only and ignores memory requests, which is
 //! not what carma's claims mean, so the driver then publishes the pool with no devices and stops
@@ -22,6 +27,9 @@ use thiserror::Error;
 use tracing::{error, info, warn};
 
 use crate::slice::{dropped_fields, resource_slice, slice_name};
+
+/// How often an unchanged slice is applied again.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(30);
 
 /// Field manager of the driver's applies.
 pub const FIELD_MANAGER: &str = "carma-dra-driver";
@@ -73,6 +81,8 @@ pub struct SlicePublisher {
     last: Option<Vec<Device>>,
     last_attempt: Option<Instant>,
     min_interval: Duration,
+    resync: Duration,
+    slice_uid: Option<String>,
     withdrawn: bool,
     taints_warned: bool,
 }
@@ -100,34 +110,53 @@ impl SlicePublisher {
             last: None,
             last_attempt: None,
             min_interval,
+            resync: DEFAULT_RESYNC,
+            slice_uid: None,
             withdrawn: false,
             taints_warned: false,
         }
     }
 
-    /// Write `devices` if they differ from the last write and the interval allows; returns the
-    /// generation written, `None` when nothing was written. Once the devices are withdrawn every
-    /// offer fails with [`PublishError::SharingDropped`] without writing.
+    /// Re-apply an unchanged slice this often (default [`DEFAULT_RESYNC`]).
+    pub fn with_resync(mut self, resync: Duration) -> Self {
+        self.resync = resync;
+        self
+    }
+
+    /// Write `devices` if they differ from the last write and the interval allows, or re-apply
+    /// them unchanged once `resync` has passed; returns the new generation written, `None` when
+    /// none was. Once the devices are withdrawn every offer fails with
+    /// [`PublishError::SharingDropped`] without writing.
     pub async fn offer(&mut self, devices: &[Device]) -> Result<Option<i64>, PublishError> {
         if self.withdrawn {
             return Err(PublishError::SharingDropped {
                 name: slice_name(&self.node),
             });
         }
-        if self.last.as_deref() == Some(devices) {
+        let since = self.last_attempt.map(|at| at.elapsed());
+        let unchanged = self.last.as_deref() == Some(devices);
+        if unchanged && since.is_some_and(|s| s < self.resync) {
             return Ok(None);
         }
-        if self
-            .last_attempt
-            .is_some_and(|at| at.elapsed() < self.min_interval)
-        {
+        if since.is_some_and(|s| s < self.min_interval) {
             return Ok(None);
         }
         // Failed attempts count too, so an unreachable API server is not asked every sample.
         self.last_attempt = Some(Instant::now());
         let name = slice_name(&self.node);
-        let generation = self.next_generation(&name).await?;
+        let generation = match (unchanged, self.generation) {
+            (true, Some(g)) => g,
+            _ => self.next_generation(&name).await?,
+        };
         let stored = self.apply(&name, generation, devices.to_vec()).await?;
+        let uid = stored.metadata.uid.clone();
+        if unchanged && uid != self.slice_uid {
+            warn!(slice = %name, generation, "ResourceSlice was gone (deleted by the kubelet?): created it again");
+        }
+        self.slice_uid = uid;
+        if unchanged {
+            return Ok(None);
+        }
         let dropped = dropped_fields(devices, stored.spec.devices.as_deref().unwrap_or_default());
         if dropped.sharing {
             self.withdrawn = true;

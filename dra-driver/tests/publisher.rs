@@ -40,12 +40,28 @@ fn json_response(code: StatusCode, body: Value) -> Response<Body> {
 
 /// An API server holding at most one slice (`stored`); with `drop_sharing` it stores slices the
 /// way an API server with `DRAConsumableCapacity` off does.
-fn fake_api(stored: Option<Value>, drop_sharing: bool) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
+fn fake_api(stored: Option<Value>, drop_sharing: bool) -> (kube::Client, SeenLog) {
+    let (client, seen, _) = fake_api_with_store(stored, drop_sharing);
+    (client, seen)
+}
+
+/// Requests the fake API server has seen.
+type SeenLog = Arc<Mutex<Vec<Seen>>>;
+/// The fake API server's one slice.
+type Store = Arc<Mutex<Option<Value>>>;
+
+/// [`fake_api`], and its stored slice (a test may delete it, as the kubelet does).
+fn fake_api_with_store(
+    stored: Option<Value>,
+    drop_sharing: bool,
+) -> (kube::Client, SeenLog, Store) {
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
+    let store = Arc::new(Mutex::new(stored));
+    let slice = store.clone();
+    let uids = std::sync::atomic::AtomicU32::new(0);
     tokio::spawn(async move {
-        let mut slice = stored;
         while let Some((req, send)) = handle.next_request().await {
             let method = req.method().to_string();
             let uri = req.uri().to_string();
@@ -68,7 +84,7 @@ fn fake_api(stored: Option<Value>, drop_sharing: bool) -> (kube::Client, Arc<Mut
                     StatusCode::OK,
                     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": NODE_UID}}),
                 ),
-                ("GET", SLICE_PATH) => match &slice {
+                ("GET", SLICE_PATH) => match &*slice.lock() {
                     Some(s) => json_response(StatusCode::OK, s.clone()),
                     None => json_response(
                         StatusCode::NOT_FOUND,
@@ -87,7 +103,16 @@ fn fake_api(stored: Option<Value>, drop_sharing: bool) -> (kube::Client, Arc<Mut
                             }
                         }
                     }
-                    slice = Some(s.clone());
+                    let mut stored = slice.lock();
+                    // A created slice gets a new UID; an applied one keeps its UID.
+                    s["metadata"]["uid"] = match &*stored {
+                        Some(old) => old["metadata"]["uid"].clone(),
+                        None => json!(format!(
+                            "slice-{}",
+                            uids.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                        )),
+                    };
+                    *stored = Some(s.clone());
                     json_response(StatusCode::OK, s)
                 }
                 _ => json_response(
@@ -98,7 +123,7 @@ fn fake_api(stored: Option<Value>, drop_sharing: bool) -> (kube::Client, Arc<Mut
             send.send_response(resp);
         }
     });
-    (kube::Client::new(svc, "default"), seen)
+    (kube::Client::new(svc, "default"), seen, store)
 }
 
 /// Two GPUs' devices; with `busy`, the second one's gate is closed.
@@ -227,4 +252,29 @@ async fn devices_are_withdrawn_when_the_api_server_drops_the_sharing_fields() {
         Err(PublishError::SharingDropped { .. })
     ));
     assert_eq!(patches(&seen).len(), 2);
+}
+
+#[tokio::test]
+async fn an_unchanged_slice_is_applied_again_after_the_resync_so_a_wiped_one_comes_back() {
+    let (client, seen, store) = fake_api_with_store(None, false);
+    let mut p =
+        SlicePublisher::new(client, NODE, Duration::ZERO).with_resync(Duration::from_millis(200));
+    assert_eq!(p.offer(&node_devices(false)).await.unwrap(), Some(1));
+    // The kubelet wipes the node's slices when it starts.
+    *store.lock() = None;
+    assert_eq!(p.offer(&node_devices(false)).await.unwrap(), None);
+    assert_eq!(
+        patches(&seen).len(),
+        1,
+        "nothing changed, the resync is not due"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(p.offer(&node_devices(false)).await.unwrap(), None);
+    let written = patches(&seen);
+    assert_eq!(written.len(), 2, "re-applied after the resync");
+    assert_eq!(
+        written[1].body["spec"]["pool"]["generation"], 1,
+        "same content, same generation"
+    );
+    assert!(store.lock().is_some(), "the slice exists again");
 }
