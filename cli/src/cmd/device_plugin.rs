@@ -195,13 +195,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_BAD_INPUT));
         }
     };
-    // A per-node agent: two worker threads are plenty (one sample a second, a few kubelet and
-    // Prometheus calls), and keep the footprint flat on nodes with many cores.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("carma-dp")
-        .enable_all()
-        .build()?;
+    let rt = super::node_agent_runtime("carma-dp")?;
     rt.block_on(async move {
         let kube = connect_kube().await;
         let deps = carma_device_plugin::Dependencies {

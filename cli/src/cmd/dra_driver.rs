@@ -111,11 +111,7 @@ pub fn run(args: DraDriverArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_BAD_INPUT));
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("carma-dra")
-        .enable_all()
-        .build()?;
+    let rt = super::node_agent_runtime("carma-dra")?;
     rt.block_on(async move {
         let kube = kube::Client::try_default().await.map_err(|e| {
             anyhow::anyhow!("carma dra-driver needs the Kubernetes API server: {e}")

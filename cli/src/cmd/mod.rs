@@ -100,6 +100,17 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// The runtime of a per-node agent (device plugin, DRA driver): two worker threads are plenty
+/// (a sample a second, a few kubelet and API calls) and keep the footprint flat on nodes with
+/// many cores.
+pub fn node_agent_runtime(thread_name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(thread_name)
+        .enable_all()
+        .build()?)
+}
+
 /// Completes on SIGTERM or Ctrl-C, whichever comes first; every long-running
 /// subcommand shuts down gracefully on it.
 pub async fn shutdown_signal() {
