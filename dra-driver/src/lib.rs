@@ -4,7 +4,7 @@
 //!   the DRA v1 node service ([`node`]) on Unix sockets ([`server`]);
 //! * prepares a claim by reading its allocation ([`claims`]) and writing a CDI spec with the
 //!   device plugin's container environment ([`cdi`]);
-//! * publishes the node's GPUs as one ResourceSlice ([`slice`], [`publisher`]): memory as
+//! * publishes the node's GPUs as one ResourceSlice ([`mod@slice`], [`publisher`]): memory as
 //!   consumable capacity, the utilization gate and health as device taints ([`taints`]);
 //! * samples the GPUs with the device plugin's backends and telemetry windows (shared code in
 //!   `carma-device-plugin`).

@@ -44,7 +44,7 @@ pub struct DraDriverArgs {
     /// The container runtime's CDI spec directory.
     #[arg(long, default_value = DEFAULT_CDI_DIR)]
     pub cdi_dir: PathBuf,
-    /// Also hand the runtime NVIDIA's CDI name nvidia.com/gpu=<UUID> for each device (needs the
+    /// Also hand the runtime NVIDIA's CDI name `nvidia.com/gpu=<UUID>` for each device (needs the
     /// NVIDIA Container Toolkit's generated CDI spec on the node).
     #[arg(long)]
     pub nvidia_cdi: bool,
