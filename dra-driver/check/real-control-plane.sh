@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # carma dra-driver against real Kubernetes code, at the release e2e/control-plane pins: etcd and
 # kube-apiserver (slices and claims stored and validated for real) and the kubelet's own plugin
-# watcher and DRA plugin manager (kubelet-plugin-manager/main.go) calling the driver's sockets.
+# watcher and DRA plugin manager (e2e/real-node/cmd/dra-plugin-check) calling the driver's sockets.
 # No kubelet process, container runtime or scheduler. Needs root, Go, openssl, kubectl.
 #
 #   dra-driver/check/real-control-plane.sh [kube-apiserver flags...]
@@ -28,8 +28,8 @@ trap cleanup EXIT
 
 (cd "$ROOT" && cargo build -q -p carma)
 cp "$ROOT/target/debug/carma" "$W/carma" # the shared target directory may be rebuilt meanwhile
-mkdir "$W/check" && cp "$CP/go.mod" "$CP/go.sum" "$HERE/kubelet-plugin-manager/main.go" "$W/check/"
-(cd "$W/check" && sed -i 's|^module .*|module dracheck|' go.mod && GOFLAGS=-mod=mod go build -o "$W/kubelet-check" .)
+# The kubelet-side program lives in e2e/real-node's Go module (its go.sum already pins the kubelet).
+(cd "$ROOT/e2e/real-node" && GOFLAGS=-mod=readonly go build -o "$W/kubelet-check" ./cmd/dra-plugin-check)
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 EP=$(port) PP=$(port) AP=$(port)
