@@ -27,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 
 (cd "$ROOT" && cargo build -q -p carma)
-cp "$ROOT/target/debug/carma" "$W/carma" # the shared target directory may be rebuilt meanwhile
+cp "${CARGO_TARGET_DIR:-$ROOT/target}/debug/carma" "$W/carma" # the shared target directory may be rebuilt meanwhile
 # The kubelet-side program lives in e2e/real-node's Go module (its go.sum already pins the kubelet).
 (cd "$ROOT/e2e/real-node" && GOFLAGS=-mod=readonly go build -o "$W/kubelet-check" ./cmd/dra-plugin-check)
 
