@@ -111,3 +111,53 @@ pub fn stale_deadline(gpu: &Gpu, cfg: &PlacementConfig) -> Option<Millis> {
     let max_age = cfg.max_telemetry_age_ms?;
     Some(at.saturating_add(max_age).saturating_add(1))
 }
+
+/// The gate for a GPU it has already closed: the GPU reopens only once its readings are `margin`
+/// below every cap, so a GPU hovering at a cap does not flip between closed and open on every
+/// sample. `margin` 0 is [`gate_rule_passes`].
+pub fn gate_rule_reopens(
+    gpu: &Gpu,
+    cfg: &PlacementConfig,
+    margin: f64,
+) -> Result<(), GpuRejection> {
+    let lowered = PlacementConfig {
+        sm_activity_cap: (cfg.sm_activity_cap - margin).max(0.0),
+        sm_occupancy_cap: (cfg.sm_occupancy_cap - margin).max(0.0),
+        dram_activity_cap: (cfg.dram_activity_cap - margin).max(0.0),
+        ..cfg.clone()
+    };
+    gate_rule_passes(gpu, &lowered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(sm: f64, occ: f64) -> Gpu {
+        let mut g = Gpu::idle("GPU-1", 0, 0);
+        g.sm_activity = Some(sm);
+        g.sm_occupancy = Some(occ);
+        g.dram_activity = Some(0.0);
+        g
+    }
+
+    #[test]
+    fn a_closed_gate_reopens_only_below_the_caps_minus_the_margin() {
+        let cfg = PlacementConfig::default();
+        let just_under = busy(cfg.sm_activity_cap - 0.02, cfg.sm_occupancy_cap - 0.02);
+        assert!(
+            gate_rule_passes(&just_under, &cfg).is_ok(),
+            "open for a GPU that was open"
+        );
+        assert!(
+            gate_rule_reopens(&just_under, &cfg, 0.05).is_err(),
+            "still closed inside the margin"
+        );
+        let well_under = busy(cfg.sm_activity_cap - 0.06, cfg.sm_occupancy_cap - 0.06);
+        assert!(gate_rule_reopens(&well_under, &cfg, 0.05).is_ok());
+        assert_eq!(
+            gate_rule_reopens(&just_under, &cfg, 0.0).is_ok(),
+            gate_rule_passes(&just_under, &cfg).is_ok()
+        );
+    }
+}

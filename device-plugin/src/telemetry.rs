@@ -229,8 +229,8 @@ fn gpu_status(g: &GpuView) -> GpuStatus {
 
 /// What the utilization gate reads of a GPU: its rule and the risk scores rounded as published,
 /// so the exported verdict is the extender's for the same status (no pods, names or strings copied
-/// on every sample).
-fn gate_input(g: &GpuView) -> carma_core::Gpu {
+/// on every sample). The DRA driver's taints read the same.
+pub fn gate_input(g: &GpuView) -> carma_core::Gpu {
     let mut gpu = carma_core::Gpu::idle(String::new(), g.sample.index, 0);
     gpu.sm_activity = g.sm_activity_risk.map(round3);
     gpu.sm_occupancy = g.sm_occupancy_risk.map(round3);

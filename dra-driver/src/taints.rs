@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use carma_core::{GpuRejection, PlacementConfig};
-use carma_device_plugin::telemetry::{GpuView, Snapshot};
+use carma_device_plugin::telemetry::{GpuView, Snapshot, gate_input};
 use chrono::{DateTime, Utc};
 
 /// The GPU's utilization gate is closed (value: the gate rule, or `window-filling` while the
@@ -99,13 +99,13 @@ impl Tainter {
 
     fn gate_taint(&mut self, g: &GpuView) -> Option<Taint> {
         let uuid = &g.sample.uuid;
-        let mut cfg = self.gate.clone();
-        if self.gated.contains(uuid) {
-            cfg.sm_activity_cap = (cfg.sm_activity_cap - self.reopen_margin).max(0.0);
-            cfg.sm_occupancy_cap = (cfg.sm_occupancy_cap - self.reopen_margin).max(0.0);
-            cfg.dram_activity_cap = (cfg.dram_activity_cap - self.reopen_margin).max(0.0);
-        }
-        match carma_core::gate::gate_rule_passes(&gate_input(g), &cfg) {
+        let input = gate_input(g);
+        let verdict = if self.gated.contains(uuid) {
+            carma_core::gate::gate_rule_reopens(&input, &self.gate, self.reopen_margin)
+        } else {
+            carma_core::gate::gate_rule_passes(&input, &self.gate)
+        };
+        match verdict {
             Ok(()) => {
                 self.gated.remove(uuid);
                 None
@@ -123,18 +123,6 @@ impl Tainter {
             Err(other) => Some(Taint::new(TAINT_UTILIZATION_GATE, Some(other.code()))),
         }
     }
-}
-
-/// What the gate reads of a GPU: its rule and its risk scores rounded to thousandths, as the
-/// device plugin publishes them to the extender.
-fn gate_input(g: &GpuView) -> carma_core::Gpu {
-    let round3 = |v: f64| (v * 1000.0).round() / 1000.0;
-    let mut gpu = carma_core::Gpu::idle(g.sample.uuid.clone(), g.sample.index, 0);
-    gpu.sm_activity = g.sm_activity_risk.map(round3);
-    gpu.sm_occupancy = g.sm_occupancy_risk.map(round3);
-    gpu.dram_activity = g.dram_activity_risk.map(round3);
-    gpu.gate_rule = g.gate_rule;
-    gpu
 }
 
 #[cfg(test)]
