@@ -140,27 +140,64 @@ def read_rad(path: Path) -> dict | None:
     return {"job": path.stem, "script": script, "batch_size": int(lines[5]), "gpus": int(lines[7])}
 
 
-def trace_job(rad: dict) -> dict:
-    import torch
-
-    label, family, factory, shape, head = MODELS[rad["script"]]
-    batch = rad["batch_size"] // rad["gpus"]
+def step_inputs(torch, shape, head: str) -> tuple[dict, object]:
+    """The input keywords of `trace_step` (and of `measure.measure_step`) for a model's input
+    and head, and the sequence length column ("" for CNNs). `torch.zeros` is called when a
+    step runs, so the tensors land on the step's device (fake, or the GPU)."""
     kw: dict = {}
     if head == "class":
         kw["input_size"] = shape
-        seq_len = ""  # the loss is the logits' sum: a cross-entropy adds a batch x classes tensor
+        return kw, ""  # the loss is the logits' sum: a cross-entropy adds a batch x classes tensor
+    kw["make_input"] = lambda b: {"input_ids": torch.zeros((b, shape), dtype=torch.long)}
+    if head == "seqcls":
+        kw["labels"] = lambda b: torch.zeros((b,), dtype=torch.long)
     else:
-        seq_len = shape
-        kw["make_input"] = lambda b: {"input_ids": torch.zeros((b, shape), dtype=torch.long)}
-        if head == "seqcls":
-            kw["labels"] = lambda b: torch.zeros((b,), dtype=torch.long)
-        else:
-            kw["labels"] = lambda b: torch.zeros((b, shape), dtype=torch.long)
-    t = trace_step(factory, batch, **kw)
-    return {"job": rad["job"], "family": family, "model": label, "batch_size": batch, "seq_len": seq_len,
-            "gpus": rad["gpus"], "forward_mib": t["forwardMiB"], "backward_mib": t["backwardMiB"],
+        kw["labels"] = lambda b: torch.zeros((b, shape), dtype=torch.long)
+    return kw, shape
+
+
+def trace_job(rad: dict) -> dict:
+    label, family, factory, shape, head = MODELS[rad["script"]]
+    return trace_one(rad["job"], label, family, factory, shape, head, rad["batch_size"] // rad["gpus"],
+                     gpus=rad["gpus"])
+
+
+def trace_one(job: str, label: str, family: str, factory, shape, head: str, batch: int, *, gpus: int = 1,
+              mixed_precision: bool = False) -> dict:
+    import torch
+
+    kw, seq_len = step_inputs(torch, shape, head)
+    t = trace_step(factory, batch, mixed_precision=mixed_precision or None, **kw)
+    return {"job": job, "family": family, "model": label, "batch_size": batch, "seq_len": seq_len,
+            "gpus": gpus, "forward_mib": t["forwardMiB"], "backward_mib": t["backwardMiB"],
             "optimizer_step_mib": t["optimizerStepMiB"],
             "largest_tensor_mib": t["largestTensorMiB"], "torch_version": torch.__version__.split("+")[0]}
+
+
+def trace_heldout(out: Path) -> int:
+    """Traces the held-out jobs (`heldout.HELD_OUT`) into `out`."""
+    from .heldout import HELD_OUT
+
+    rows = []
+    for label, family, factory, shape, head, batch, amp in HELD_OUT:
+        t0 = time.time()
+        try:
+            rows.append(trace_one(label, label, family, factory, shape, head, batch, mixed_precision=amp))
+        except ProfileError as e:
+            print(f"calibrate: error: {label}: {e}", file=sys.stderr)
+            return 2
+        print(f"{label}: {rows[-1]['backward_mib']} MiB ({time.time() - t0:.1f} s)", file=sys.stderr)
+    write_rows(out, rows)
+    print(f"wrote {len(rows)} held-out jobs to {out}", file=sys.stderr)
+    return 0
+
+
+def write_rows(out: Path, rows: list[dict]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,8 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m carma_profile.calibrate", description=__doc__.split("\n\n")[1])
     ap.add_argument("--workloads", type=Path, default=repo.parent / "shared/traces/carma/v2/workloads",
                     help="the directory of CARMA's .rad task files")
-    ap.add_argument("--out", type=Path, default=repo / "estimator/tests/data/traced-peaks.csv")
+    ap.add_argument("--set", choices=["carma", "heldout"], default="carma",
+                    help="carma: CARMA's measured jobs (the fitting set); heldout: architectures none of "
+                         "the constants has seen (carma_profile/heldout.py), measured by carma_profile.measure")
+    ap.add_argument("--out", type=Path, help="default: estimator/tests/data/traced-peaks.csv (carma) or "
+                                             "traced-heldout.csv (heldout)")
     args = ap.parse_args(argv)
+    data = repo / "estimator/tests/data"
+    if args.set == "heldout":
+        return trace_heldout(args.out or data / "traced-heldout.csv")
+    args.out = args.out or data / "traced-peaks.csv"
     if not args.workloads.is_dir():
         print(f"calibrate: error: {args.workloads} is not a directory (CARMA's task files, "
               "shared/traces/carma/v2/workloads)", file=sys.stderr)
@@ -188,11 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"calibrate: error: {path.name}: {e}", file=sys.stderr)
             return 2
         print(f"{path.stem}: {rows[-1]['backward_mib']} MiB ({time.time() - t0:.1f} s)", file=sys.stderr)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(args.out, rows)
     print(f"wrote {len(rows)} jobs to {args.out}; not traced: {', '.join(skipped)}", file=sys.stderr)
     return 0
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Measures on a CUDA GPU what carma's models predict, and writes it to DIR (default: $OUT):
+#   env.txt              GPU, driver, CUDA, torch, torchvision, transformers versions
+#   memory-heldout.csv   peak memory of the held-out jobs (python -m carma_profile.measure)
+#   memory-carma.csv     peak memory of CARMA's single-GPU jobs on this GPU
+#   interference.csv     steps per second alone, in pairs and in threes, SM activity
+#                        (tools/measure-interference.py)
+#   activity.log         every SM activity sample
+#   log.txt              everything printed
+#
+#   bash tools/gpu-measure.sh [DIR]
+#
+# CARMA_GPU_BUDGET_S (default 420) bounds the whole run: each part gets a deadline from
+# what is left, and a part cut short keeps the rows it wrote. CARMA_WORKLOADS names CARMA's
+# .rad task files (default ../shared/traces/carma/v2/workloads).
+set -u
+out=${1:-${OUT:?give a directory}}
+mkdir -p "$out"
+budget=${CARMA_GPU_BUDGET_S:-420}
+workloads=${CARMA_WORKLOADS:-../shared/traces/carma/v2/workloads}
+t0=$(date +%s)
+left() { echo $((budget - ($(date +%s) - t0))); }
+export PYTHONPATH=$PWD/estimator/profile${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+log=$out/log.txt
+step() { echo "== $(date -u +%H:%M:%S) $* ($(left) s left)" | tee -a "$log"; }
+
+step env
+{
+  nvidia-smi
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  python3 - <<'EOF'
+import sys
+import torch, torchvision, transformers
+print("python", sys.version.split()[0])
+print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
+print("torchvision", torchvision.__version__, "transformers", transformers.__version__)
+print("device", torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).total_memory >> 20, "MiB")
+EOF
+  python3 -m pip show nvidia-ml-py 2>/dev/null | head -2
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt" >>"$log"
+
+step "memory: held-out jobs"
+python3 -m carma_profile.measure --set heldout --out "$out/memory-heldout.csv" --parallel 3 \
+  --deadline-s $(($(left) * 27 / 100)) 2>&1 | tee -a "$log"
+
+step "memory: CARMA's jobs"
+python3 -m carma_profile.measure --set carma --workloads "$workloads" --out "$out/memory-carma.csv" \
+  --parallel 3 --deadline-s $(($(left) * 36 / 100)) 2>&1 | tee -a "$log"
+
+step "interference"
+python3 tools/measure-interference.py --out "$out" --window-s 5 --settle-s 1.5 --triples \
+  --deadline-s $(($(left) - 15)) 2>&1 | tee -a "$log"
+step done
