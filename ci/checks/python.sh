@@ -13,7 +13,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/pip" install -q --disable-pip-version-check \
   -r estimator/training/requirements-test.txt -r estimator/datagen/requirements-test.txt
-"$VENV/bin/python" -m pytest -q estimator/training/tests estimator/datagen/tests
+"$VENV/bin/python" -m pytest -q estimator/training/tests estimator/datagen/tests tools/tests
 
 # carma_profile: its own venv with PyTorch, made once per version of its requirements (CI starts
 # making it in the background at its beginning; this waits for that).
