@@ -322,7 +322,13 @@ def report(paths: list[Path], scenarios: list[dict], fits: dict[str, dict], extr
     multi = len({sc["run"] for sc in scenarios}) > 1
     out = []
     p = out.append
-    p(f"Files: {', '.join(str(x) for x in paths)}")
+    def shown(path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(ROOT))
+        except ValueError:
+            return str(path)
+
+    p(f"Files: {', '.join(shown(x) for x in paths)}")
     p(f"Shared rows: {len(rows)} (jobs in {len(scenarios)} shared scenarios)")
     p("")
     bullet = "* " if table else ""
@@ -332,10 +338,18 @@ def report(paths: list[Path], scenarios: list[dict], fits: dict[str, dict], extr
       f"SSE(log rate) = {extra['gamma_at_default']['sse']:.4f}")
     p(f"{bullet}time-slicing (max-min), demand b = min(1,(s/θ)^β), shares sum to η, fitted: "
       f"{describe('timeslice', fits['timeslice'])}, SSE(log rate) = {fits['timeslice']['sse']:.4f}")
+    ts = fits["timeslice"]
+    demands = {}
+    for sc in scenarios:
+        for j in sc["jobs"]:
+            demands.setdefault(j["job"], []).append(min(1.0, (max(j["s"], 1e-9) / ts["theta"]) ** ts["beta"]))
+    p(f"{bullet}time-slicing demand b of each job (fraction of the GPU's time it needs, from its s): "
+      + ", ".join(f"{j} {min(v):.3f}" + (f"-{max(v):.3f}" if max(v) - min(v) >= 0.0005 else "")
+                  for j, v in sorted(demands.items())))
     p(f"{bullet}proportional share (every job at η/Σb), fitted: {describe('proportional', fits['proportional'])}, "
       f"SSE(log rate) = {fits['proportional']['sse']:.4f}")
     for run, f in extra["per_file"].items():
-        p(f"{bullet}{run} alone: current form {describe('current', f['current'])}; "
+        p(f"{bullet}fitted to {run} only: current form {describe('current', f['current'])}; "
           f"time-slicing {describe('timeslice', f['timeslice'])}")
     p("")
     errs = {k: errors(rows, k) for k, _, _ in MODELS}
@@ -444,4 +458,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        sys.exit(0)

@@ -120,3 +120,12 @@ def test_h100_data_reports_both_forms():
     scenarios = [sc for p in fit.DEFAULT_CSVS for sc in fit.load(p, p.stem)]
     thetas = fit.frange(0.3, 1.0, 0.01)
     assert fit.fit_timeslice(scenarios, thetas)["sse"] < fit.fit_current(scenarios, thetas)["sse"] / 5
+
+
+def test_documented_tables_match_the_script():
+    # docs/slowdown-on-h100.md embeds `python3 tools/fit-slowdown.py --table` under "## Results"
+    doc = (TOOL.parent.parent / "docs/slowdown-on-h100.md").read_text()
+    r = run_cli("--table")
+    assert r.returncode == 0, r.stderr
+    section = doc.split("## Results\n\n", 1)[1].split("\n## ", 1)[0]
+    assert section.strip() == r.stdout.strip(), "rerun: python3 tools/fit-slowdown.py --table"
