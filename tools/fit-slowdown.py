@@ -9,7 +9,7 @@ scenario it computes the measured rate, the job's steps per second while sharing
 by its steps per second alone (the alone row of the same file), and its alone SM activity
 `s`; `D` is the sum of the alone activities of the jobs in the scenario.
 
-Two forms are fitted to all shared rows of all files together, by least squares on log rate:
+Three forms are fitted to all shared rows of all files together, by least squares on log rate:
 
 * `current`, the simulator's form (workload/src/model/slowdown.rs):
   rate = (max(θ, s) / max(θ, D))^γ. Grid over θ, γ in closed form for each θ.
@@ -19,6 +19,10 @@ Two forms are fitted to all shared rows of all files together, by least squares 
   min(b, L) with L the level at which the shares sum to η (jobs that need less than
   an equal share get all they need, the rest split what is left equally);
   rate = min(b, L) / b, and 1 while the demands sum to at most η. Grid over θ, β, η.
+* `proportional`: the same demands, but every job of a crowded GPU runs at η / Σb.
+
+Each form is also fitted once per job without that job's scenarios and scored on them
+("each job left out of the fit").
 
 Prints the fits, each row's measured and predicted rates (fitted forms, the defaults
 θ = 0.8 γ = 1, and θ = 0.8 γ = 2), the summed rate of each scenario (more than 1: sharing
