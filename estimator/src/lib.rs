@@ -67,6 +67,8 @@ pub use profile::{
 pub use torchinfo::{looks_like_torchinfo, parse_torchinfo};
 pub use torchsummary::{SummaryError, parse_torchsummary};
 pub use traced::{
-    CNN_LARGEST_FACTOR_MILLI, CONTEXT_MIB, FLOOR_MIB, MAX_TRACED_MIB, MULTI_GPU_MIB,
-    TRANSFORMER_LARGEST_FACTOR_MILLI, Traced, traced_reservation_mib,
+    ALLOCATOR_CNN_LARGEST_FACTOR_MILLI, ALLOCATOR_CONTEXT_MIB, ALLOCATOR_MULTI_GPU_MIB,
+    ALLOCATOR_TRANSFORMER_LARGEST_FACTOR_MILLI, CNN_LARGEST_FACTOR_MILLI, CONTEXT_MIB, FLOOR_MIB,
+    MAX_TRACED_MIB, MULTI_GPU_MIB, TRANSFORMER_LARGEST_FACTOR_MILLI, Traced,
+    traced_reservation_mib,
 };

@@ -252,6 +252,15 @@ impl Profile {
             for (key, mib) in t.keyed() {
                 range(key, mib, MAX_TRACED_MIB)?;
             }
+            if let Some(reserved) = t.reserved_mib.filter(|r| *r < t.peak_mib()) {
+                return invalid(
+                    "traced.reservedMiB",
+                    &format!(
+                        "{reserved} MiB is less than the largest phase peak ({} MiB): the allocator holds at least the tensors alive at once",
+                        t.peak_mib()
+                    ),
+                );
+            }
             if let Some(largest) = t.largest_tensor_mib.filter(|l| *l > t.peak_mib()) {
                 return invalid(
                     "traced.largestTensorMiB",

@@ -25,6 +25,17 @@
 //! where `peak` is the largest of the three phases, counted once (the trace is a floor of
 //! what the GPU holds), and `b` is [`CNN_LARGEST_FACTOR_MILLI`] for CNNs and MLPs,
 //! [`TRANSFORMER_LARGEST_FACTOR_MILLI`] for Transformers.
+//!
+//! Traces that carry `reservedMiB` (carma_profile replays the step's allocations through a
+//! model of PyTorch's caching allocator, `carma_profile/allocator.py`) are reserved from the
+//! allocator's segments instead: what the allocator keeps and cannot reuse is then part of
+//! the figure rather than of a fitted term, and the constants are smaller:
+//!
+//! ```text
+//! reservation = max(FLOOR_MIB,
+//!                   ALLOCATOR_CONTEXT_MIB + reserved + ceil(a(family) × largest)
+//!                   + (gpus − 1) × ALLOCATOR_MULTI_GPU_MIB)
+//! ```
 
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +84,25 @@ pub const TRANSFORMER_LARGEST_FACTOR_MILLI: u64 = 0;
 /// gather more outputs and reductions on GPU 0 (no pod with more than 2 GPUs was measured).
 pub const MULTI_GPU_MIB: u64 = 4_848;
 
+/// The CUDA context, in MiB, beside the replayed allocator's segments: measured, not fitted.
+/// On an H100 (driver 580, CUDA 13.0, torch 2.11) a training process held 742 to 762 MiB
+/// beyond what its caching allocator had reserved (NVML's per-process figure less
+/// `torch.cuda.memory_reserved`; docs/h100-measurements.md); rounded up to 10 MiB. CARMA's
+/// A100 jobs hold less (an older CUDA): the term over-reserves them by a few hundred MiB.
+pub const ALLOCATOR_CONTEXT_MIB: u64 = 770;
+
+/// Multiples of the largest tensor a CNN (or MLP) holds beyond the replayed segments, in
+/// thousandths: cuDNN's convolution workspaces, which the trace cannot see. Set by CARMA's
+/// VGG-16 jobs on A100s; on the H100 the same jobs need less.
+pub const ALLOCATOR_CNN_LARGEST_FACTOR_MILLI: u64 = 3_280;
+
+/// The same for Transformers: 0. Every Transformer of the fitting set measures within
+/// [`ALLOCATOR_CONTEXT_MIB`] of its replayed segments.
+pub const ALLOCATOR_TRANSFORMER_LARGEST_FACTOR_MILLI: u64 = 0;
+
+/// [`MULTI_GPU_MIB`] refitted beside the replayed segments (CARMA's 2-GPU jobs).
+pub const ALLOCATOR_MULTI_GPU_MIB: u64 = 4_676;
+
 /// The three phase peaks of one traced training step, in MiB (rounded up), each the peak
 /// of live tensor bytes during that phase with the parameters included, and the largest
 /// single tensor. The `traced` key of a model profile.
@@ -99,6 +129,16 @@ pub struct Traced {
         skip_serializing_if = "Option::is_none"
     )]
     pub largest_tensor_mib: Option<u64>,
+    /// The segments PyTorch's caching allocator holds after the traced step, replayed from
+    /// its allocations and frees by `carma_profile` (at least the largest phase peak, at most
+    /// [`MAX_TRACED_MIB`]). Optional: traces written before it was recorded lack it, and
+    /// the reservation then uses the live-tensor form.
+    #[serde(
+        rename = "reservedMiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reserved_mib: Option<u64>,
 }
 
 impl Traced {
@@ -124,6 +164,9 @@ impl Traced {
         if let Some(l) = self.largest_tensor_mib {
             keyed.push(("traced.largestTensorMiB", l));
         }
+        if let Some(r) = self.reserved_mib {
+            keyed.push(("traced.reservedMiB", r));
+        }
         keyed
     }
 }
@@ -131,31 +174,52 @@ impl Traced {
 /// The reservation in MiB, per GPU, for a job whose traced step (one GPU's share of the
 /// batch) is `traced`, of model family `family`, run on `gpus` GPUs per pod (0 counts as 1).
 ///
+/// With `reservedMiB`: `max(FLOOR_MIB, ALLOCATOR_CONTEXT_MIB + reserved +
+/// ceil(a(family) × largest) + (gpus − 1) × ALLOCATOR_MULTI_GPU_MIB)`; without it:
 /// `max(FLOOR_MIB, CONTEXT_MIB + ceil(peak + b(family) × largest) + (gpus − 1) ×
-/// MULTI_GPU_MIB)`, with the constants of this module. Never panics: the arithmetic saturates
-/// (a validated profile stays far from it).
+/// MULTI_GPU_MIB)`. Never panics: the arithmetic saturates (a validated profile stays far
+/// from it).
 ///
 /// ```
 /// use carma_estimator::{Family, Traced, traced_reservation_mib};
-/// let t = Traced { forward_mib: 19_000, backward_mib: 19_821, optimizer_step_mib: 4_445,
-///                  largest_tensor_mib: Some(1_908) };
+/// let mut t = Traced { forward_mib: 19_000, backward_mib: 19_821, optimizer_step_mib: 4_445,
+///                      largest_tensor_mib: Some(1_908), reserved_mib: None };
 /// assert_eq!(traced_reservation_mib(&t, Family::Transformer, 1), 750 + 19_821);
+/// t.reserved_mib = Some(20_900);
+/// assert_eq!(traced_reservation_mib(&t, Family::Transformer, 1), 770 + 20_900);
 /// ```
 pub fn traced_reservation_mib(traced: &Traced, family: Family, gpus: u32) -> u64 {
-    let largest_factor = match family {
-        Family::Transformer => TRANSFORMER_LARGEST_FACTOR_MILLI,
-        Family::Cnn | Family::Mlp => CNN_LARGEST_FACTOR_MILLI,
+    let transformer = family == Family::Transformer;
+    let (context, base, largest_factor, per_gpu) = match traced.reserved_mib {
+        Some(reserved) => (
+            ALLOCATOR_CONTEXT_MIB,
+            reserved,
+            if transformer {
+                ALLOCATOR_TRANSFORMER_LARGEST_FACTOR_MILLI
+            } else {
+                ALLOCATOR_CNN_LARGEST_FACTOR_MILLI
+            },
+            ALLOCATOR_MULTI_GPU_MIB,
+        ),
+        None => (
+            CONTEXT_MIB,
+            traced.peak_mib(),
+            if transformer {
+                TRANSFORMER_LARGEST_FACTOR_MILLI
+            } else {
+                CNN_LARGEST_FACTOR_MILLI
+            },
+            MULTI_GPU_MIB,
+        ),
     };
     let extra_gpus = u128::from(gpus.max(1) - 1);
-    let milli = u128::from(traced.peak_mib())
-        .saturating_mul(1_000)
-        .saturating_add(
-            u128::from(traced.largest_or_peak_mib()).saturating_mul(u128::from(largest_factor)),
-        );
+    let milli = u128::from(base).saturating_mul(1_000).saturating_add(
+        u128::from(traced.largest_or_peak_mib()).saturating_mul(u128::from(largest_factor)),
+    );
     let tensors = milli
         .div_ceil(1_000)
-        .saturating_add(extra_gpus.saturating_mul(u128::from(MULTI_GPU_MIB)));
-    CONTEXT_MIB
+        .saturating_add(extra_gpus.saturating_mul(u128::from(per_gpu)));
+    context
         .saturating_add(u64::try_from(tensors).unwrap_or(u64::MAX))
         .max(FLOOR_MIB)
 }
@@ -170,7 +234,32 @@ mod tests {
             backward_mib: b,
             optimizer_step_mib: o,
             largest_tensor_mib: l,
+            reserved_mib: None,
         }
+    }
+
+    #[test]
+    fn replayed_segments_replace_the_peak_and_their_own_constants_apply() {
+        let x = Traced {
+            reserved_mib: Some(22_000),
+            ..t(10_000, 20_000, 5_000, Some(1_000))
+        };
+        assert_eq!(
+            traced_reservation_mib(&x, Family::Transformer, 1),
+            770 + 22_000
+        );
+        // 22000 + 3.28 × 1000
+        assert_eq!(traced_reservation_mib(&x, Family::Cnn, 1), 770 + 25_280);
+        assert_eq!(
+            traced_reservation_mib(&x, Family::Cnn, 3),
+            770 + 25_280 + 2 * 4_676
+        );
+        let tiny = Traced {
+            reserved_mib: Some(40),
+            ..t(27, 35, 23, Some(5))
+        };
+        assert_eq!(traced_reservation_mib(&tiny, Family::Cnn, 1), FLOOR_MIB);
+        assert_eq!(x.keyed().last(), Some(&("traced.reservedMiB", 22_000)));
     }
 
     #[test]

@@ -491,6 +491,7 @@ mod tests {
             backward_mib: 13_118,
             optimizer_step_mib: 7_467,
             largest_tensor_mib: None,
+            reserved_mib: None,
         };
         let want =
             carma_estimator::traced_reservation_mib(&t, carma_estimator::Family::Transformer, 2);

@@ -32,6 +32,8 @@ use serde_json::json;
 
 use super::EXIT_BAD_INPUT;
 
+#[path = "estimate_measured.rs"]
+mod estimate_measured;
 #[path = "estimate_peaks.rs"]
 mod estimate_peaks;
 #[path = "estimate_peaks_report.rs"]
@@ -175,8 +177,12 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
             return Err(BadInput("--table goes with --peaks".into()));
         }
         if *peaks {
-            let report = evaluate_peaks(estimator, workloads, summaries, printouts, traced)
+            let mut report = evaluate_peaks(estimator, workloads, summaries, printouts, traced)
                 .map_err(|e| BadInput(e.to_string()))?;
+            // carma's own GPU measurements live beside the traced CSV
+            let data = traced.parent().unwrap_or(Path::new("."));
+            report.measured =
+                estimate_measured::evaluate_measured(data).map_err(|e| BadInput(e.to_string()))?;
             if *table {
                 return Ok(Output::Text(render_table(&report)));
             }

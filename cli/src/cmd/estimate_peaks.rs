@@ -230,7 +230,7 @@ fn printout_name(name: &str) -> Option<(&str, u32, u32)> {
 
 /// The traced reservation of each job in the CSV at `path` (columns by name: `job`,
 /// `family`, `gpus`, `forward_mib`, `backward_mib`, `optimizer_step_mib`, and
-/// `largest_tensor_mib` when the CSV has it); empty when the file does not exist.
+/// `largest_tensor_mib` and `reserved_mib` when the CSV has them); empty when the file does not exist.
 fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
     if !path.is_file() {
         return Ok(Vec::new());
@@ -264,6 +264,7 @@ fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
         col("optimizer_step_mib")?,
     ];
     let largest = header.iter().position(|h| *h == "largest_tensor_mib");
+    let reserved = header.iter().position(|h| *h == "reserved_mib");
     let mut out = Vec::new();
     for (i, line) in lines {
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -290,6 +291,7 @@ fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
             backward_mib: num(cols[4])?,
             optimizer_step_mib: num(cols[5])?,
             largest_tensor_mib: largest.map(num).transpose()?,
+            reserved_mib: reserved.map(num).transpose()?,
         };
         out.push((
             fields[cols[0]].to_string(),

@@ -5,6 +5,7 @@
 use carma_estimator::Family;
 use serde::Serialize;
 
+use super::estimate_measured::MeasuredReport;
 use super::estimate_peaks::PeakRow;
 
 /// A source of reservations the report tallies: which rows it covers and what it
@@ -65,7 +66,8 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn of(pairs: impl Iterator<Item = (u64, u64)>) -> Tally {
+    /// The tally of (reservation, peak) pairs.
+    pub fn of(pairs: impl Iterator<Item = (u64, u64)>) -> Tally {
         let (mut under, mut overs) = (0usize, Vec::new());
         for (reservation, peak) in pairs {
             if reservation < peak {
@@ -123,6 +125,8 @@ pub struct PeaksReport {
     pub by_source: Vec<SourceTally>,
     /// Task files with a peak that the catalog does not restate (no profile).
     pub skipped: Vec<String>,
+    /// The traced reservation against carma's own GPU measurements.
+    pub measured: MeasuredReport,
 }
 
 /// Tallies the rows: every row, the rows with a GPUMemNet estimate, and every source of
@@ -164,6 +168,7 @@ pub fn report(rows: Vec<PeakRow>, skipped: Vec<String>) -> PeaksReport {
         by_source,
         rows,
         skipped,
+        measured: MeasuredReport::default(),
     }
 }
 
@@ -250,6 +255,47 @@ pub fn render_table(r: &PeaksReport) -> String {
             (None, why) => format!("not run ({})", why.unwrap_or("no figures")),
         };
         out += &format!("{} / {}: {figures}\n", s.family.as_str(), s.source);
+    }
+    out += &render_measured(&r.measured);
+    out
+}
+
+/// The traced reservation against carma's own GPU measurements: each row, then per set and
+/// family; `not run` when no measured set is present.
+fn render_measured(m: &MeasuredReport) -> String {
+    let mut out = String::from("\ntraced reservation against carma's GPU measurements:\n");
+    if m.rows.is_empty() {
+        return out + "not run (no measured peaks beside the traced CSV)\n";
+    }
+    out += &format!(
+        "{:<30} {:<44} {:<11} {:>6} {:>7} {:>7} {:>7}\n",
+        "set", "model", "family", "batch", "peak", "traced", "over"
+    );
+    for r in &m.rows {
+        out += &format!(
+            "{:<30} {:<44} {:<11} {:>6} {:>7} {:>7} {:>+7}\n",
+            r.set,
+            r.model,
+            r.family.as_str(),
+            r.batch_size,
+            r.peak_mib,
+            r.traced_mib,
+            r.traced_mib as i64 - r.peak_mib as i64
+        );
+    }
+    for t in &m.tallies {
+        out += &format!(
+            "{} / {} / traced: {} rows, {} underestimates, over-reservation mean {:.0} MiB, p95 {} MiB\n",
+            t.set,
+            t.family.as_str(),
+            t.tally.rows,
+            t.tally.underestimates,
+            t.tally.mean_over_reservation_mib,
+            t.tally.p95_over_reservation_mib
+        );
+    }
+    for n in &m.not_measured {
+        out += &format!("not measured: {n}\n");
     }
     out
 }

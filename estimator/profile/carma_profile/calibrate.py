@@ -50,7 +50,7 @@ from .core import ProfileError
 from .trace import trace_step
 
 COLUMNS = ["job", "family", "model", "batch_size", "seq_len", "gpus", "forward_mib", "backward_mib",
-           "optimizer_step_mib", "largest_tensor_mib", "torch_version"]
+           "optimizer_step_mib", "largest_tensor_mib", "reserved_mib", "torch_version"]
 
 
 def mnist_cnn():
@@ -171,7 +171,8 @@ def trace_one(job: str, label: str, family: str, factory, shape, head: str, batc
     return {"job": job, "family": family, "model": label, "batch_size": batch, "seq_len": seq_len,
             "gpus": gpus, "forward_mib": t["forwardMiB"], "backward_mib": t["backwardMiB"],
             "optimizer_step_mib": t["optimizerStepMiB"],
-            "largest_tensor_mib": t["largestTensorMiB"], "torch_version": torch.__version__.split("+")[0]}
+            "largest_tensor_mib": t["largestTensorMiB"], "reserved_mib": t["reservedMiB"],
+            "torch_version": torch.__version__.split("+")[0]}
 
 
 def trace_heldout(out: Path) -> int:

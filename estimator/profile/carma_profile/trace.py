@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from .allocator import CachingAllocator
 from .core import MAX_BATCH_SIZE, MAX_SEQ_LENGTH, OPTIMIZERS, ProfileError
 
 MIB = 1 << 20
@@ -77,6 +78,8 @@ class _LiveBytes:
         # backward), in allocator blocks.
         self.watch_largest = False
         self.largest = 0
+        # The caching allocator's segments, replayed over the same storages.
+        self.allocator = CachingAllocator()
 
     def add_tensor(self, t) -> None:
         torch = self._torch
@@ -90,10 +93,12 @@ class _LiveBytes:
         if key in self._refs:
             return
         size = block_bytes(int(st.nbytes()))
+        block = self.allocator.malloc(size)
 
-        def freed(_ref, key=key, size=size):
+        def freed(_ref, key=key, size=size, block=block):
             if self._refs.pop(key, None) is not None:
                 self.live -= size
+                self.allocator.free(block)
 
         self._refs[key] = self._weakref.ref(st, freed)
         if self.watch_largest:
@@ -271,6 +276,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
         "backwardMiB": max(1, math.ceil(peaks["backward"] / MIB)),
         "optimizerStepMiB": max(1, math.ceil(peaks["optimizerStep"] / MIB)),
         "largestTensorMiB": max(1, math.ceil(live.largest / MIB)),
+        "reservedMiB": max(1, math.ceil(live.allocator.reserved / MIB)),
     }
 
 

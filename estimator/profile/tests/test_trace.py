@@ -15,7 +15,9 @@ transformers = pytest.importorskip("transformers")
 
 def test_resnet18_phases_hold_parameters_state_and_activations():
     t = trace_step(lambda: torchvision.models.resnet18(num_classes=100), 32, input_size=(3, 32, 32))
-    assert set(t) == {"forwardMiB", "backwardMiB", "optimizerStepMiB", "largestTensorMiB"}
+    assert set(t) == {"forwardMiB", "backwardMiB", "optimizerStepMiB", "largestTensorMiB", "reservedMiB"}
+    # the allocator holds at least the tensors alive at once
+    assert t["reservedMiB"] >= max(t["forwardMiB"], t["backwardMiB"], t["optimizerStepMiB"]), t
     # 11.2 M fp32 parameters are 43 MiB; with grads and Adam's two moments, 171 MiB
     # are live in the optimizer step (plus foreach temporaries).
     assert 171 <= t["optimizerStepMiB"] < 260, t
@@ -23,6 +25,22 @@ def test_resnet18_phases_hold_parameters_state_and_activations():
     sgd = trace_step(lambda: torchvision.models.resnet18(num_classes=100), 32, input_size=(3, 32, 32),
                      optimizer="sgd")
     assert sgd["optimizerStepMiB"] < t["optimizerStepMiB"] - 80  # no moments
+
+
+def test_the_replayed_segments_match_an_h100_within_a_tenth():
+    # ResNet-50 at batch 64, Adam: the H100 reserved 6,738 MiB at its peak
+    # (estimator/tests/data/h100-carma-peaks.csv); the replay of the traced step's
+    # allocations through the allocator model should land near it, and above the
+    # live-tensor peak by what the allocator keeps (1,052 MiB on the H100).
+    import csv
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "tests/data/h100-carma-peaks.csv"
+    row = next(r for r in csv.DictReader(data.open()) if r["model"] == "resnet50" and r["batch_size"] == "64")
+    t = trace_step(torchvision.models.resnet50, 64, input_size=(3, 224, 224))
+    peak = max(t["forwardMiB"], t["backwardMiB"], t["optimizerStepMiB"])
+    assert abs(t["reservedMiB"] - int(row["peak_reserved_mib"])) < 0.1 * int(row["peak_reserved_mib"]), t
+    assert t["reservedMiB"] - peak > 500, t
 
 
 def test_the_traced_peak_grows_with_the_batch():
@@ -76,7 +94,8 @@ def test_trace_flag_output_is_accepted_by_the_rust_estimator(carma_bin):
     r = cli(f"{MODELS}:MnistNet", "--batch-size", "64", "--input", "1,28,28", "--trace")
     assert r.returncode == 0, r.stderr
     profile = json.loads(r.stdout)
-    assert set(profile["traced"]) == {"forwardMiB", "backwardMiB", "optimizerStepMiB", "largestTensorMiB"}
+    assert set(profile["traced"]) == {"forwardMiB", "backwardMiB", "optimizerStepMiB", "largestTensorMiB",
+                                      "reservedMiB"}
     est = subprocess.run([carma_bin, "estimate", "--profile", "-"], input=r.stdout,
                          capture_output=True, text=True, timeout=60)
     assert est.returncode == 0, est.stderr
