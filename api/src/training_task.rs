@@ -149,8 +149,8 @@ pub struct ModelProfile {
     pub traced: Option<TracedStep>,
 }
 
-/// Peak MiB of live tensors (parameters included) in each phase of a traced training step, and
-/// the largest single tensor. The range is the estimator's (`carma_estimator::MAX_TRACED_MIB`).
+/// Peak MiB of live tensors (parameters included) in each phase of a traced training step, the
+/// largest single tensor and the caching allocator's replayed segments. The range is the estimator's (`carma_estimator::MAX_TRACED_MIB`).
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TracedStep {
@@ -176,6 +176,16 @@ pub struct TracedStep {
     )]
     #[schemars(range(min = 1, max = 16777216))]
     pub largest_tensor_mib: Option<u64>,
+    /// The segments PyTorch's caching allocator holds after the step, replayed from its
+    /// allocations and frees (at least the largest phase peak); when given, the reservation is
+    /// made from it instead of the largest phase peak.
+    #[serde(
+        rename = "reservedMiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1, max = 16777216))]
+    pub reserved_mib: Option<u64>,
 }
 
 /// Optimizer of a profile, as the estimator names it.

@@ -321,6 +321,31 @@ mod tests {
     }
 
     #[test]
+    fn a_traced_profile_reaches_the_annotation_whole() {
+        let mut t = task();
+        t.spec.model_profile = Some(
+            serde_json::from_value(json!({
+                "family": "cnn", "batchSize": 64, "parameters": 25557032, "activations": 37560000, "depth": 107,
+                "traced": {"forwardMiB": 5500, "backwardMiB": 5594, "optimizerStepMiB": 600,
+                           "largestTensorMiB": 196, "reservedMiB": 6626}
+            }))
+            .unwrap(),
+        );
+        let pod = build_attempt_pod(&t, &req(1), SCHEDULER_NAME).unwrap();
+        let ann = pod.metadata.annotations.unwrap();
+        let profile = carma_estimator::parse_profile(&ann[ANNOTATION_MODEL_PROFILE]).unwrap();
+        let traced = profile.traced.unwrap();
+        assert_eq!(traced.reserved_mib, Some(6626));
+        // the estimator reserves from the replayed segments, not from the phase peak
+        assert_eq!(
+            carma_estimator::traced_reservation_mib(&traced, carma_estimator::Family::Cnn, 1),
+            carma_estimator::ALLOCATOR_CONTEXT_MIB
+                + 6626
+                + (196 * carma_estimator::ALLOCATOR_CNN_LARGEST_FACTOR_MILLI).div_ceil(1000)
+        );
+    }
+
+    #[test]
     fn recovery_attempt_pod() {
         let pod = build_attempt_pod(
             &task(),
