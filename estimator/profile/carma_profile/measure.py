@@ -202,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="jobs measured at once, each in its own process (more than 1 needs NVML to list "
                          "processes, and GPU memory for all of them)")
     ap.add_argument("--deadline-s", type=float, default=600, help="start no job after this long")
+    ap.add_argument("--limit", type=int, help="measure at most this many jobs (the set's first)")
     ap.add_argument("--job", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--baseline-used", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    todo = jobs(args.set, args.workloads)
+    todo = jobs(args.set, args.workloads)[: args.limit]
     if args.job is not None:
         print(json.dumps(measure_job(todo[args.job], args.baseline_used)))
         return 0
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measure: error: no jobs in the {args.set} set (task files: {args.workloads})", file=sys.stderr)
         return 2
     baseline = device_used_mib()
-    t0, running, nxt, done = time.time(), {}, 0, 0
+    t0, running, nxt, done, measured = time.time(), {}, 0, 0, 0
     while nxt < len(todo) or running:
         while nxt < len(todo) and len(running) < max(1, args.parallel) and time.time() - t0 < args.deadline_s:
             cmd = [sys.executable, "-m", "carma_profile.measure", "--set", args.set, "--workloads",
@@ -240,9 +241,14 @@ def main(argv: list[str] | None = None) -> int:
                        "error": f"worker exited with {p.returncode}: {tail}"}
             append_row(args.out, row)
             done += 1
+            measured += bool(row.get("measured_mib") or row.get("peak_reserved_mib"))
             print(f"{label} b{todo[i][5]}: {row.get('measured_mib', '')} MiB {row.get('error', '')}",
                   file=sys.stderr, flush=True)
-    print(f"measure: {done} of {len(todo)} jobs, {time.time() - t0:.0f} s", file=sys.stderr)
+    print(f"measure: {done} of {len(todo)} jobs run, {measured} measured, {time.time() - t0:.0f} s",
+          file=sys.stderr)
+    if measured == 0:
+        print(f"measure: error: no job was measured (see the error column of {args.out})", file=sys.stderr)
+        return 1
     return 0
 
 
