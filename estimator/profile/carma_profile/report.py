@@ -116,7 +116,7 @@ def summary(name: str, rows: list[dict], key: str) -> str:
         if over:
             p95 = over[min(len(over) - 1, math.ceil(0.95 * len(over)) - 1)]
             out.append(f"{name}, {family}: {len(over)} model/batch pairs, {sum(o < 0 for o in over)} underestimated, "
-                       f"mean over {sum(over) / len(over):,.0f} MiB, p95 {p95:,}")
+                       f"mean reservation − measured {sum(over) / len(over):+,.0f} MiB, p95 {p95:+,}")
     return "\n".join(out)
 
 
