@@ -1,10 +1,11 @@
 //! `SimConfig::makespan_bound_s` against the engine: no run in which every task finishes beats it,
-//! whatever the policy, queue, reservations (crashes included) or models, and a run built to keep
-//! the GPU saturated meets it exactly.
+//! whatever the policy, queue, reservations (crashes included) or models (either slowdown form),
+//! and a run built to keep the GPU saturated meets it exactly.
 
 use carma_core::{Millis, Policy, Reservation};
 use carma_simulator::catalog::CATALOG;
 use carma_simulator::model::Activity;
+use carma_simulator::model::slowdown::TimeSlicing;
 use carma_simulator::{QueueDiscipline, SimConfig, Task, simulate};
 use proptest::prelude::*;
 
@@ -77,6 +78,11 @@ proptest! {
         gpu_memory_gib in prop::sample::select(vec![16u64, 40]),
         exponent in prop::sample::select(vec![1.0, 2.0]),
         threshold in prop::sample::select(vec![0.8, 0.5, 1.0]),
+        slicing in prop::option::of((
+            prop::sample::select(vec![0.7, 0.5, 1.0]),
+            prop::sample::select(vec![0.77, 1.0, 0.3]),
+            prop::sample::select(vec![0.93, 1.0, 0.6]),
+        )),
         lag_ms in prop::sample::select(vec![0u64, 15_000, 4_321]),
         interval_ms in prop::sample::select(vec![1_000u64, 700, 2_000]),
         activity_scale in prop::sample::select(vec![1.0, 2.0]),
@@ -90,6 +96,11 @@ proptest! {
         cfg.cluster.gpu_memory_mib = gpu_memory_gib * 1024;
         cfg.slowdown.exponent = exponent;
         cfg.slowdown.threshold = threshold;
+        cfg.slowdown.time_slicing = slicing.map(|(full_activity, exponent, efficiency)| TimeSlicing {
+            full_activity,
+            exponent,
+            efficiency,
+        });
         cfg.telemetry.lag_ms = lag_ms;
         cfg.telemetry.interval_ms = interval_ms;
         cfg.activity_scale = activity_scale;

@@ -204,7 +204,10 @@ impl SimConfig {
     /// so any subset `A` of them does at most `M_A = max(θ, largest s in A)` work per second (θ
     /// read as the model reads it, at least 10⁻⁶). The model's lowest rate, 10⁻⁶, only matters
     /// where `max(θ,D) > 10⁶·M_A`, and there gives `A` at most `10⁻⁶·Σ_A s ≤ M_A` while fewer
-    /// than 10⁶ tasks share the GPU.
+    /// than 10⁶ tasks share the GPU. Under the time-slicing form (β ≤ 1, η ≤ 1) the same holds
+    /// with its `θ`: a task of demand `b` that gets `a ≤ b` of the GPU's time does `s·a/b` work
+    /// per second, `s/b ≤ max(θ, s)` when β ≤ 1, and the shares sum to at most η ≤ 1 (a task
+    /// alone does `s`). Otherwise (γ < 1, β > 1) there is no bound.
     ///
     /// Hence for every tick `T`, the tasks with `tick(a) ≥ T` cannot be done before their rate
     /// cap, `min(GPUs·M_A, Σ s·g over those whose tick(a) + lag has passed)`, integrated from
@@ -212,9 +215,12 @@ impl SimConfig {
     /// cluster, after one lag). The bound is the latest of these and of `tick(a) + x` over tasks,
     /// less `S`.
     pub fn makespan_bound_s(&self, tasks: &[crate::task::Task]) -> Option<f64> {
-        if self.slowdown.exponent < 1.0 {
-            return None;
-        }
+        let floor = match &self.slowdown.time_slicing {
+            None if self.slowdown.exponent < 1.0 => return None,
+            None => self.slowdown.threshold.max(1e-6),
+            Some(ts) if ts.exponent > 1.0 || ts.efficiency > 1.0 => return None,
+            Some(ts) => ts.full_activity,
+        };
         let step = self.telemetry.interval_ms.max(1);
         let tick = |t: Millis| t.div_ceil(step).saturating_mul(step);
         let lag = self.telemetry.lag_ms;
@@ -252,7 +258,7 @@ impl SimConfig {
             }
         }
         let gpus = f64::from(self.cluster.nodes) * f64::from(self.cluster.gpus_per_node);
-        let (mut work, mut activity) = (0.0, self.slowdown.threshold.max(1e-6));
+        let (mut work, mut activity) = (0.0, floor);
         let mut released = 0.0;
         for first in (0..releases.len()).rev() {
             work += releases[first].work;
@@ -321,6 +327,26 @@ impl SimConfig {
                 "--slowdown-exponent is {:?}; it must be between 0 and {MAX_SLOWDOWN_EXPONENT}",
                 s.exponent
             ));
+        }
+        if let Some(ts) = &s.time_slicing {
+            if !(ts.full_activity.is_finite() && ts.full_activity > lo && ts.full_activity <= hi) {
+                return bad(format!(
+                    "--slicing-full-activity is {:?}; it must be more than {lo} and at most {hi}",
+                    ts.full_activity
+                ));
+            }
+            if !(ts.exponent.is_finite() && (0.0..=MAX_SLOWDOWN_EXPONENT).contains(&ts.exponent)) {
+                return bad(format!(
+                    "--slicing-exponent is {:?}; it must be between 0 and {MAX_SLOWDOWN_EXPONENT}",
+                    ts.exponent
+                ));
+            }
+            if !(ts.efficiency.is_finite() && ts.efficiency > 0.0 && ts.efficiency <= 1.0) {
+                return bad(format!(
+                    "--slicing-efficiency is {:?}; it must be more than 0 and at most 1",
+                    ts.efficiency
+                ));
+            }
         }
         let p = &self.power;
         if !(p.idle_w.is_finite()

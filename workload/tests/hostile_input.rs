@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use carma_workload::SimConfig;
+use carma_workload::model::slowdown::TimeSlicing;
 use carma_workload::trace::carma::{parse_durations, parse_rad, parse_script};
 use carma_workload::trace::{GeneratorConfig, generate};
 
@@ -71,6 +72,32 @@ fn model_flags_are_bounded() {
     assert!(err.contains("--max-power ≤ 10000 W"), "{err}");
     let err = config_error(|c| c.activity_scale = f64::MAX);
     assert!(err.contains("--activity-scale"), "{err}");
+}
+
+#[test]
+fn time_slicing_flags_are_bounded() {
+    let slicing = |edit: fn(&mut TimeSlicing)| {
+        config_error(move |c| {
+            let mut ts = TimeSlicing::default();
+            edit(&mut ts);
+            c.slowdown.time_slicing = Some(ts);
+        })
+    };
+    let err = slicing(|t| t.full_activity = 0.0);
+    assert!(
+        err.contains("--slicing-full-activity is 0.0; it must be more than 0"),
+        "{err}"
+    );
+    let err = slicing(|t| t.exponent = f64::NAN);
+    assert!(err.contains("--slicing-exponent is NaN"), "{err}");
+    let err = slicing(|t| t.efficiency = 1.5);
+    assert!(
+        err.contains("--slicing-efficiency is 1.5; it must be more than 0 and at most 1"),
+        "{err}"
+    );
+    let mut fitted = SimConfig::default();
+    fitted.slowdown.time_slicing = Some(TimeSlicing::default());
+    fitted.validate().unwrap();
 }
 
 #[test]

@@ -34,6 +34,16 @@ pub enum Switch {
     Off,
 }
 
+/// How tasks sharing a GPU slow each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SlowdownForm {
+    /// (max(θ,s)/max(θ,D))^γ with --slowdown-threshold θ and --slowdown-exponent γ.
+    Saturation,
+    /// Max-min fair shares of the GPU's time, fitted on an H100 (docs/slowdown-on-h100.md);
+    /// --slicing-* flags.
+    TimeSlicing,
+}
+
 /// Arguments of `carma simulate`.
 ///
 /// Every figure it prints is simulated: run times and peak memory are CARMA's
@@ -95,12 +105,25 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 16, help_heading = "Output")]
     pub report_gpus: usize,
 
-    /// Summed SM activity up to which sharing costs nothing (more than 0, at most 100).
+    /// Slowdown while sharing a GPU: saturation (summed SM activity against a threshold) or
+    /// time-slicing (max-min shares of the GPU's time, the form measured on an H100).
+    #[arg(long, value_enum, default_value_t = SlowdownForm::Saturation, help_heading = "Models")]
+    pub slowdown_model: SlowdownForm,
+    /// Summed SM activity up to which sharing costs nothing (more than 0, at most 100; saturation).
     #[arg(long, default_value_t = 0.8, help_heading = "Models")]
     pub slowdown_threshold: f64,
-    /// Exponent of the slowdown beyond the threshold (1 = throughput conserved, >1 = interference losses; 0 to 10).
+    /// Exponent of the slowdown beyond the threshold (1 = throughput conserved, >1 = interference losses; 0 to 10; saturation).
     #[arg(long, default_value_t = 1.0, help_heading = "Models")]
     pub slowdown_exponent: f64,
+    /// SM activity alone from which a task needs the GPU all the time (θ; more than 0, at most 100; time-slicing, H100 fit 0.70).
+    #[arg(long, default_value_t = 0.70, help_heading = "Models")]
+    pub slicing_full_activity: f64,
+    /// Exponent β of a task's demand for GPU time below --slicing-full-activity (0 to 10; time-slicing, H100 fit 0.77).
+    #[arg(long, default_value_t = 0.77, help_heading = "Models")]
+    pub slicing_exponent: f64,
+    /// Share η of the GPU's time a crowded GPU hands out (more than 0, at most 1; time-slicing, H100 fit 0.93).
+    #[arg(long, default_value_t = 0.93, help_heading = "Models")]
+    pub slicing_efficiency: f64,
     /// Power of an idle GPU in watts (0 to max power).
     #[arg(long, default_value_t = 55.0, help_heading = "Models")]
     pub idle_power: f64,
@@ -207,6 +230,13 @@ impl SimulateArgs {
         cfg.queue = self.queue;
         cfg.slowdown.threshold = self.slowdown_threshold;
         cfg.slowdown.exponent = self.slowdown_exponent;
+        cfg.slowdown.time_slicing = (self.slowdown_model == SlowdownForm::TimeSlicing).then_some(
+            carma_simulator::model::slowdown::TimeSlicing {
+                full_activity: self.slicing_full_activity,
+                exponent: self.slicing_exponent,
+                efficiency: self.slicing_efficiency,
+            },
+        );
         cfg.power.idle_w = self.idle_power;
         cfg.power.max_w = self.max_power;
         cfg.telemetry.lag_ms = self.telemetry_lag;

@@ -143,9 +143,12 @@ impl Engine<'_> {
         run.gpus
             .iter()
             .map(|g| {
-                self.cfg
-                    .slowdown
-                    .rate(own, self.gpus[*g].demand.sm_activity)
+                let gpu = &self.gpus[*g];
+                self.cfg.slowdown.rate_among(
+                    own,
+                    gpu.demand.sm_activity,
+                    gpu.shown.iter().map(|t| self.activity[*t].sm_activity),
+                )
             })
             .fold(1.0, f64::min)
     }

@@ -116,16 +116,24 @@ svg text {{ font-family: inherit; }}
         return h;
     }
     let cfg = &cmp.config;
+    let slowdown = match &cfg.slowdown.time_slicing {
+        None => format!(
+            "Slowdown: a task on a GPU whose summed SM activity D exceeds θ = {:.2} runs at (max(θ, s)/max(θ, D))^{:.1} of its exclusive speed (s = its own activity); below θ sharing is free (CARMA: collocation pays off while summed SM activity ≤ ~0.8).",
+            cfg.slowdown.threshold, cfg.slowdown.exponent
+        ),
+        Some(ts) => format!(
+            "Slowdown: time-slicing. A task of SM activity s needs b = min(1, (s/{:.2})^{:.2}) of its GPU's time; a GPU whose tasks need more than η = {:.2} in all hands out η by max-min fair shares, and a task runs at its share ÷ b of its exclusive speed (1 alone). Fitted to training jobs time-sliced on an H100 (docs/slowdown-on-h100.md).",
+            ts.full_activity, ts.exponent, ts.efficiency
+        ),
+    };
     let _ = write!(
         h,
         r#"<h2>Models</h2>
-<p class="note">Slowdown: a task on a GPU whose summed SM activity D exceeds θ = {theta:.2} runs at (max(θ, s)/max(θ, D))^{gamma:.1} of its exclusive speed (s = its own activity); below θ sharing is free (CARMA: collocation pays off while summed SM activity ≤ ~0.8).
+<p class="note">{slowdown}
 Power: {idle:.0} W idle to {max:.0} W at full SM activity, linear (A100 SXM4 40 GB). Telemetry: a task's memory and activity show {lag} s after it starts; risk scores over {win} one-second samples (CARMA).
 Out of memory: when the summed true peaks on a GPU would exceed its memory, the task that allocates last crashes and is recovered by carma-core's recovery rule.</p>
 </body></html>
 "#,
-        theta = cfg.slowdown.threshold,
-        gamma = cfg.slowdown.exponent,
         idle = cfg.power.idle_w,
         max = cfg.power.max_w,
         lag = cfg.telemetry.lag_ms / 1000,

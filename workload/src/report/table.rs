@@ -323,11 +323,25 @@ pub fn render_table_body(cmp: &Comparison, provenance: &Provenance) -> String {
         );
     }
     if *provenance == Provenance::Simulated {
-        let _ = writeln!(
-            out,
-            "  Models: sharing slows tasks once summed SM activity > {:.2} (exponent {:.1}) · power {:.0}–{:.0} W",
-            cfg.slowdown.threshold, cfg.slowdown.exponent, cfg.power.idle_w, cfg.power.max_w,
-        );
+        match &cfg.slowdown.time_slicing {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  Models: sharing slows tasks once summed SM activity > {:.2} (exponent {:.1}) · power {:.0}–{:.0} W",
+                    cfg.slowdown.threshold,
+                    cfg.slowdown.exponent,
+                    cfg.power.idle_w,
+                    cfg.power.max_w,
+                );
+            }
+            Some(ts) => {
+                let _ = writeln!(
+                    out,
+                    "  Models: time-sliced sharing, max-min shares (θ {:.2}, β {:.2}, η {:.2}) · power {:.0}–{:.0} W",
+                    ts.full_activity, ts.exponent, ts.efficiency, cfg.power.idle_w, cfg.power.max_w,
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "  by SM activity · memory shows {} s after start. Each model, its source and flags: simulator/README.md.",
