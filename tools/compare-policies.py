@@ -24,12 +24,18 @@ figure is the lowest of its five), and whether the row meets the goal: makespan 
 CARMA's best, mean JCT at least 10 % below it, no more OOM crashes than the CARMA policy with the
 fewest. Runs in parallel (--jobs, default the number of CPUs).
 
+--slowdown-model time-slicing runs every table under the time-slicing form measured on an H100
+(docs/slowdown-on-h100.md, its parameters at their fitted defaults) instead of the default saturation
+form; the grid then has one row per workload and queue (--gammas is the saturation form's exponent
+and is not used), its third column naming the model (docs/policies-under-measured-slowdown.md).
+
 --workload TEXT (rows whose workload contains TEXT) and --queue kube|carma select a slice of a table;
 CI regenerates one row that way (ci/checks/policies.sh).
 
     python3 tools/compare-policies.py [--carma target/debug/carma] [--shared ../shared] [--quick]
         [--table pack|exclusive|grid] [--workload TEXT] [--queue kube|carma] [--gammas 1,2]
-        [--candidate POLICY] [--jobs N] [-- more carma simulate flags]
+        [--candidate POLICY] [--jobs N] [--slowdown-model saturation|time-slicing]
+        [-- more carma simulate flags]
 """
 
 import argparse
@@ -111,7 +117,8 @@ def exclusive_table(a) -> int:
 
 def grid_table(a) -> int:
     """Every workload × queue × γ: the candidate against CARMA's best and the makespan bound."""
-    gammas = [g.strip() for g in a.gammas.split(",") if g.strip()]
+    sliced = a.slowdown_model == "time-slicing"
+    gammas = [None] if sliced else [g.strip() for g in a.gammas.split(",") if g.strip()]
     rows = [
         (label, args, queue, gamma)
         for label, args in workloads(a.shared, a.quick)
@@ -124,12 +131,13 @@ def grid_table(a) -> int:
 
     def one(row):
         label, args, queue, gamma = row
-        extra = ["--policy", policies, "--slowdown-exponent", gamma, *a.extra]
+        model = ["--slowdown-model", a.slowdown_model] if sliced else ["--slowdown-exponent", gamma]
+        extra = ["--policy", policies, *model, *a.extra]
         return run(a.carma, args, queue, extra)
 
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         results = list(pool.map(one, rows))
-    print("| workload | queue | γ | makespan bound | CARMA best makespan | candidate makespan "
+    print(f"| workload | queue | {'slowdown' if sliced else 'γ'} | makespan bound | CARMA best makespan | candidate makespan "
           "| gap closed | CARMA best mean JCT | candidate mean JCT | OOMs fewest / candidate "
           "| worst wait ÷ run, CARMA's best / candidate | goal |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -156,9 +164,9 @@ def grid_table(a) -> int:
             misses.append("OOMs")
         met += not misses
         if misses:
-            short.append(f"{label}, {queue}, γ = {gamma}: {', '.join(misses)}")
+            short.append(f"{label}, {queue}{'' if sliced else f', γ = {gamma}'}: {', '.join(misses)}")
         print(
-            f"| {label} | {queue} | {gamma} | {hours(bound)} "
+            f"| {label} | {queue} | {a.slowdown_model if sliced else gamma} | {hours(bound)} "
             f"| {hours(by_makespan['makespan_s'])} ({by_makespan['policy']}) "
             f"| {hours(cand['makespan_s'])} ({change(cand['makespan_s'], by_makespan['makespan_s'])}) "
             f"| {share * 100:.0f} % "
@@ -190,8 +198,12 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="grid: runs at once")
     ap.add_argument("--workload", metavar="TEXT", help="only the workloads whose label contains TEXT")
     ap.add_argument("--queue", choices=["kube", "carma"], help="only this queue")
+    ap.add_argument("--slowdown-model", choices=["saturation", "time-slicing"], default="saturation",
+                    help="carma simulate's slowdown model (time-slicing: the H100 fit; the grid then ignores --gammas)")
     ap.add_argument("extra", nargs="*", help="more `carma simulate` flags (after --), e.g. -- --slowdown-exponent 2")
     a = ap.parse_args()
+    if a.slowdown_model != "saturation" and a.table != "grid":
+        a.extra = ["--slowdown-model", a.slowdown_model, *a.extra]
     if a.table == "exclusive":
         return exclusive_table(a)
     if a.table == "grid":

@@ -7,7 +7,8 @@
 #   1. docs/queues-on-carma-traces.md   python3 tools/compare-policies.py --table exclusive
 #   2. docs/default-policy.md, γ = 1    python3 tools/compare-policies.py --table grid
 #   3. docs/default-policy.md, γ = 2    (the same table)
-#   4. docs/estimator-evaluation.md     carma estimate eval --peaks --table (its summary lines and per-source tallies)
+#   4. docs/policies-under-measured-slowdown.md   ... --table grid --slowdown-model time-slicing
+#   5. docs/estimator-evaluation.md     carma estimate eval --peaks --table (its summary lines and per-source tallies)
 # (The README's `carma simulate` block is compared by `cargo test -p carma --test readme_simulate`.)
 # Env: CARMA_BIN (default target/debug/carma; build with `cargo build -p carma`), SHARED (default
 # ../shared: CARMA's traces and task files, never copied into the repository).
@@ -81,6 +82,12 @@ check_row "the default policy against CARMA's best, γ = 2 (philly_trace-t1, que
   docs/default-policy.md "python3 tools/compare-policies.py --table grid" \
   "| philly_trace-t1 (1×4) | carma | 2 |" \
   "${compare[@]}" --table grid --workload philly_trace-t1 --queue carma --gammas 2
+
+check_row "the default policy against CARMA's best, measured slowdown (philly_trace-t1, queue kube)" \
+  docs/policies-under-measured-slowdown.md \
+  "python3 tools/compare-policies.py --table grid --slowdown-model time-slicing" \
+  "| philly_trace-t1 (1×4) | kube | time-slicing |" \
+  "${compare[@]}" --table grid --slowdown-model time-slicing --workload philly_trace-t1 --queue kube
 
 step "estimator evaluation: carma estimate eval --peaks --table, summary lines"
 doc=docs/estimator-evaluation.md

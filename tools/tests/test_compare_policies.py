@@ -1,0 +1,67 @@
+"""tools/compare-policies.py: --slowdown-model reaches `carma simulate`, and the grid's rows follow it.
+
+A stand-in for `carma` records its arguments and prints a fixed `--format json` answer, so these
+tests need no build.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TOOL = Path(__file__).resolve().parent.parent / "compare-policies.py"
+
+FAKE = r'''#!/usr/bin/env python3
+import json, sys
+with open(sys.argv[0] + ".log", "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\n")
+policies = []
+for i, p in enumerate(["exclusive", "ff", "bf", "magm", "lug", "rr", "pack"]):
+    policies.append({"policy": p, "paper": p != "pack", "makespan_s": 7200.0 + 360 * i,
+                     "mean_jct_s": 3600.0 - 60 * i, "ooms": 0, "failed": 0, "worst_wait": []})
+print(json.dumps({"makespan_bound_s": 3600.0, "policies": policies}))
+'''
+
+
+def fake_carma(tmp_path: Path) -> Path:
+    carma = tmp_path / "carma"
+    carma.write_text(FAKE)
+    carma.chmod(0o755)
+    return carma
+
+
+def run(tmp_path: Path, *args: str) -> tuple[str, list[list[str]]]:
+    carma = fake_carma(tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
+         "--workload", "philly_trace-t1", *args],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    calls = [json.loads(line) for line in Path(str(carma) + ".log").read_text().splitlines()]
+    return out, calls
+
+
+def test_grid_under_time_slicing_runs_one_row_per_queue_without_gamma(tmp_path):
+    out, calls = run(tmp_path, "--table", "grid", "--slowdown-model", "time-slicing")
+    assert len(calls) == 2  # kube and carma, no γ
+    for call in calls:
+        assert call[call.index("--slowdown-model") + 1] == "time-slicing"
+        assert "--slowdown-exponent" not in call
+    assert "| workload | queue | slowdown | makespan bound |" in out
+    assert "| philly_trace-t1 (1×4) | kube | time-slicing | 1.00 h |" in out
+
+
+def test_grid_default_is_the_saturation_form_over_gammas(tmp_path):
+    out, calls = run(tmp_path, "--table", "grid")
+    assert len(calls) == 4  # two queues × γ = 1, 2
+    assert all("--slowdown-model" not in call for call in calls)
+    assert sorted(call[call.index("--slowdown-exponent") + 1] for call in calls) == ["1", "1", "2", "2"]
+    assert "| workload | queue | γ | makespan bound |" in out
+
+
+def test_other_tables_pass_the_model_through(tmp_path):
+    _, calls = run(tmp_path, "--table", "pack", "--queue", "kube", "--slowdown-model", "time-slicing")
+    assert len(calls) == 1
+    assert calls[0][calls[0].index("--slowdown-model") + 1] == "time-slicing"
