@@ -103,7 +103,7 @@ if [ -z "$want" ]; then
 elif ! out="$("$CARMA" --log warn estimate eval --peaks --table)"; then
   fail "estimator evaluation: carma estimate eval --peaks --table failed"
 else
-  got="$(printf '%s\n' "$out" | grep -E '^((carma|legacy bound|GPUMemNet recorded) \(.*\): [0-9]+ rows|(mlp|cnn|transformer) / )')"
+  got="$(printf '%s\n' "$out" | grep -E '^((carma|legacy bound|GPUMemNet recorded) \(.*\): [0-9]+ rows|(mlp|cnn|transformer) / |H100, .* / traced: )')"
   if [ "$got" = "$want" ]; then
     echo "PASS: estimator evaluation: $(printf '%s\n' "$got" | head -n1) (and $(( $(printf '%s\n' "$got" | wc -l) - 1 )) more lines)"
   else
