@@ -3,8 +3,8 @@
 #   1. chart copies (CRDs, dashboards, rules, dcgm counters) match their sources   tools/sync-chart.sh --check
 #   2. dashboards match their generator                                              tools/gen-dashboards.py --check
 #   3. helm lint (default and non-default values, strict)
-#   4. helm template with default values and with ci/checks/values-nondefault.yaml; the values schema
-#      rejects bad values
+#   4. helm template with default values and with ci/checks/values-nondefault.yaml (at 1.30 without the
+#      DRA driver, which needs 1.34+, and at 1.35 with it); the values schema rejects bad values
 #   5. deploy/rendered/carma.yaml is the current default render                      tools/render-chart.sh --check
 #   6. the values table in charts/carma/README.md is current                         tools/values-table.py --check
 #   7. when the carma binary exists (CARMA_BIN, default target/debug/carma): every carma container's
@@ -41,9 +41,14 @@ count() { grep -c '^kind:' "$1"; }
 if "$HELM" template carma "$CHART" -n carma-system --include-crds --kube-version 1.35.0 > "$tmp/default.yaml"; then
   echo "PASS: helm template (default values): $(count "$tmp/default.yaml") objects"
 else failures+=("helm template default"); echo "FAIL: helm template (default values)"; fi
-if "$HELM" template carma "$CHART" -n carma-system --include-crds --kube-version 1.30.0 -f "$NONDEFAULT" > "$tmp/nondefault.yaml"; then
-  echo "PASS: helm template ($NONDEFAULT, kube 1.30): $(count "$tmp/nondefault.yaml") objects"
+# The DRA driver (resource.k8s.io/v1) needs Kubernetes 1.34+: the 1.30 render leaves it out, the 1.35 one has it.
+if "$HELM" template carma "$CHART" -n carma-system --include-crds --kube-version 1.30.0 -f "$NONDEFAULT" \
+    --set dra.enabled=false > "$tmp/nondefault.yaml"; then
+  echo "PASS: helm template ($NONDEFAULT with dra.enabled=false, kube 1.30): $(count "$tmp/nondefault.yaml") objects"
 else failures+=("helm template nondefault"); echo "FAIL: helm template ($NONDEFAULT)"; fi
+if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 -f "$NONDEFAULT" > "$tmp/nondefault-dra.yaml"; then
+  echo "PASS: helm template ($NONDEFAULT, kube 1.35): $(count "$tmp/nondefault-dra.yaml") objects"
+else failures+=("helm template nondefault 1.35"); echo "FAIL: helm template ($NONDEFAULT, kube 1.35)"; fi
 
 if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.33.1 -f e2e/kind/values-kind.yaml > "$tmp/kind.yaml"; then
   echo "PASS: helm template (e2e/kind/values-kind.yaml): $(count "$tmp/kind.yaml") objects"
@@ -61,11 +66,18 @@ for needle in "enableHTTPS: true" "--client-ca-file=" "--metrics-listen=0.0.0.0:
   if grep -qF -- "$needle" "$tmp/nondefault.yaml"; then echo "PASS: non-default render contains '$needle'"
   else echo "FAIL: non-default render lacks '$needle'"; failures+=("nondefault $needle"); fi
 done
+# The DRA branch (1.35 render): DeviceClass, the driver's DaemonSet with its flags, and its least-privilege RBAC.
+for needle in "kind: DeviceClass" "- dra-driver" "--plugin-dir=/srv/kubelet/plugins/gpu.carma.io" "--nvidia-cdi" "--mps" \
+    "--slots=4" "--dram-activity-cap=0.35" "image: registry.example.com/carma/carma-dra:0.1.0-dra" \
+    "expression: 'device.driver == \"gpu.carma.io\"'"; do
+  if grep -qF -- "$needle" "$tmp/nondefault-dra.yaml"; then echo "PASS: non-default 1.35 render contains '$needle'"
+  else echo "FAIL: non-default 1.35 render lacks '$needle'"; failures+=("nondefault-dra $needle"); fi
+done
 
 # No wildcard verbs, resources or API groups in any RBAC rule; every container sets resources.
 PY="$(tools/install-ci-venv.sh | tail -n1)/bin/python"
 run "no RBAC wildcards, resources on every container, non-root where required (default + non-default)" \
-  "$PY" - "$tmp/default.yaml" "$tmp/nondefault.yaml" <<'PY'
+  "$PY" - "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/nondefault-dra.yaml" <<'PY'
 import sys, yaml
 bad = []
 for path in sys.argv[1:]:
@@ -94,10 +106,23 @@ for path in sys.argv[1:]:
                     bad.append(f"{path}: {kind}/{name} container {c['name']} allows privilege escalation")
             if kind == "Deployment" and spec.get("securityContext", {}).get("runAsNonRoot") is not True:
                 bad.append(f"{path}: {kind}/{name} does not run as non-root")
+            allowed = ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources")
+            if name.endswith("-dra-driver"):  # the kubelet's plugin dirs and the CDI dir (dra.* values)
+                allowed = ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.carma.io",
+                           "/var/run/cdi", "/srv/kubelet/plugins_registry", "/srv/kubelet/plugins/gpu.carma.io",
+                           "/etc/cdi")
             for v in spec.get("volumes", []):
-                if "hostPath" in v and v["hostPath"]["path"] not in (
-                        "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"):
+                if "hostPath" in v and v["hostPath"]["path"] not in allowed:
                     bad.append(f"{path}: {kind}/{name} mounts unexpected hostPath {v['hostPath']['path']}")
+        if kind == "ClusterRole" and name.endswith("-dra-driver"):
+            # Exactly what dra-driver/src reads and writes (claims.rs, publisher.rs).
+            want = {("resource.k8s.io", "resourceslices"): {"get", "create", "patch"},
+                    ("resource.k8s.io", "resourceclaims"): {"get"}, ("", "nodes"): {"get"}}
+            got = {(g, r): set(rule["verbs"]) for rule in doc["rules"] for g in rule["apiGroups"]
+                   for r in rule["resources"]}
+            if got != want:
+                bad.append(f"{path}: {kind}/{name} rules {sorted((k, sorted(v)) for k, v in got.items())} "
+                           f"are not the driver's {sorted((k, sorted(v)) for k, v in want.items())}")
 print("\n".join(bad) if bad else "checked RBAC rules, container resources and security contexts")
 sys.exit(1 if bad else 0)
 PY
@@ -106,7 +131,7 @@ step "the carma binary accepts every argument the chart passes (default + non-de
 CARMA_BIN="${CARMA_BIN:-target/debug/carma}"
 if [[ -x "$CARMA_BIN" ]]; then
   run "chart arguments parse with $CARMA_BIN" "$PY" ci/checks/lib/check_chart_args.py "$CARMA_BIN" \
-    "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/kind.yaml"
+    "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/nondefault-dra.yaml" "$tmp/kind.yaml"
 else
   echo "SKIP: $CARMA_BIN not built (cargo build -p carma); ci/checks/prometheus.sh requires it anyway"
 fi
@@ -141,6 +166,10 @@ expect_reject "a cap above 1" --set-json placement.smActivityCap=1.5
 expect_reject "an unknown backend" --set devicePlugin.backend=rocm
 expect_reject "a misspelt key" --set devicePlugin.replicasPerGPU=8
 expect_reject "zero replicas per GPU" --set devicePlugin.replicasPerGpu=0
+expect_reject "dra.enabled as a string" --set-string dra.enabled=yes
+expect_reject "a relative DRA plugin directory" --set dra.enabled=true --set dra.pluginDir=plugins/gpu.carma.io
+expect_reject "a DRA gate margin of 0.5" --set dra.enabled=true --set-json dra.gateReopenMargin=0.5
+expect_reject "dra.enabled below Kubernetes 1.34" --set dra.enabled=true --kube-version 1.33.0
 
 step "deploy/rendered/carma.yaml is current"
 run "tools/render-chart.sh --check" tools/render-chart.sh --check
