@@ -6,13 +6,15 @@
 #   interference.csv     steps per second alone, in pairs and in threes, SM activity
 #                        (tools/measure-interference.py)
 #   activity.log         every SM activity sample
+#   attention.csv        each SDPA backend's memory for the models the trace misses (tools/gpu-probe-attention.py)
 #   log.txt              everything printed
 #
 #   bash tools/gpu-measure.sh [DIR]
 #
 # CARMA_GPU_BUDGET_S (default 420) bounds the whole run: each part gets a deadline from
 # what is left, and a part cut short keeps the rows it wrote. CARMA_WORKLOADS names CARMA's
-# .rad task files (default ../shared/traces/carma/v2/workloads).
+# .rad task files (default ../shared/traces/carma/v2/workloads). CARMA_GPU_PARTS picks the parts, in
+# this order (default: all): heldout carma interference attention.
 set -u
 out=${1:-${OUT:?give a directory}}
 mkdir -p "$out"
@@ -40,15 +42,28 @@ EOF
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt" >>"$log"
 
-step "memory: held-out jobs"
-python3 -m carma_profile.measure --set heldout --out "$out/memory-heldout.csv" --parallel 3 \
-  --deadline-s $(($(left) * 27 / 100)) 2>&1 | tee -a "$log"
+want() { [[ " ${CARMA_GPU_PARTS:-heldout carma interference attention} " == *" $1 "* ]]; }
 
-step "memory: CARMA's jobs"
-python3 -m carma_profile.measure --set carma --workloads "$workloads" --out "$out/memory-carma.csv" \
-  --parallel 3 --deadline-s $(($(left) * 36 / 100)) 2>&1 | tee -a "$log"
+# Each part's deadline is a share of the time left when it starts; a part cut short keeps its rows.
+share() { local v=$(($(left) * $1 / 100)); echo $((v > 10 ? v : 10)); }
 
-step "interference"
-python3 tools/measure-interference.py --out "$out" --window-s 5 --settle-s 1.5 --triples \
-  --deadline-s $(($(left) - 15)) 2>&1 | tee -a "$log"
+if want heldout; then
+  step "memory: held-out jobs"
+  python3 -m carma_profile.measure --set heldout --out "$out/memory-heldout.csv" --parallel 3 \
+    --deadline-s "$(share 27)" 2>&1 | tee -a "$log"
+fi
+if want carma; then
+  step "memory: CARMA's jobs"
+  python3 -m carma_profile.measure --set carma --workloads "$workloads" --out "$out/memory-carma.csv" \
+    --parallel 3 --deadline-s "$(share 36)" 2>&1 | tee -a "$log"
+fi
+if want interference; then
+  step "interference"
+  python3 tools/measure-interference.py --out "$out" --window-s 5 --settle-s 1.5 --triples \
+    --deadline-s "$(share "$(want attention && echo 60 || echo 90)")" 2>&1 | tee -a "$log"
+fi
+if want attention; then
+  step "attention backends"
+  python3 tools/gpu-probe-attention.py --out "$out" --deadline-s "$(share 90)" 2>&1 | tee -a "$log"
+fi
 step done
