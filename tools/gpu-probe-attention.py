@@ -41,42 +41,29 @@ def run_one(model: str, backend: str) -> dict:
 
     from carma_profile.calibrate import step_inputs
     from carma_profile.heldout import HELD_OUT
-    from carma_profile.trace import _loss_of, _optimizer
+    from carma_profile.measure import TrainingLoop
 
     label, batch, amp = MODELS[model]
-    job = next(j for j in HELD_OUT if j[0] == label)
-    _, _, factory, shape, head, _, _ = job
+    _, _, factory, shape, head, _, _ = next(j for j in HELD_OUT if j[0] == label)
     kw, _ = step_inputs(torch, shape, head)
-    with torch.device("cuda"):
-        net = factory()
-    net.train()
-    opt = _optimizer(torch, "adam", list(net.parameters()))
+    loop = TrainingLoop(torch, factory, batch, mixed_precision=amp, **kw)
     if backend == "default":
         choose = contextlib.nullcontext()
     else:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         choose = sdpa_kernel([getattr(SDPBackend, backend)])
-    kernels: set[str] = set()
     prof = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             if backend == "default" else contextlib.nullcontext())
     torch.cuda.reset_peak_memory_stats()
-    with prof as p, choose, torch.device("cuda"):
+    with prof as p, choose:
         for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            x = kw["make_input"](batch)
-            extra = {"labels": kw["labels"](batch)} if "labels" in kw else {}
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-                out = net(**x, **extra)
-                loss = _loss_of(torch, out)
-            loss.backward()
-            opt.step()
-            out = loss = None
+            loop.step()
         torch.cuda.synchronize()
+    kernels: set[str] = set()
     if p is not None:
         for e in p.key_averages():
-            name = e.key.lower()
-            if any(k in name for k in ("fmha", "flash", "attention", "cudnn", "softmax")):
+            if any(k in e.key.lower() for k in ("fmha", "flash", "attention", "cudnn", "softmax")):
                 kernels.add(e.key[:80])
     return {"model": label, "batch_size": batch, "backend": backend,
             "peak_allocated_mib": -(-torch.cuda.max_memory_allocated() // MIB),

@@ -41,9 +41,9 @@ JOBS = {
 }
 
 
-def build(torch, which: str):
-    """The model and an input maker for one of JOBS' builders, on the GPU."""
-    from carma_profile.calibrate import MODELS, _hf, _tv, step_inputs
+def builder(which: str):
+    """The factory, input and head of one of JOBS' models, from carma_profile's builders."""
+    from carma_profile.calibrate import MODELS, _hf
 
     table = {
         "resnet50": MODELS["resnet50.py"][2:5],
@@ -52,37 +52,22 @@ def build(torch, which: str):
         "bert-base": MODELS["BERT_base_on_wiki.py"][2:5],
         "gpt2": (_hf("GPT2LMHeadModel", "GPT2Config"), 512, "clm"),
     }
-    del _tv
-    factory, shape, head = table[which]
-    kw, _ = step_inputs(torch, shape, head)
-    with torch.device("cuda"):
-        model = factory()
-    return model, kw
+    return table[which]
 
 
 def job_process(name: str, active, steps, ready, stop) -> None:
     import torch
 
-    from carma_profile.trace import _loss_of, _optimizer
+    from carma_profile.calibrate import step_inputs
+    from carma_profile.measure import TrainingLoop
 
     which, batch = JOBS[name]
-    model, kw = build(torch, which)
-    model.train()
-    opt = _optimizer(torch, "adam", list(model.parameters()))
-    make_input = kw.get("make_input")
-    if make_input is None:
-        shape = tuple(kw["input_size"])
-        make_input = lambda b: torch.zeros((b, *shape))  # noqa: E731
-    labels = kw.get("labels")
+    factory, shape, head = builder(which)
+    kw, _ = step_inputs(torch, shape, head)
+    loop = TrainingLoop(torch, factory, batch, **kw)
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.device("cuda"):
-            x = make_input(batch)
-            extra = {} if labels is None else {"labels": labels(batch)}
-        out = model(**x, **extra) if isinstance(x, dict) else model(x, **extra)
-        _loss_of(torch, out).backward()
-        opt.step()
+        loop.step()
         torch.cuda.synchronize()
 
     for _ in range(3):  # warm up: kernels chosen, allocator filled, optimizer state made

@@ -97,44 +97,62 @@ def device_used_mib() -> int | None:
         return None
 
 
-def measure_step(torch, factory, batch: int, *, input_size=None, make_input=None, labels=None,
-                 mixed_precision: bool = False, steps: int = 3) -> dict:
-    """Peak allocated and reserved bytes of `steps` training steps on the current CUDA device."""
-    from .trace import _loss_of, _optimizer
+class TrainingLoop:
+    """The traced training loop (`trace.trace_step`) on the current CUDA device: the model
+    built there by `factory`, Adam with the multi-tensor implementation, and the previous
+    step's output alive until the next one is assigned, as `out = model(x)` in a loop keeps
+    it. `tools/measure-interference.py` and `tools/gpu-probe-attention.py` run it too."""
 
+    def __init__(self, torch, factory, batch: int, *, input_size=None, make_input=None, labels=None,
+                 mixed_precision: bool = False) -> None:
+        from .trace import _loss_of, _optimizer
+
+        self.torch, self.batch, self.labels, self._loss_of = torch, batch, labels, _loss_of
+        with torch.device("cuda"):
+            self.model = factory()
+        self.model.to("cuda").train()
+        self.opt = _optimizer(torch, "adam", [p for p in self.model.parameters() if p.requires_grad])
+        if make_input is None:
+            shape = tuple(input_size)
+            make_input = lambda b: torch.zeros((b, *shape))  # noqa: E731
+        self.make_input = make_input
+        self.mixed_precision = mixed_precision
+        self.out = None
+
+    def step(self) -> None:
+        torch = self.torch
+        self.opt.zero_grad(set_to_none=True)
+        # tensors a model creates without naming a device land on the GPU too
+        with torch.device("cuda"):
+            x = self.make_input(self.batch)
+            kw = {} if self.labels is None else {"labels": self.labels(self.batch)}
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.mixed_precision):
+                new_out = self.model(**x, **kw) if isinstance(x, dict) else self.model(x, **kw)
+                self.out = None
+                self.out = new_out
+                del new_out
+                loss = self._loss_of(torch, self.out)
+            loss.backward()
+            self.opt.step()
+
+
+def measure_step(torch, factory, batch: int, *, steps: int = 3, **inputs) -> dict:
+    """Peak allocated and reserved bytes of `steps` training steps on the current CUDA device
+    (`inputs`: those of `TrainingLoop`)."""
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    with torch.device("cuda"):
-        model = factory()
-    model.to("cuda").train()
-    opt = _optimizer(torch, "adam", [p for p in model.parameters() if p.requires_grad])
-    if make_input is None:
-        shape = tuple(input_size)
-        make_input = lambda b: torch.zeros((b, *shape))  # noqa: E731
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=mixed_precision)
-    out = loss = None
+    loop = TrainingLoop(torch, factory, batch, **inputs)
     t0 = time.perf_counter()
-    with torch.device("cuda"):
-        for _ in range(steps):
-            opt.zero_grad(set_to_none=True)
-            x = make_input(batch)
-            kw = {} if labels is None else {"labels": labels(batch)}
-            with amp:
-                new_out = model(**x, **kw) if isinstance(x, dict) else model(x, **kw)
-                out = loss = None
-                out = new_out
-                del new_out
-                loss = _loss_of(torch, out)
-            loss.backward()
-            opt.step()
+    for _ in range(steps):
+        loop.step()
     torch.cuda.synchronize()
     step_ms = (time.perf_counter() - t0) * 1000 / steps
     result = {"peak_allocated_mib": -(-torch.cuda.max_memory_allocated() // MIB),
               "peak_reserved_mib": -(-torch.cuda.max_memory_reserved() // MIB),
               "reserved_now_mib": torch.cuda.memory_reserved() // MIB,
               "step_ms": round(step_ms, 1)}
-    del out, loss, opt, model
+    del loop
     return result
 
 
