@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::placement::gain::{PackGain, SharingModel};
+
 /// Default limit on telemetry age: three of the device plugin's 30 s heartbeats missed.
 pub const DEFAULT_MAX_TELEMETRY_AGE_MS: u64 = 90_000;
 
@@ -54,6 +56,13 @@ pub struct PlacementConfig {
     /// little throughput when they take turns on saturated SMs — right when the interference
     /// model's slowdown exponent is near 1, wrong near 2 (docs/pack-policy.md).
     pub pack_crowding_limit: f64,
+    /// `pack` only: take idle GPUs before complementary busy ones (exclusive first, as CARMA's
+    /// policies do), sharing only when no idle GPU fits. Off by default.
+    pub pack_idle_first: bool,
+    /// `pack` only: judge busy GPUs by the throughput a slowdown model predicts the placement adds
+    /// (see [`PackGain`]) instead of by summed activity against the cap and the crowding limit.
+    /// `None` by default.
+    pub pack_gain: Option<PackGain>,
 }
 
 impl Default for PlacementConfig {
@@ -70,6 +79,8 @@ impl Default for PlacementConfig {
             max_telemetry_age_ms: Some(DEFAULT_MAX_TELEMETRY_AGE_MS),
             pack_aging_ms: DEFAULT_PACK_AGING_MS,
             pack_crowding_limit: DEFAULT_PACK_CROWDING_LIMIT,
+            pack_idle_first: false,
+            pack_gain: None,
         }
     }
 }

@@ -152,6 +152,14 @@ pub struct SimulateArgs {
     /// Policy pack: seconds of waiting after which a task may crowd any busy GPU (0 to 31536000).
     #[arg(long, default_value_t = carma_core::config::DEFAULT_PACK_AGING_MS / 1000, value_parser = clap::value_parser!(u64).range(0..=31_536_000), help_heading = "Placement and recovery")]
     pub pack_aging: u64,
+    /// Policy pack: take idle GPUs before complementary busy ones, sharing only when none fits.
+    #[arg(long, help_heading = "Placement and recovery")]
+    pub pack_idle_first: bool,
+    /// Policy pack: judge busy GPUs by the throughput the simulator's slowdown model predicts a
+    /// placement adds (sum of the GPU's task rates after minus before; 1 = free sharing), crowding
+    /// only where it is at least this (0 to 1) instead of by the crowding limit.
+    #[arg(long, value_parser = min_gain, help_heading = "Placement and recovery")]
+    pub pack_min_gain: Option<f64>,
     /// Attempts per task, the first included, before it fails (1 to 100).
     #[arg(long, default_value_t = 5, help_heading = "Placement and recovery")]
     pub max_attempts: u32,
@@ -196,6 +204,14 @@ fn parse_memory(s: &str) -> Result<u64, String> {
         .map(|rest| format!("{rest}i"))
         .unwrap_or_else(|| t.to_string());
     parse_mib(&k8s).map_err(|e| e.to_string())
+}
+
+/// A least gain of throughput in 0..=1.
+fn min_gain(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number from 0 to 1")),
+    }
 }
 
 fn parse_seconds(s: &str) -> Result<u64, String> {
@@ -244,6 +260,22 @@ impl SimulateArgs {
         cfg.placement.warmup_ms = self.warm_up;
         cfg.placement.pack_crowding_limit = self.pack_crowding_limit;
         cfg.placement.pack_aging_ms = self.pack_aging * 1000;
+        cfg.placement.pack_idle_first = self.pack_idle_first;
+        cfg.placement.pack_gain = self.pack_min_gain.map(|min_gain| {
+            let model = if self.slowdown_model == SlowdownForm::TimeSlicing {
+                carma_core::config::SharingModel::TimeSlicing {
+                    full_activity: self.slicing_full_activity,
+                    exponent: self.slicing_exponent,
+                    efficiency: self.slicing_efficiency,
+                }
+            } else {
+                carma_core::config::SharingModel::Saturation {
+                    threshold: self.slowdown_threshold,
+                    exponent: self.slowdown_exponent,
+                }
+            };
+            carma_core::config::PackGain { min_gain, model }
+        });
         cfg.learn_peaks = self.learn_peaks.then(carma_core::HistoryConfig::default);
         cfg.recovery.max_attempts = self.max_attempts;
         cfg.recovery.exclusive_after_ooms = self.exclusive_after_ooms;

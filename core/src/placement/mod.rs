@@ -12,6 +12,7 @@
 //! (`summary.rs`) by one set of rules (`judge.rs`), so that [`place_on_node`] and the
 //! allocation-free [`quick_score`] are one implementation.
 
+pub mod gain;
 mod judge;
 pub mod pack;
 mod summary;

@@ -24,6 +24,12 @@
 //! A pod of unknown activity counts as filling its GPU: it takes idle GPUs, or crowds once aged.
 //! Node scores rank the tiers across nodes: complementary 7..10 (tighter is higher), idle 6,
 //! crowded 0..5 (less crowded is higher).
+//!
+//! Two options, off by default (docs/policy-under-time-slicing.md evaluates them):
+//! [`PlacementConfig::pack_idle_first`] puts the idle tier first (idle 10, complementary 6..9);
+//! [`PlacementConfig::pack_gain`] replaces the activity sums by the throughput a configured slowdown
+//! model predicts the placement adds (`gain.rs`): complementary where it predicts free sharing,
+//! crowded (highest gain first, scored 0..5 by gain) only where the gain reaches the least gain.
 
 use super::summary::{Fit, GpuSummary};
 use crate::config::PlacementConfig;
@@ -84,9 +90,15 @@ fn combined(s: &GpuSummary, demand: &Demand) -> f64 {
 }
 
 /// Whether `demand` may join the GPU `s`: it is idle, or the pod's expected activity fits beside
-/// its load under the cap.
+/// its load under the cap — or, with [`PlacementConfig::pack_gain`], the placement adds at least
+/// the least gain of throughput.
 pub(super) fn fits_beside(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> bool {
-    s.is_idle() || aged(demand, cfg) || combined(s, demand) <= crowding_limit(cfg) + EPSILON
+    s.is_idle()
+        || aged(demand, cfg)
+        || match (gain(s, demand, cfg), cfg.pack_gain) {
+            (Some(g), Some(rule)) => g >= rule.min_gain - EPSILON,
+            _ => combined(s, demand) <= crowding_limit(cfg) + EPSILON,
+        }
 }
 
 /// The most combined SM activity `pack` lets a busy GPU reach for a pod that has not aged.
@@ -99,6 +111,29 @@ pub fn aged(demand: &Demand, cfg: &PlacementConfig) -> bool {
     demand.waited_ms >= cfg.pack_aging_ms
 }
 
+/// Measured SM activity beyond the booked sum by more than this counts as one more task (a process
+/// or a pod busier than its prior) when the gain is predicted.
+const UNBOOKED_MIN: f64 = 0.05;
+
+/// The throughput the placement of `demand` on `s` adds under the configured slowdown model
+/// ([`PlacementConfig::pack_gain`]): 1 on an idle GPU; `None` when no model is configured.
+fn gain(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> Option<f64> {
+    let rule = cfg.pack_gain?;
+    if s.is_idle() {
+        return Some(1.0);
+    }
+    let mut before: Vec<f64> = s
+        .booked_activities
+        .iter()
+        .map(|&k| f64::from(k) / 1000.0)
+        .collect();
+    let booked: f64 = before.iter().sum();
+    if let Some(measured) = s.sm_activity.filter(|m| *m > booked + UNBOOKED_MIN) {
+        before.push(measured - booked);
+    }
+    Some(rule.model.gain(&before, booked_activity(demand)))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Tier {
     Complementary,
@@ -106,9 +141,28 @@ enum Tier {
     Crowded,
 }
 
+/// A tier's place in the order: complementary, idle, crowded; idle first with
+/// [`PlacementConfig::pack_idle_first`].
+fn rank(t: Tier, cfg: &PlacementConfig) -> u8 {
+    match (t, cfg.pack_idle_first) {
+        (Tier::Idle, true) => 0,
+        (Tier::Complementary, true) => 1,
+        (Tier::Complementary, false) => 0,
+        (Tier::Idle, false) => 1,
+        (Tier::Crowded, _) => 2,
+    }
+}
+
 fn tier(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> Tier {
     if s.is_idle() {
         Tier::Idle
+    } else if let Some(g) = gain(s, demand, cfg) {
+        // Complementary: sharing the model predicts to cost nothing.
+        if g >= 1.0 - super::gain::FREE {
+            Tier::Complementary
+        } else {
+            Tier::Crowded
+        }
     } else if combined(s, demand) <= cfg.sm_activity_cap + EPSILON {
         Tier::Complementary
     } else {
@@ -122,33 +176,50 @@ pub(super) fn order(fits: &mut [Fit<'_>], demand: &Demand, cfg: &PlacementConfig
     fits.sort_by(|a, b| {
         let (ta, tb) = (tier(a.gpu, demand, cfg), tier(b.gpu, demand, cfg));
         let (ca, cb) = (combined(a.gpu, demand), combined(b.gpu, demand));
-        ta.cmp(&tb).then_with(|| match ta {
+        rank(ta, cfg).cmp(&rank(tb, cfg)).then_with(|| match ta {
             Tier::Complementary => cb
                 .total_cmp(&ca)
                 .then(a.gpu.usable_mib.cmp(&b.gpu.usable_mib)),
             Tier::Idle => std::cmp::Ordering::Equal,
-            Tier::Crowded => ca.total_cmp(&cb),
+            Tier::Crowded => match (gain(a.gpu, demand, cfg), gain(b.gpu, demand, cfg)) {
+                // The highest gain first.
+                (Some(ga), Some(gb)) => gb.total_cmp(&ga),
+                _ => ca.total_cmp(&cb),
+            },
         })
     });
 }
 
-/// The node score of the chosen GPUs: their worst tier, refined within it.
+/// The node score of the chosen GPUs: their worst tier, refined within it. Idle first
+/// ([`PlacementConfig::pack_idle_first`]) scores idle 10 and complementary 6..9.
 pub(super) fn score(chosen: &[Fit<'_>], demand: &Demand, cfg: &PlacementConfig) -> u8 {
     let worst = chosen
         .iter()
         .map(|f| tier(f.gpu, demand, cfg))
-        .max()
+        .max_by_key(|t| rank(*t, cfg))
         .unwrap_or(Tier::Idle);
     let cap = cfg.sm_activity_cap.max(EPSILON);
+    let (idle, complementary_base) = if cfg.pack_idle_first {
+        (10, 6)
+    } else {
+        (IDLE_SCORE, 7)
+    };
     match worst {
         Tier::Complementary => {
             let tightest = chosen
                 .iter()
                 .map(|f| combined(f.gpu, demand))
                 .fold(f64::INFINITY, f64::min);
-            7 + (3.0 * (tightest.min(cap) / cap).clamp(0.0, 1.0)).round() as u8
+            complementary_base + (3.0 * (tightest.min(cap) / cap).clamp(0.0, 1.0)).round() as u8
         }
-        Tier::Idle => IDLE_SCORE,
+        Tier::Idle => idle,
+        Tier::Crowded if cfg.pack_gain.is_some() => {
+            let least = chosen
+                .iter()
+                .filter_map(|f| gain(f.gpu, demand, cfg))
+                .fold(1.0, f64::min);
+            (5.0 * least.clamp(0.0, 1.0)).round() as u8
+        }
         Tier::Crowded => {
             let excess = chosen
                 .iter()

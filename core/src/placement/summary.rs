@@ -30,6 +30,10 @@ pub struct GpuSummary {
     pub sm_activity: Option<f64>,
     /// Sum of the expected SM activity booked with the pods on it ([`Ledger::expected_sm_activity`]).
     pub booked_sm_activity: f64,
+    /// The expected SM activity booked with each pod on it, in thousandths; filled only when
+    /// `pack` judges busy GPUs by their predicted throughput
+    /// ([`PlacementConfig::pack_gain`]), empty otherwise.
+    pub booked_activities: Vec<u16>,
     /// GPU index.
     pub index: u32,
     /// Compute processes in telemetry.
@@ -64,6 +68,14 @@ impl GpuSummary {
             stale_from: stale_deadline(gpu, cfg).unwrap_or(Millis::MAX),
             sm_activity: gpu.sm_activity,
             booked_sm_activity: ledger.expected_sm_activity(uuid),
+            booked_activities: if cfg.pack_gain.is_some() {
+                records
+                    .iter()
+                    .map(|r| (r.expected_sm_activity.clamp(0.0, 1.0) * 1000.0).round() as u16)
+                    .collect()
+            } else {
+                Vec::new()
+            },
             index: gpu.index,
             processes: gpu.processes,
             pods: u32::try_from(ledger.pods_on(uuid)).unwrap_or(u32::MAX),
