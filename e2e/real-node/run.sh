@@ -22,6 +22,10 @@
 #        CARMA_RN_HOLD=600 e2e/real-node/run.sh # after the checks, keep the cluster up 600 s; the
 #                                              # kubeconfig and an nsenter line to reach it are printed
 #        CARMA_RN_RUNC=<path> e2e/real-node/run.sh # another runc binary (e.g. a --debug wrapper)
+#        CARMA_RN_CHART=1 CARMA_RN_DRA=1 ...     # then also carma's DRA path (dra.sh): the feature gates
+#                                              # DRAConsumableCapacity and DRADeviceTaints on every
+#                                              # component, the kubelets' plugin and CDI directories
+#                                              # node-private, and the chart with dra.enabled=true
 # Needs: root, go, openssl, python3, curl, gcc (static glibc), buildah, iproute2, iptables, containerd,
 # runc, the CNI plugins and a static busybox (Debian 12: apt-get install -y containerd runc
 # containernetworking-plugins busybox-static buildah gcc iptables iproute2).
@@ -35,6 +39,8 @@ NODES="${CARMA_RN_NODES:-2}"
 BUSYBOX_IMAGE=localhost/carma-e2e/busybox:1.35.0
 PAUSE_IMAGE=localhost/carma-e2e/pause:3.10.1
 CNI_BIN=/usr/lib/cni
+# CARMA_RN_DRA (dra.sh): the DRA gates carma's driver needs, alpha and off at 1.35, on every component
+RN_GATES=(); [[ -z "${CARMA_RN_DRA:-}" ]] || RN_GATES=(--feature-gates=DRAConsumableCapacity=true,DRADeviceTaints=true)
 
 # ======================= outer part: host namespaces =======================================
 if [[ -z "${CARMA_RN_INNER:-}" ]]; then
@@ -172,7 +178,7 @@ cp_start_etcd
 # kubelets (logs, exec).
 t_start="$T_START"
 API_FLAGS=(--kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key"
-  --kubelet-preferred-address-types InternalIP)
+  --kubelet-preferred-address-types InternalIP ${RN_GATES[@]+"${RN_GATES[@]}"})
 start_apiserver() { API_BIND=0.0.0.0 API_ADVERTISE="$API_IP" cp_start_apiserver "${API_FLAGS[@]}"; }
 start_apiserver
 t_api=$(date +%s)
@@ -183,11 +189,11 @@ log "kube-controller-manager, kube-scheduler"
   --bind-address 127.0.0.1 --secure-port 10257 --leader-elect=false \
   --use-service-account-credentials=true --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-  --profiling=false >"$WORK/logs/controller-manager.log" 2>&1 &
+  --profiling=false ${RN_GATES[@]+"${RN_GATES[@]}"} >"$WORK/logs/controller-manager.log" 2>&1 &
 echo $! >"$WORK/pids/controller-manager"; sleep 0.01
 "$BIN/kube-scheduler" --kubeconfig "$WORK/kubeconfig-scheduler" \
   --authentication-kubeconfig "$WORK/kubeconfig-scheduler" --authorization-kubeconfig "$WORK/kubeconfig-scheduler" \
-  --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false \
+  --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false ${RN_GATES[@]+"${RN_GATES[@]}"} \
   >"$WORK/logs/scheduler.log" 2>&1 &
 echo $! >"$WORK/pids/scheduler"; sleep 0.01
 
@@ -327,10 +333,16 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 volumePluginDir: $nd/volume-plugins
 EOF
-  # the node's mount namespace
+  # the node's mount namespace; with CARMA_RN_DRA also the paths the DRA driver's hostPaths name: the
+  # kubelet's plugin registry and plugin directories (under its --root-dir) and a CDI directory
+  [[ -z "${CARMA_RN_DRA:-}" ]] || mkdir -p "$nd"/kubelet/{plugins_registry,plugins} "$nd/cdi" \
+    /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/run/cdi
   unshare -m --propagation private -- sh -c 'mount --bind "$0" /var/lib/kubelet/device-plugins &&
-      mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /run/containerd && exec sleep infinity' \
-    "$nd/device-plugins" &
+      mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /run/containerd &&
+      { [ -z "$1" ] || { mount --bind "$1/kubelet/plugins_registry" /var/lib/kubelet/plugins_registry &&
+        mount --bind "$1/kubelet/plugins" /var/lib/kubelet/plugins && mount --bind "$1/cdi" /var/run/cdi; }; } &&
+      exec sleep infinity' \
+    "$nd/device-plugins" "${CARMA_RN_DRA:+$nd}" &
   holder=$!; echo "$holder" >"$WORK/pids/holder-$name"
   for _ in $(seq 50); do [[ "$(tr '\0' ' ' <"/proc/$holder/cmdline")" == sleep* ]] && break; sleep 0.1; done
   [[ "$(tr '\0' ' ' <"/proc/$holder/cmdline")" == sleep* ]] || die "mount namespace of $name not set up"
@@ -357,7 +369,8 @@ start_kubelet() {
   local name nd; name="$(node_name "$1")"; nd="$WORK/nodes/$name"
   nsenter "$(node_mnt "$1")" -- "$BIN/kubelet" --config "$nd/kubelet-config.yaml" --kubeconfig "$WORK/kubeconfig-$name" \
     --hostname-override "$name" --node-ip "$(node_ip "$1")" --root-dir "$nd/kubelet" --cert-dir "$nd/kubelet/pki" \
-    --node-labels "carma.io/e2e=real-node" >>"$WORK/logs/kubelet-$name.log" 2>&1 &
+    --node-labels "carma.io/e2e=real-node" ${RN_GATES[@]+"${RN_GATES[@]}" --vmodule=dra_plugin_manager=3} \
+    >>"$WORK/logs/kubelet-$name.log" 2>&1 &
   echo $! >"$WORK/pids/kubelet-$name"; sleep 0.01
 }
 
@@ -518,6 +531,11 @@ echo "$summary"
 if [[ -n "${CARMA_RN_CHART:-}" ]]; then
   # shellcheck source=chart.sh
   source "$HERE/chart.sh"
+  if [[ -n "${CARMA_RN_DRA:-}" ]]; then
+    # shellcheck source=dra.sh
+    source "$HERE/dra.sh" || die "e2e/real-node/dra.sh could not be read"
+    dra_run || die "a DRA check failed (the lines above)"
+  fi
 fi
 
 if [[ -n "${CARMA_RN_HOLD:-}" ]]; then

@@ -1,0 +1,338 @@
+# shellcheck shell=bash
+# carma's DRA path on the real nodes of run.sh (CARMA_RN_CHART=1 CARMA_RN_DRA=1); sourced by run.sh inside
+# the run's namespaces after chart.sh (which leaves the chart's images in every containerd and the
+# release uninstalled), never run alone. run.sh has started kube-apiserver, kube-controller-manager,
+# kube-scheduler and the kubelets with --feature-gates=DRAConsumableCapacity=true,DRADeviceTaints=true
+# (both alpha, off by default at 1.35; beta and on from 1.36, docs/dra.md) and has made each node's
+# /var/lib/kubelet/plugins_registry, /var/lib/kubelet/plugins (the kubelet's, under its --root-dir) and
+# /var/run/cdi node-private, because the chart's DaemonSet names them as hostPaths.
+#
+# Steps, every figure read from the API server (pods, ResourceClaims, ResourceSlices) or the kubelets' logs:
+#   1. helm install charts/carma with dra.enabled=true on nodes labelled carma.io/gpu-path=dra, the device
+#      plugin kept off them by the chart README's affinity, simulated GPUs (DRA_GPUS per node); wait for
+#      each node's ResourceSlice of gpu.carma.io without taints (the activity windows filled) and for the
+#      kubelet's "Registered DRA plugin" (its DRA plugin manager, logged at -v 3 for that file).
+#   2. DRA_SHARERS pods, each with a claim of DRA_SHARE memory from a ResourceClaimTemplate (the chart
+#      README's example), pinned to the first node: the default kube-scheduler's allocator puts them on one
+#      GPU (first fit); the kubelet prepares the claims (NodePrepareResources) and the pods run.
+#   3. A pod whose claim asks for more memory than any GPU has stays Pending; counted as refused only when
+#      its PodScheduled condition says Unschedulable because of its claim.
+#   4. The simulated backend puts scripted load on GPUs with prepared claims, rising with their number
+#      (device-plugin/src/backends/simulated.rs): DRA_SHARERS claims drive the shared GPU's SM activity
+#      and DRAM activity over the chart's default caps, the driver publishes the utilization-gate taint
+#      on it, and a pod with a small claim pinned to that node is counted as skipped while tainted when
+#      its claim goes to another GPU although the tainted one had the memory free.
+#   5. OOM recovery through a bigger claim: not built (the operator creates no claims): `not run`.
+#   6. Over-commit: at every snapshot, for each device of each slice, the sum of consumedCapacity of the
+#      claims allocated to it against the capacity the slice publishes (memory and slots).
+# Then the pods are deleted: their claims are unprepared (CDI specs gone) and deleted by the
+# resourceclaim controller. CARMA_RN_PLANT=dra-overcommit lowers one GPU's published memory in its
+# ResourceSlice below what its claims hold (the driver re-applies its slice within 30 s) before the last
+# snapshot: the over-commit check must then report it and the run fail.
+
+DRA_NS=carma-system
+DRA_DRIVER=gpu.carma.io
+DRA_GPUS=2x40GiB  # per node: 2 GPUs of 40 GiB
+DRA_SHARERS=5     # 5 x 7 GiB = 35 GiB on one GPU: load over the gate's caps, 5 GiB still free
+DRA_SHARE=7Gi
+DRA_BIG=41Gi      # more than any GPU has
+DRA_SMALL=2Gi     # fits the tainted GPU's free memory
+
+# dra_snapshot <name>: claims, pods and slices as the API server has them.
+dra_snapshot() {
+  k get resourceclaims,pods -n default -o json >"$WORK/dra-$1-claims.json"
+  k get resourceslices -o json >"$WORK/dra-$1-slices.json"
+}
+
+dra_install() {
+  local i name t0 n
+  HELM="$(dirname "$KUBECTL")/helm"
+  for i in $(seq "$NODES"); do k label node "$(node_name "$i")" carma.io/gpu-path=dra >/dev/null; done
+  log "dra: helm install carma charts/carma --set dra.enabled=true (simulated $DRA_GPUS per node)"
+  t0=$(date +%s)
+  "$HELM" install carma "$ROOT/charts/carma" -n "$DRA_NS" --create-namespace -f "$ROOT/e2e/control-plane/values.yaml" \
+    --set image.repository="${CARMA_IMAGE%:*}" --set image.tag="${CARMA_IMAGE##*:}" --set image.pullPolicy=Never \
+    --set dra.enabled=true --set devicePlugin.simulatedGpus="$DRA_GPUS" \
+    --set extender.enabled=false --set scheduler.enabled=false --set operator.enabled=false \
+    --set-json 'devicePlugin.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"carma.io/gpu-path","operator":"NotIn","values":["dra"]}]}]}}}' \
+    >"$WORK/logs/helm-dra.log" 2>&1 || die "helm install (dra): $(tail -n 5 "$WORK/logs/helm-dra.log")"
+  k -n "$DRA_NS" rollout status daemonset/carma-dra-driver --timeout 180s >/dev/null || {
+    k -n "$DRA_NS" get pods -o wide >&2; k -n "$DRA_NS" describe daemonset carma-dra-driver >&2
+    for p in $(k -n "$DRA_NS" get pods -o name); do echo "---- $p" >&2; k -n "$DRA_NS" logs "$p" --tail 20 >&2; done
+    die "the DRA driver pods are not Ready"; }
+  DRA_READY_S=$(( $(date +%s) - t0 ))
+  # Each node's slice, with every device untainted: the driver's activity windows have filled (30
+  # samples) and the kubelet's startup wipe, if any, has been re-applied over.
+  log "dra: waiting for each node's ResourceSlice of $DRA_DRIVER, devices untainted"
+  for _ in $(seq 120); do
+    n=$(k get resourceslices -o json | python3 -c '
+import json, sys
+nodes = set()
+for s in json.load(sys.stdin)["items"]:
+    d = s["spec"].get("devices", [])
+    if s["spec"]["driver"] == sys.argv[1] and d and not any(x.get("taints") for x in d):
+        nodes.add(s["spec"].get("nodeName"))
+print(len(nodes))' "$DRA_DRIVER")
+    [[ $n -ge $NODES ]] && break; sleep 1
+  done
+  DRA_SLICES_S=$(( $(date +%s) - t0 ))
+  k get resourceslices -o wide >&2
+  [[ $n -ge $NODES ]] || { k get resourceslices -o yaml >&2; die "only $n of $NODES nodes have an untainted ResourceSlice of $DRA_DRIVER"; }
+  DRA_REGISTERED=0
+  for i in $(seq "$NODES"); do
+    name="$(node_name "$i")"
+    grep -q "\"Registered DRA plugin\".* driverName=\"$DRA_DRIVER\"" "$WORK/logs/kubelet-$name.log" && DRA_REGISTERED=$((DRA_REGISTERED + 1))
+  done
+  dra_snapshot installed
+}
+
+# dra_template <name> <memory>: a ResourceClaimTemplate as in the chart README.
+dra_template() {
+  cat <<EOF
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: $1, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: carma-gpu
+          allocationMode: ExactCount
+          count: 1
+          capacity:
+            requests: {memory: $2}
+---
+EOF
+}
+# dra_pod <name> <template> [node]: a pod holding one claim from <template>, on <node> if given.
+dra_pod() {
+  local sel=""; [[ -z "${3:-}" ]] || sel="nodeSelector: {kubernetes.io/hostname: $3}"
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default, labels: {carma.io/e2e-dra: "true"}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  $sel
+  resourceClaims:
+  - name: gpu
+    resourceClaimTemplateName: $2
+  containers:
+  - name: main
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command: [sh, -c, 'env | grep -E "^(CARMA|NVIDIA)" | sort; sleep 3600']
+    resources:
+      claims: [{name: gpu}]
+      requests: {cpu: 10m, memory: 16Mi}
+      limits: {memory: 32Mi}
+---
+EOF
+}
+
+dra_share() {
+  local i node1; node1="$(node_name 1)"
+  log "dra: $DRA_SHARERS pods with a $DRA_SHARE claim each on $node1"
+  { dra_template dra-share "$DRA_SHARE"; dra_template dra-big "$DRA_BIG"; dra_template dra-small "$DRA_SMALL"
+    for i in $(seq "$DRA_SHARERS"); do dra_pod "dra-share-$i" dra-share "$node1"; done; } | k apply -f - >/dev/null
+  for i in $(seq "$DRA_SHARERS"); do
+    k wait --for jsonpath='{.status.phase}'=Running --timeout 120s "pod/dra-share-$i" >/dev/null || {
+      k describe pod "dra-share-$i" >&2; k get resourceclaims -o wide >&2; die "dra-share-$i is not Running"; }
+  done
+  DRA_ENV="$(k logs dra-share-1 | tr '\n' ' ')"
+  dra_snapshot shared
+}
+
+dra_refuse() {
+  log "dra: a pod whose claim asks for $DRA_BIG, more than any GPU has"
+  dra_pod dra-big dra-big | k apply -f - >/dev/null
+  for _ in $(seq 60); do
+    [[ "$(k get pod dra-big -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].reason}')" == Unschedulable ]] && break
+    sleep 1
+  done
+  dra_snapshot refused
+}
+
+# The device the sharers' claims hold, and its taints in node 1's slice.
+dra_taint() {
+  local node1 dev="" t=""; node1="$(node_name 1)"
+  dev="$(k get resourceclaims -n default -o json | python3 -c '
+import json, sys
+devs = {r["device"] for c in json.load(sys.stdin)["items"] if c["metadata"]["name"].startswith("dra-share-")
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])}
+print(" ".join(sorted(devs)))')"
+  log "dra: waiting for the load of $DRA_SHARERS claims on $node1's $dev to close its utilization gate"
+  DRA_TAINT_WAIT=0
+  for _ in $(seq 90); do
+    t="$(k get resourceslices -o json | python3 -c '
+import json, sys
+node, dev = sys.argv[1:]
+for s in json.load(sys.stdin)["items"]:
+    if s["spec"].get("nodeName") == node and s["spec"]["driver"] == "gpu.carma.io":
+        for d in s["spec"].get("devices", []):
+            if d["name"] == dev:
+                print(" ".join("%s=%s" % (t["key"], t.get("value", "")) for t in d.get("taints", []) if t.get("value") != "window-filling"))' "$node1" "$dev")"
+    [[ -n "$t" ]] && break
+    DRA_TAINT_WAIT=$((DRA_TAINT_WAIT + 1)); sleep 1
+  done
+  [[ -n "$t" ]] || { log "dra: no taint on $dev after $DRA_TAINT_WAIT s"; dra_snapshot tainted; return 0; }
+  log "dra: $dev tainted ($t) after $DRA_TAINT_WAIT s; a pod with a $DRA_SMALL claim on $node1"
+  dra_snapshot taint-before
+  dra_pod dra-small dra-small "$node1" | k apply -f - >/dev/null
+  k wait --for jsonpath='{.status.phase}'=Running --timeout 120s pod/dra-small >/dev/null || {
+    k describe pod dra-small >&2; die "dra-small is not Running"; }
+  dra_snapshot tainted
+}
+
+dra_plant() {
+  local node1 slice; node1="$(node_name 1)"
+  slice="$(k get resourceslices -o jsonpath="{range .items[?(@.spec.nodeName==\"$node1\")]}{.metadata.name}{end}")"
+  log "dra: PLANTED: $slice's gpu-0 publishes 20Gi of memory while its claims hold more; the run must fail"
+  k patch resourceslice "$slice" --type json -p '[
+    {"op": "replace", "path": "/spec/devices/0/capacity/memory/value", "value": "20Gi"},
+    {"op": "replace", "path": "/spec/devices/0/capacity/memory/requestPolicy/default", "value": "20Gi"}]' >/dev/null ||
+    die "the planted fault could not be written"
+  dra_snapshot planted
+}
+
+dra_cleanup() {
+  log "dra: deleting the pods (their claims are unprepared and deleted)"
+  k delete pods -n default -l carma.io/e2e-dra=true --wait=false >/dev/null
+  for _ in $(seq 90); do
+    [[ -z "$(k get pods,resourceclaims -n default -l carma.io/e2e-dra=true -o name 2>/dev/null)$(k get resourceclaims -n default -o name 2>/dev/null)" ]] && break
+    sleep 1
+  done
+  DRA_CDI_LEFT=$(find "$WORK"/nodes/*/cdi -name "$DRA_DRIVER-claim_*.json" 2>/dev/null | wc -l)
+  DRA_CLAIMS_LEFT=$(k get resourceclaims -n default -o name | wc -l)
+}
+
+dra_summary() {
+  python3 - "$WORK" "$DRA_DRIVER" "${CARMA_RN_PLANT:-}" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
+    "$DRA_SLICES_S" "${DRA_TAINT_WAIT:-}" "$DRA_CDI_LEFT" "$DRA_CLAIMS_LEFT" "$DRA_CDI_PREPARED" "$DRA_ENV" <<'PY'
+import json, os, re, sys
+(work, driver, plant, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
+ cdi_prepared, share_env) = sys.argv[1:]
+snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "planted")
+         if os.path.exists(f"{work}/dra-{s}-claims.json")]
+def load(s):
+    return (json.load(open(f"{work}/dra-{s}-claims.json"))["items"],
+            json.load(open(f"{work}/dra-{s}-slices.json"))["items"])
+UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9}
+def qty(q):
+    m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(q))
+    return int(float(m.group(1)) * UNITS[m.group(2)])
+def results(c):  # the claim's allocated devices of carma's driver
+    a = (c.get("status") or {}).get("allocation") or {}
+    return [r for r in a.get("devices", {}).get("results", []) if r["driver"] == driver]
+def devices(slices):  # (pool, device) -> (device, taints) of carma's slices
+    out = {}
+    for s in slices:
+        if s["spec"]["driver"] == driver:
+            for d in s["spec"].get("devices", []):
+                out[(s["spec"]["pool"]["name"], d["name"])] = d
+    return out
+def booked(claims):  # (pool, device) -> [(claim, {capacity: bytes or count})]
+    out = {}
+    for c in claims:
+        if c["kind"] != "ResourceClaim":
+            continue
+        for r in results(c):
+            out.setdefault((r["pool"], r["device"]), []).append(
+                (c["metadata"]["name"], {k: qty(v) for k, v in (r.get("consumedCapacity") or {}).items()}))
+    return out
+
+# 6. over-commit: every snapshot, every device of carma's slices
+checks, over = 0, []
+for s in snaps:
+    claims, slices = load(s)
+    b = booked(claims)
+    for key, d in devices(slices).items():
+        checks += 1
+        for cap, spec in (d.get("capacity") or {}).items():
+            used = sum(cc.get(cap, 0) for _, cc in b.get(key, []))
+            if used > qty(spec["value"]):
+                shown = f"{used // 2**20}Mi" if cap == "memory" else str(used)
+                over.append(f"{s}: {key[0]}/{key[1]} {cap} {shown} booked > {spec['value']} published "
+                            f"({[n for n, _ in b.get(key, [])]})")
+over_gpus = sorted({o.split(": ", 1)[1].split(" ", 1)[0] for o in over})
+
+last = "tainted" if "tainted" in snaps else "refused"
+claims, slices = load(last)
+cl = [c for c in claims if c["kind"] == "ResourceClaim"]
+pods = {p["metadata"]["name"]: p for p in claims if p["kind"] == "Pod"}
+allocated = [c for c in cl if results(c)]
+b = booked(claims)
+shared = sorted(f"{k[0]}/{k[1]}" for k, v in b.items() if len(v) >= 2)
+share_pods = [p for n, p in pods.items() if n.startswith("dra-share-")]
+running = [p for p in share_pods if p["status"].get("phase") == "Running" and all(
+    "running" in cs.get("state", {}) for cs in p["status"].get("containerStatuses", []))]
+
+# 3. refused: PodScheduled False, reason Unschedulable, because of its claim
+cr, _ = load("refused")
+big = [p for p in cr if p["kind"] == "Pod" and p["metadata"]["name"] == "dra-big"]
+cond = [c for c in (big[0]["status"].get("conditions", []) if big else []) if c["type"] == "PodScheduled"]
+big_claim = [c for c in cr if c["kind"] == "ResourceClaim" and c["metadata"]["name"].startswith("dra-big-")]
+refused = int(bool(cond and cond[0]["status"] == "False" and cond[0].get("reason") == "Unschedulable"
+                   and "claim" in cond[0].get("message", "") and big_claim and not results(big_claim[0])
+                   and not big[0]["spec"].get("nodeName")))
+why = f"{cond[0].get('reason')}: {cond[0].get('message', '')!r}" if cond else "no PodScheduled condition"
+
+# 4. skipped while tainted: the small claim avoided a device that was tainted before and after its
+# allocation and had the memory free
+skipped, taint_note = "not run", "no taint appeared"
+if "tainted" in snaps and "taint-before" in snaps:
+    cb, sb = load("taint-before")
+    ca, sa = load("tainted")
+    db, da = devices(sb), devices(sa)
+    bb = booked(cb)
+    small = [c for c in ca if c["kind"] == "ResourceClaim" and c["metadata"]["name"].startswith("dra-small-")]
+    got = {(r["pool"], r["device"]) for c in small for r in results(c)}
+    req = qty("2Gi")
+    skipped = 0
+    tainted = []
+    for key, d in db.items():
+        t0 = [t["key"] for t in d.get("taints", []) if t.get("value") != "window-filling"]
+        t1 = [t["key"] for t in da.get(key, {}).get("taints", []) if t.get("value") != "window-filling"]
+        free = qty(d["capacity"]["memory"]["value"]) - sum(cc.get("memory", 0) for _, cc in bb.get(key, []))
+        if t0 and t1:
+            tainted.append(f"{key[0]}/{key[1]} {t0} ({free // 2**20} Mi free)")
+            if got and key not in got and key[0] in {g[0] for g in got} and free >= req:
+                skipped += 1
+    taint_note = f"tainted {tainted} after {taint_wait} s of load, dra-small's claim on {sorted(f'{g[0]}/{g[1]}' for g in got)}"
+
+ci, si = load("installed")
+devs_installed = devices(si)
+print(f"dra detail: Kubernetes 1.35.4 with DRAConsumableCapacity and DRADeviceTaints on kube-apiserver, "
+      f"kube-controller-manager, kube-scheduler and kubelet; driver pods Ready {ready_s} s after helm install, "
+      f"untainted slices after {slices_s} s: {len(devs_installed)} devices in {len({k[0] for k in devs_installed})} pools; "
+      f"{registered} of {nodes} kubelets logged 'Registered DRA plugin' for {driver}; "
+      f"{len(running)} of {sharers} sharer pods Running; bookings {{{', '.join(f'{k[1]}@{k[0]}: ' + str(len(v)) for k, v in sorted(b.items()))}}}; "
+      f"refusal {why}; {taint_note}; CDI specs while prepared {cdi_prepared}, after the pods' deletion {cdi_left}, "
+      f"claims left {claims_left}; dra-share-1's CARMA/NVIDIA environment {share_env.strip()!r}; snapshots {snaps}")
+for o in over:
+    print(f"  over-commit: {o}")
+print(f"dra: {len(allocated)} claims allocated on carma's slices, {len(shared)} GPUs shared by memory, "
+      f"{refused} refused when full, {skipped} skipped while tainted, not run OOM recoveries, "
+      f"{len(over_gpus)} over-committed GPUs in {checks} checks")
+ok = (len(allocated) >= int(sharers) and shared and len(running) == int(sharers) and refused == 1
+      and skipped == 1 and not over and checks > 0 and int(registered) == int(nodes)
+      and cdi_left == "0" and claims_left == "0")
+sys.exit(0 if ok else 1)
+PY
+}
+
+dra_run() {
+  local t0; t0=$(date +%s)
+  dra_install
+  dra_share
+  dra_refuse
+  dra_taint
+  DRA_CDI_PREPARED=$(find "$WORK"/nodes/*/cdi -name "$DRA_DRIVER-claim_*.json" 2>/dev/null | wc -l)
+  if [[ "${CARMA_RN_PLANT:-}" == dra-overcommit ]]; then dra_plant; fi
+  dra_cleanup
+  log "dra: done in $(( $(date +%s) - t0 )) s"
+  dra_summary
+}
