@@ -66,10 +66,12 @@ for needle in "enableHTTPS: true" "--client-ca-file=" "--metrics-listen=0.0.0.0:
   if grep -qF -- "$needle" "$tmp/nondefault.yaml"; then echo "PASS: non-default render contains '$needle'"
   else echo "FAIL: non-default render lacks '$needle'"; failures+=("nondefault $needle"); fi
 done
-# The DRA branch (1.35 render): DeviceClass, the driver's DaemonSet with its flags, and its least-privilege RBAC.
+# The DRA branch (1.35 render): DeviceClass, the driver's DaemonSet with its flags, its least-privilege RBAC
+# and the admission policy that keeps each node's driver to its own ResourceSlice.
 for needle in "kind: DeviceClass" "- dra-driver" "--plugin-dir=/srv/kubelet/plugins/gpu.carma.io" "--nvidia-cdi" "--mps" \
     "--slots=4" "--dram-activity-cap=0.35" "image: registry.example.com/carma/carma-dra:0.1.0-dra" \
-    "expression: 'device.driver == \"gpu.carma.io\"'"; do
+    "expression: 'device.driver == \"gpu.carma.io\"'" "dra-driver-own-node" \
+    "message: the carma DRA driver may only write the ResourceSlice of its own node"; do
   if grep -qF -- "$needle" "$tmp/nondefault-dra.yaml"; then echo "PASS: non-default 1.35 render contains '$needle'"
   else echo "FAIL: non-default 1.35 render lacks '$needle'"; failures+=("nondefault-dra $needle"); fi
 done

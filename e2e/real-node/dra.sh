@@ -25,6 +25,11 @@
 #   5. OOM recovery through a bigger claim: not built (the operator creates no claims): `not run`.
 #   6. Over-commit: at every snapshot, for each device of each slice, the sum of consumedCapacity of the
 #      claims allocated to it against the capacity the slice publishes (memory and slots).
+#   7. The admission policy that keeps a node's driver to its own slice (charts/carma/templates/
+#      admission-policy.yaml): as the driver's service account with the first node's name in its token
+#      (kubectl impersonation), writing a slice of the first node is allowed and one of the second node is
+#      denied with the policy's message. CARMA_RN_PLANT=dra-any-node installs without the policy: the
+#      second write then goes through and the run must fail.
 # Then the pods are deleted: their claims are unprepared (CDI specs gone) and deleted by the
 # resourceclaim controller. CARMA_RN_PLANT=dra-overcommit lowers one GPU's published memory in its
 # ResourceSlice below what its claims hold (the driver re-applies its slice within 30 s) before the last
@@ -53,6 +58,7 @@ dra_install() {
   "$HELM" install carma "$ROOT/charts/carma" -n "$DRA_NS" --create-namespace -f "$ROOT/e2e/control-plane/values.yaml" \
     --set image.repository="${CARMA_IMAGE%:*}" --set image.tag="${CARMA_IMAGE##*:}" --set image.pullPolicy=Never \
     --set dra.enabled=true --set devicePlugin.simulatedGpus="$DRA_GPUS" \
+    --set admissionPolicy.enabled="$([[ "${CARMA_RN_PLANT:-}" == dra-any-node ]] && echo false || echo true)" \
     --set extender.enabled=false --set scheduler.enabled=false --set operator.enabled=false \
     --set-json 'devicePlugin.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"carma.io/gpu-path","operator":"NotIn","values":["dra"]}]}]}}}' \
     >"$WORK/logs/helm-dra.log" 2>&1 || die "helm install (dra): $(tail -n 5 "$WORK/logs/helm-dra.log")"
@@ -198,6 +204,32 @@ dra_plant() {
   dra_snapshot planted
 }
 
+# dra_own_node: step 7. Sets DRA_OWN_NODE to "<own write> / <other node's write>", each allowed or denied.
+dra_own_node() {
+  local own other
+  own="$(node_name 1)"; other="$(node_name "$NODES")"
+  [[ "$own" != "$other" ]] || { DRA_OWN_NODE="not run (one node)"; return; }
+  DRA_OWN_NODE="$(dra_write_slice "$own" "$own") / $(dra_write_slice "$own" "$other")"
+  log "dra: the driver of $own writing a slice of $own / of $other: $DRA_OWN_NODE"
+}
+
+# dra_write_slice <driver's node> <slice's node>: create a slice of the second node as the driver's
+# service account with the first node in its token; prints allowed, denied (by the policy) or error: ...
+dra_write_slice() {
+  local name="carma-e2e-own-node-$2" out
+  if out=$(printf '%s\n' "apiVersion: resource.k8s.io/v1" "kind: ResourceSlice" "metadata: {name: $name}" \
+      "spec: {driver: $DRA_DRIVER, nodeName: $2, pool: {name: $2-e2e, generation: 1, resourceSliceCount: 1}}" |
+      k create --as "system:serviceaccount:$DRA_NS:carma-dra-driver" \
+        --as-user-extra "authentication.kubernetes.io/node-name=$1" -f - 2>&1); then
+    k delete resourceslice "$name" >/dev/null
+    echo allowed
+  elif grep -q "may only write the ResourceSlice of its own node" <<<"$out"; then
+    echo denied
+  else
+    echo "error: $(tr '\n' ' ' <<<"$out" | cut -c1-200)"
+  fi
+}
+
 dra_cleanup() {
   log "dra: deleting the pods (their claims are unprepared and deleted)"
   k delete pods -n default -l carma.io/e2e-dra=true --wait=false >/dev/null
@@ -211,10 +243,11 @@ dra_cleanup() {
 
 dra_summary() {
   python3 - "$WORK" "$DRA_DRIVER" "${CARMA_RN_PLANT:-}" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
-    "$DRA_SLICES_S" "${DRA_TAINT_WAIT:-}" "$DRA_CDI_LEFT" "$DRA_CLAIMS_LEFT" "$DRA_CDI_PREPARED" "$DRA_ENV" <<'PY'
+    "$DRA_SLICES_S" "${DRA_TAINT_WAIT:-}" "$DRA_CDI_LEFT" "$DRA_CLAIMS_LEFT" "$DRA_CDI_PREPARED" "$DRA_ENV" \
+    "$DRA_OWN_NODE" <<'PY'
 import json, os, re, sys
 (work, driver, plant, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
- cdi_prepared, share_env) = sys.argv[1:]
+ cdi_prepared, share_env, own_node) = sys.argv[1:]
 snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "planted")
          if os.path.exists(f"{work}/dra-{s}-claims.json")]
 def load(s):
@@ -311,7 +344,8 @@ print(f"dra detail: Kubernetes 1.35.4 with DRAConsumableCapacity and DRADeviceTa
       f"{registered} of {nodes} kubelets logged 'Registered DRA plugin' for {driver}; "
       f"{len(running)} of {sharers} sharer pods Running; bookings {{{', '.join(f'{k[1]}@{k[0]}: ' + str(len(v)) for k, v in sorted(b.items()))}}}; "
       f"refusal {why}; {taint_note}; CDI specs while prepared {cdi_prepared}, after the pods' deletion {cdi_left}, "
-      f"claims left {claims_left}; dra-share-1's CARMA/NVIDIA environment {share_env.strip()!r}; snapshots {snaps}")
+      f"claims left {claims_left}; dra-share-1's CARMA/NVIDIA environment {share_env.strip()!r}; "
+      f"the driver's service account writing its own node's slice / another node's: {own_node}; snapshots {snaps}")
 for o in over:
     print(f"  over-commit: {o}")
 print(f"dra: {len(allocated)} claims allocated on carma's slices, {len(shared)} GPUs shared by memory, "
@@ -319,7 +353,8 @@ print(f"dra: {len(allocated)} claims allocated on carma's slices, {len(shared)} 
       f"{len(over_gpus)} over-committed GPUs in {checks} checks")
 ok = (len(allocated) >= int(sharers) and shared and len(running) == int(sharers) and refused == 1
       and skipped == 1 and not over and checks > 0 and int(registered) == int(nodes)
-      and cdi_left == "0" and claims_left == "0")
+      and cdi_left == "0" and claims_left == "0"
+      and (own_node == "allowed / denied" or (int(nodes) == 1 and own_node.startswith("not run"))))
 sys.exit(0 if ok else 1)
 PY
 }
@@ -332,6 +367,7 @@ dra_run() {
   dra_taint
   DRA_CDI_PREPARED=$(find "$WORK"/nodes/*/cdi -name "$DRA_DRIVER-claim_*.json" 2>/dev/null | wc -l)
   if [[ "${CARMA_RN_PLANT:-}" == dra-overcommit ]]; then dra_plant; fi
+  dra_own_node
   dra_cleanup
   log "dra: done in $(( $(date +%s) - t0 )) s"
   dra_summary
