@@ -33,6 +33,7 @@ pub mod quantity;
 pub mod reason;
 pub mod recovery;
 pub mod reservation;
+pub mod slowdown;
 pub mod telemetry;
 
 pub use config::{PlacementConfig, RecoveryConfig};

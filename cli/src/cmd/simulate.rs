@@ -261,21 +261,12 @@ impl SimulateArgs {
         cfg.placement.pack_crowding_limit = self.pack_crowding_limit;
         cfg.placement.pack_aging_ms = self.pack_aging * 1000;
         cfg.placement.pack_idle_first = self.pack_idle_first;
-        cfg.placement.pack_gain = self.pack_min_gain.map(|min_gain| {
-            let model = if self.slowdown_model == SlowdownForm::TimeSlicing {
-                carma_core::config::SharingModel::TimeSlicing {
-                    full_activity: self.slicing_full_activity,
-                    exponent: self.slicing_exponent,
-                    efficiency: self.slicing_efficiency,
-                }
-            } else {
-                carma_core::config::SharingModel::Saturation {
-                    threshold: self.slowdown_threshold,
-                    exponent: self.slowdown_exponent,
-                }
-            };
-            carma_core::config::PackGain { min_gain, model }
-        });
+        cfg.placement.pack_gain = self
+            .pack_min_gain
+            .map(|min_gain| carma_core::config::PackGain {
+                min_gain,
+                model: cfg.slowdown.sharing_model(),
+            });
         cfg.learn_peaks = self.learn_peaks.then(carma_core::HistoryConfig::default);
         cfg.recovery.max_attempts = self.max_attempts;
         cfg.recovery.exclusive_after_ooms = self.exclusive_after_ooms;

@@ -18,6 +18,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::slowdown::{TimeSlicing, saturation_rate};
+
 /// A slowdown model `pack` predicts rates with.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "form")]
@@ -45,14 +47,15 @@ pub enum SharingModel {
 }
 
 impl SharingModel {
-    /// The time-slicing form with the fit measured on an H100 (θ 0.70, β 0.77, η 0.93).
+    /// The time-slicing form with the fit measured on an H100 ([`TimeSlicing::H100`]).
     pub const H100_TIME_SLICING: SharingModel = SharingModel::TimeSlicing {
-        full_activity: 0.70,
-        exponent: 0.77,
-        efficiency: 0.93,
+        full_activity: TimeSlicing::H100.full_activity,
+        exponent: TimeSlicing::H100.exponent,
+        efficiency: TimeSlicing::H100.efficiency,
     };
 
-    /// The sum of the predicted rates of tasks of `activities` sharing one GPU.
+    /// The sum of the predicted rates of tasks of `activities` sharing one GPU, by the forms of
+    /// [`crate::slowdown`].
     pub fn total_rate(&self, activities: &[f64]) -> f64 {
         if activities.len() <= 1 {
             return activities.len() as f64;
@@ -62,40 +65,22 @@ impl SharingModel {
                 threshold,
                 exponent,
             } => {
-                let d = activities.iter().sum::<f64>().max(threshold);
+                let total = activities.iter().sum::<f64>();
                 activities
                     .iter()
-                    .map(|s| (s.max(threshold) / d).min(1.0).powf(exponent))
+                    .map(|s| saturation_rate(threshold, exponent, *s, total))
                     .sum()
             }
             SharingModel::TimeSlicing {
                 full_activity,
                 exponent,
                 efficiency,
-            } => {
-                let theta = full_activity.max(1e-9);
-                let mut demands: Vec<f64> = activities
-                    .iter()
-                    .map(|s| (s.max(1e-9) / theta).powf(exponent).min(1.0))
-                    .collect();
-                if demands.iter().sum::<f64>() <= efficiency {
-                    return demands.len() as f64;
-                }
-                demands.sort_by(f64::total_cmp);
-                let (mut left, n) = (efficiency, demands.len());
-                let mut total = 0.0;
-                for (i, b) in demands.iter().enumerate() {
-                    let share = left / (n - i) as f64;
-                    if *b <= share {
-                        left -= b;
-                        total += 1.0;
-                    } else {
-                        // Every task from here on needs more than the equal share of what is left.
-                        return total + demands[i..].iter().map(|b| share / b).sum::<f64>();
-                    }
-                }
-                total
+            } => TimeSlicing {
+                full_activity,
+                exponent,
+                efficiency,
             }
+            .total_rate(activities),
         }
     }
 

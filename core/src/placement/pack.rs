@@ -122,11 +122,7 @@ fn gain(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> Option<f64> {
     if s.is_idle() {
         return Some(1.0);
     }
-    let mut before: Vec<f64> = s
-        .booked_activities
-        .iter()
-        .map(|&k| f64::from(k) / 1000.0)
-        .collect();
+    let mut before = s.booked_activities.clone();
     let booked: f64 = before.iter().sum();
     if let Some(measured) = s.sm_activity.filter(|m| *m > booked + UNBOOKED_MIN) {
         before.push(measured - booked);
@@ -154,9 +150,14 @@ fn rank(t: Tier, cfg: &PlacementConfig) -> u8 {
 }
 
 fn tier(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> Tier {
+    tier_given(s, demand, cfg, gain(s, demand, cfg))
+}
+
+/// [`tier`] with the placement's gain already predicted (`None` without a model).
+fn tier_given(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig, gain: Option<f64>) -> Tier {
     if s.is_idle() {
         Tier::Idle
-    } else if let Some(g) = gain(s, demand, cfg) {
+    } else if let Some(g) = gain {
         // Complementary: sharing the model predicts to cost nothing.
         if g >= 1.0 - super::gain::FREE {
             Tier::Complementary
@@ -171,23 +172,37 @@ fn tier(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig) -> Tier {
 }
 
 /// Sort candidates (every one [`fits_beside`] its GPU) into the tiers, each in its own order
-/// (stable: ties keep index order).
+/// (stable: ties keep index order). Each candidate's tier, load and gain are worked out once,
+/// not at every comparison (the gain runs the slowdown model).
 pub(super) fn order(fits: &mut [Fit<'_>], demand: &Demand, cfg: &PlacementConfig) {
-    fits.sort_by(|a, b| {
-        let (ta, tb) = (tier(a.gpu, demand, cfg), tier(b.gpu, demand, cfg));
-        let (ca, cb) = (combined(a.gpu, demand), combined(b.gpu, demand));
-        rank(ta, cfg).cmp(&rank(tb, cfg)).then_with(|| match ta {
+    let mut keyed: Vec<(Tier, f64, Option<f64>, Fit<'_>)> = fits
+        .iter()
+        .map(|f| {
+            let g = gain(f.gpu, demand, cfg);
+            (
+                tier_given(f.gpu, demand, cfg, g),
+                combined(f.gpu, demand),
+                g,
+                *f,
+            )
+        })
+        .collect();
+    keyed.sort_by(|(ta, ca, ga, a), (tb, cb, gb, b)| {
+        rank(*ta, cfg).cmp(&rank(*tb, cfg)).then_with(|| match ta {
             Tier::Complementary => cb
-                .total_cmp(&ca)
+                .total_cmp(ca)
                 .then(a.gpu.usable_mib.cmp(&b.gpu.usable_mib)),
             Tier::Idle => std::cmp::Ordering::Equal,
-            Tier::Crowded => match (gain(a.gpu, demand, cfg), gain(b.gpu, demand, cfg)) {
+            Tier::Crowded => match (ga, gb) {
                 // The highest gain first.
-                (Some(ga), Some(gb)) => gb.total_cmp(&ga),
-                _ => ca.total_cmp(&cb),
+                (Some(ga), Some(gb)) => gb.total_cmp(ga),
+                _ => ca.total_cmp(cb),
             },
         })
     });
+    for (slot, (_, _, _, f)) in fits.iter_mut().zip(keyed) {
+        *slot = f;
+    }
 }
 
 /// The node score of the chosen GPUs: their worst tier, refined within it. Idle first

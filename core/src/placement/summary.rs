@@ -30,10 +30,10 @@ pub struct GpuSummary {
     pub sm_activity: Option<f64>,
     /// Sum of the expected SM activity booked with the pods on it ([`Ledger::expected_sm_activity`]).
     pub booked_sm_activity: f64,
-    /// The expected SM activity booked with each pod on it, in thousandths; filled only when
+    /// The expected SM activity booked with each pod on it; filled only when
     /// `pack` judges busy GPUs by their predicted throughput
     /// ([`PlacementConfig::pack_gain`]), empty otherwise.
-    pub booked_activities: Vec<u16>,
+    pub booked_activities: Vec<f64>,
     /// GPU index.
     pub index: u32,
     /// Compute processes in telemetry.
@@ -71,7 +71,7 @@ impl GpuSummary {
             booked_activities: if cfg.pack_gain.is_some() {
                 records
                     .iter()
-                    .map(|r| (r.expected_sm_activity.clamp(0.0, 1.0) * 1000.0).round() as u16)
+                    .map(|r| r.expected_sm_activity.clamp(0.0, 1.0))
                     .collect()
             } else {
                 Vec::new()

@@ -44,9 +44,10 @@
 
 use serde::Serialize;
 
+#[cfg(test)]
 mod time_slicing;
 
-pub use time_slicing::TimeSlicing;
+pub use carma_core::slowdown::TimeSlicing;
 
 /// Parameters of the slowdown function.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -87,10 +88,22 @@ impl SlowdownModel {
     /// The saturation form's progress rate (0..1] of a task with SM activity `own` on
     /// a GPU whose summed SM activity (this task included) is `total`.
     pub fn rate(&self, own: f64, total: f64) -> f64 {
-        let theta = self.threshold.max(1e-6);
-        let num = theta.max(own);
-        let den = theta.max(total).max(num);
-        (num / den).powf(self.exponent).clamp(1e-6, 1.0)
+        carma_core::slowdown::saturation_rate(self.threshold, self.exponent, own, total)
+    }
+
+    /// The same model as `pack`'s throughput test predicts with.
+    pub fn sharing_model(&self) -> carma_core::config::SharingModel {
+        match self.time_slicing {
+            Some(ts) => carma_core::config::SharingModel::TimeSlicing {
+                full_activity: ts.full_activity,
+                exponent: ts.exponent,
+                efficiency: ts.efficiency,
+            },
+            None => carma_core::config::SharingModel::Saturation {
+                threshold: self.threshold,
+                exponent: self.exponent,
+            },
+        }
     }
 }
 
