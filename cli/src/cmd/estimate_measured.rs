@@ -93,22 +93,39 @@ struct Measured {
     error: String,
 }
 
+/// One row of a traced CSV (`python -m carma_profile.calibrate`); the `traced` source of
+/// `eval --peaks` reads the same rows.
 #[derive(Deserialize)]
-struct TracedRow {
-    job: String,
-    family: Family,
+pub struct TracedRow {
+    /// The job (CARMA's task file stem, or the held-out job's label).
+    pub job: String,
+    /// The model family.
+    pub family: Family,
     model: String,
     batch_size: u64,
-    gpus: u32,
+    /// GPUs of the job (the trace is one GPU's share of the batch).
+    pub gpus: u32,
     forward_mib: u64,
     backward_mib: u64,
     optimizer_step_mib: u64,
+    #[serde(default)]
     largest_tensor_mib: Option<u64>,
     #[serde(default)]
     reserved_mib: Option<u64>,
 }
 
 impl TracedRow {
+    /// The traced figures as a profile carries them.
+    pub fn figures(&self) -> Traced {
+        Traced {
+            forward_mib: self.forward_mib,
+            backward_mib: self.backward_mib,
+            optimizer_step_mib: self.optimizer_step_mib,
+            largest_tensor_mib: self.largest_tensor_mib,
+            reserved_mib: self.reserved_mib,
+        }
+    }
+
     /// The label the measurement uses: CIFAR-100 jobs say so.
     fn label(&self) -> String {
         if self.job.to_ascii_lowercase().contains("cifar") {
@@ -117,6 +134,11 @@ impl TracedRow {
             self.model.clone()
         }
     }
+}
+
+/// The rows of a traced CSV.
+pub fn traced_rows(path: &Path) -> Result<Vec<TracedRow>, PeaksError> {
+    records(path)
 }
 
 fn records<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>, PeaksError> {
@@ -143,7 +165,7 @@ pub fn evaluate_measured(data: &Path) -> Result<MeasuredReport, PeaksError> {
         if !measured.is_file() || !traced.is_file() {
             continue;
         }
-        let traced_rows: Vec<TracedRow> = records(&traced)?;
+        let traced_rows = traced_rows(&traced)?;
         let mut set_rows = Vec::new();
         for m in records::<Measured>(&measured)? {
             let Some(peak) = m.measured_mib.filter(|_| m.error.is_empty()) else {
@@ -166,13 +188,6 @@ pub fn evaluate_measured(data: &Path) -> Result<MeasuredReport, PeaksError> {
                         measured.display()
                     ),
                 })?;
-            let figures = Traced {
-                forward_mib: t.forward_mib,
-                backward_mib: t.backward_mib,
-                optimizer_step_mib: t.optimizer_step_mib,
-                largest_tensor_mib: t.largest_tensor_mib,
-                reserved_mib: t.reserved_mib,
-            };
             set_rows.push(MeasuredRow {
                 set: set.name,
                 model: m.model,
@@ -180,7 +195,7 @@ pub fn evaluate_measured(data: &Path) -> Result<MeasuredReport, PeaksError> {
                 batch_size: m.batch_size,
                 gpu: m.gpu,
                 peak_mib: peak,
-                traced_mib: traced_reservation_mib(&figures, t.family, 1),
+                traced_mib: traced_reservation_mib(&t.figures(), t.family, 1),
             });
         }
         for family in [Family::Cnn, Family::Mlp, Family::Transformer] {

@@ -26,9 +26,7 @@ use carma_estimator::analytic::{
     BoundTerms, SavedValues, analytic_upper_bound_mib, detailed_bound_for, printout_values,
     summary_values,
 };
-use carma_estimator::{
-    Estimator, Family, Profile, Traced, looks_like_printout, traced_reservation_mib,
-};
+use carma_estimator::{Estimator, Family, Profile, looks_like_printout, traced_reservation_mib};
 use carma_simulator::catalog;
 use serde::Serialize;
 
@@ -228,77 +226,22 @@ fn printout_name(name: &str) -> Option<(&str, u32, u32)> {
     Some((model, bs.parse().ok()?, sl.parse().ok()?))
 }
 
-/// The traced reservation of each job in the CSV at `path` (columns by name: `job`,
-/// `family`, `gpus`, `forward_mib`, `backward_mib`, `optimizer_step_mib`, and
-/// `largest_tensor_mib` and `reserved_mib` when the CSV has them); empty when the file does not exist.
+/// The traced reservation of each job in the CSV at `path` (the columns of
+/// [`TracedRow`](super::estimate_measured::TracedRow), by name); empty when the file does not
+/// exist.
 fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
     if !path.is_file() {
         return Ok(Vec::new());
     }
-    let text = read(path)?;
-    let bad = |line: usize, message: String| PeaksError::BadTraced {
-        path: path.to_path_buf(),
-        line,
-        message,
-    };
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let Some((_, header)) = lines.next() else {
-        return Ok(Vec::new());
-    };
-    let header: Vec<&str> = header.split(',').map(str::trim).collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .ok_or_else(|| bad(1, format!("no column `{name}`")))
-    };
-    let cols = [
-        col("job")?,
-        col("family")?,
-        col("gpus")?,
-        col("forward_mib")?,
-        col("backward_mib")?,
-        col("optimizer_step_mib")?,
-    ];
-    let largest = header.iter().position(|h| *h == "largest_tensor_mib");
-    let reserved = header.iter().position(|h| *h == "reserved_mib");
-    let mut out = Vec::new();
-    for (i, line) in lines {
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if fields.len() != header.len() {
-            return Err(bad(
-                i + 1,
-                format!("{} fields, header has {}", fields.len(), header.len()),
-            ));
-        }
-        let num = |c: usize| {
-            fields[c].parse::<u64>().map_err(|_| {
-                bad(
-                    i + 1,
-                    format!("`{}` is not a whole number ({})", fields[c], header[c]),
-                )
-            })
-        };
-        let family: Family = fields[cols[1]]
-            .parse()
-            .map_err(|e| bad(i + 1, format!("{e}")))?;
-        let gpus = u32::try_from(num(cols[2])?).unwrap_or(u32::MAX);
-        let traced = Traced {
-            forward_mib: num(cols[3])?,
-            backward_mib: num(cols[4])?,
-            optimizer_step_mib: num(cols[5])?,
-            largest_tensor_mib: largest.map(num).transpose()?,
-            reserved_mib: reserved.map(num).transpose()?,
-        };
-        out.push((
-            fields[cols[0]].to_string(),
-            traced_reservation_mib(&traced, family, gpus),
-        ));
-    }
-    Ok(out)
+    Ok(super::estimate_measured::traced_rows(path)?
+        .iter()
+        .map(|t| {
+            (
+                t.job.clone(),
+                traced_reservation_mib(&t.figures(), t.family, t.gpus),
+            )
+        })
+        .collect())
 }
 
 /// The first of `dirs` that holds `name`.
