@@ -54,6 +54,13 @@ fn demand(activity: f64) -> Demand {
     d
 }
 
+/// The GPUs `pack` picks for a pod of `activity` on the node with `cfg` (the pod must fit).
+fn picks(n: &Node, ledger: &Ledger, activity: f64, cfg: &PlacementConfig) -> Vec<u32> {
+    place_on_node(n, ledger, &demand(activity), cfg, NOW, 0)
+        .unwrap()
+        .indices
+}
+
 fn gain(min_gain: f64) -> PlacementConfig {
     PlacementConfig {
         pack_gain: Some(PackGain {
@@ -68,16 +75,10 @@ fn gain(min_gain: f64) -> PlacementConfig {
 fn idle_first_takes_the_idle_gpu_that_pack_keeps() {
     let (n, ledger) = cluster(&[&[0.5], &[]]);
     // By default 0.5 + 0.25 is complementary (under the 0.8 cap) and goes first.
-    let p = place_on_node(
-        &n,
-        &ledger,
-        &demand(0.25),
-        &PlacementConfig::default(),
-        NOW,
-        0,
-    )
-    .unwrap();
-    assert_eq!(p.indices, vec![0]);
+    assert_eq!(
+        picks(&n, &ledger, 0.25, &PlacementConfig::default()),
+        vec![0]
+    );
     let cfg = PlacementConfig {
         pack_idle_first: true,
         ..PlacementConfig::default()
@@ -86,20 +87,17 @@ fn idle_first_takes_the_idle_gpu_that_pack_keeps() {
     assert_eq!((p.indices, p.score), (vec![1], 10));
     // Without an idle GPU it still shares the complementary one.
     let (n, ledger) = cluster(&[&[0.5], &[0.7]]);
-    let p = place_on_node(&n, &ledger, &demand(0.25), &cfg, NOW, 0).unwrap();
-    assert_eq!(p.indices, vec![0]);
+    assert_eq!(picks(&n, &ledger, 0.25, &cfg), vec![0]);
 }
 
 #[test]
 fn under_time_slicing_a_costly_pairing_ranks_after_an_idle_gpu() {
     // 0.25 beside 0.5 runs the 0.5 at 0.619: not free, so the idle GPU goes first.
     let (n, ledger) = cluster(&[&[0.5], &[]]);
-    let p = place_on_node(&n, &ledger, &demand(0.25), &gain(0.5), NOW, 0).unwrap();
-    assert_eq!(p.indices, vec![1]);
+    assert_eq!(picks(&n, &ledger, 0.25, &gain(0.5)), vec![1]);
     // Two light pods fit in the GPU's time: free, so packed to keep the idle GPU.
     let (n, ledger) = cluster(&[&[0.1], &[]]);
-    let p = place_on_node(&n, &ledger, &demand(0.1), &gain(0.5), NOW, 0).unwrap();
-    assert_eq!(p.indices, vec![0]);
+    assert_eq!(picks(&n, &ledger, 0.1, &gain(0.5)), vec![0]);
 }
 
 #[test]
@@ -108,16 +106,10 @@ fn without_an_idle_gpu_the_highest_gain_is_crowded_and_no_gain_below_the_least()
     // cap), so pack's default takes the GPU with less memory left (the two pods); the time-slicing
     // model predicts a gain of 0.31 there and 0.73 beside the single pod.
     let (n, ledger) = cluster(&[&[0.2, 0.2], &[0.4]]);
-    let default = place_on_node(
-        &n,
-        &ledger,
-        &demand(0.25),
-        &PlacementConfig::default(),
-        NOW,
-        0,
-    )
-    .unwrap();
-    assert_eq!(default.indices, vec![0]);
+    assert_eq!(
+        picks(&n, &ledger, 0.25, &PlacementConfig::default()),
+        vec![0]
+    );
     let g = |before: &[f64]| SharingModel::H100_TIME_SLICING.gain(before, 0.25);
     assert!(
         g(&[0.4]) > 0.7 && g(&[0.2, 0.2]) < 0.35,

@@ -87,9 +87,9 @@ fn jobs() -> Vec<Job> {
 /// CARMA's architectures re-measured on an H100 (`python -m carma_profile.measure --set
 /// carma`), paired with their traces by model label and batch.
 fn h100_jobs(measured: &str, traced_csv: &str) -> Vec<Job> {
-    let traced: Vec<csv::StringRecord> = reader(traced_csv).records().map(Result::unwrap).collect();
     let mut r = reader(traced_csv);
     let th = r.headers().unwrap().clone();
+    let traced: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
     let tcol = |name: &str| th.iter().position(|h| h == name).unwrap();
     let mut m = reader(measured);
     let mh = m.headers().unwrap().clone();
