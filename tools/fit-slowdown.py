@@ -132,7 +132,7 @@ def alone_rows(path: Path) -> dict[str, tuple[float, float]]:
 # ---- the simulator's form ----------------------------------------------------------------
 
 def current_rate(theta: float, gamma: float, s: float, d: float) -> float:
-    """workload/src/model/slowdown.rs: SlowdownModel::rate."""
+    """core/src/slowdown.rs: saturation_rate (the simulator's SlowdownModel::rate)."""
     theta = max(theta, 1e-6)
     num = max(theta, s)
     den = max(theta, d, num)
