@@ -230,6 +230,21 @@ dra_write_slice() {
   fi
 }
 
+# dra_versions: the versions and DRA gates the cluster reports (DRA_CLUSTER), for the detail line:
+# kube-apiserver's gitVersion and its kubernetes_feature_enabled metric, each kubelet's version.
+dra_versions() {
+  local server gates kubelets
+  server=$(k version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')
+  gates=$(k get --raw /metrics | python3 -c '
+import re, sys
+want = ("DRAConsumableCapacity", "DRADeviceTaints")
+on = {m.group(1): m.group(2) for m in re.finditer(r"^kubernetes_feature_enabled\{name=\"(\w+)\"[^}]*\} (\d)", sys.stdin.read(), re.M)}
+state = lambda g: "on" if on.get(g) == "1" else "off" if g in on else "not reported"
+print(", ".join(g + " " + state(g) for g in want))')
+  kubelets=$(k get nodes -o jsonpath='{range .items[*]}{.status.nodeInfo.kubeletVersion}{" "}{end}')
+  DRA_CLUSTER="kube-apiserver $server with $gates (its /metrics), kubelets ${kubelets% }"
+}
+
 dra_cleanup() {
   log "dra: deleting the pods (their claims are unprepared and deleted)"
   k delete pods -n default -l carma.io/e2e-dra=true --wait=false >/dev/null
@@ -244,10 +259,10 @@ dra_cleanup() {
 dra_summary() {
   python3 - "$WORK" "$DRA_DRIVER" "${CARMA_RN_PLANT:-}" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
     "$DRA_SLICES_S" "${DRA_TAINT_WAIT:-}" "$DRA_CDI_LEFT" "$DRA_CLAIMS_LEFT" "$DRA_CDI_PREPARED" "$DRA_ENV" \
-    "$DRA_OWN_NODE" <<'PY'
+    "$DRA_OWN_NODE" "$DRA_CLUSTER" <<'PY'
 import json, os, re, sys
 (work, driver, plant, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
- cdi_prepared, share_env, own_node) = sys.argv[1:]
+ cdi_prepared, share_env, own_node, cluster) = sys.argv[1:]
 snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "planted")
          if os.path.exists(f"{work}/dra-{s}-claims.json")]
 def load(s):
@@ -338,8 +353,7 @@ if "tainted" in snaps and "taint-before" in snaps:
 
 ci, si = load("installed")
 devs_installed = devices(si)
-print(f"dra detail: Kubernetes 1.35.4 with DRAConsumableCapacity and DRADeviceTaints on kube-apiserver, "
-      f"kube-controller-manager, kube-scheduler and kubelet; driver pods Ready {ready_s} s after helm install, "
+print(f"dra detail: {cluster}; driver pods Ready {ready_s} s after helm install, "
       f"untainted slices after {slices_s} s: {len(devs_installed)} devices in {len({k[0] for k in devs_installed})} pools; "
       f"{registered} of {nodes} kubelets logged 'Registered DRA plugin' for {driver}; "
       f"{len(running)} of {sharers} sharer pods Running; bookings {{{', '.join(f'{k[1]}@{k[0]}: ' + str(len(v)) for k, v in sorted(b.items()))}}}; "
@@ -368,6 +382,7 @@ dra_run() {
   DRA_CDI_PREPARED=$(find "$WORK"/nodes/*/cdi -name "$DRA_DRIVER-claim_*.json" 2>/dev/null | wc -l)
   if [[ "${CARMA_RN_PLANT:-}" == dra-overcommit ]]; then dra_plant; fi
   dra_own_node
+  dra_versions
   dra_cleanup
   log "dra: done in $(( $(date +%s) - t0 )) s"
   dra_summary
