@@ -6,9 +6,11 @@
 //! * [`gpu_node`] — the `GpuNode` custom resource the device plugin publishes.
 //! * [`memory_history`] — the `MemoryHistory` custom resource: observed peaks per model profile.
 //! * [`crds`] — the generated CustomResourceDefinitions.
+//! * [`dra`] — the DRA driver's names and taints, and the claim templates that book GPU memory.
 
 pub mod annotations;
 pub mod crds;
+pub mod dra;
 pub mod gpu_node;
 pub mod memory_history;
 pub mod names;

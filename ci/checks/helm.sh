@@ -76,6 +76,24 @@ for needle in "kind: DeviceClass" "- dra-driver" "--plugin-dir=/srv/kubelet/plug
   else echo "FAIL: non-default 1.35 render lacks '$needle'"; failures+=("nondefault-dra $needle"); fi
 done
 
+# The operator on DRA claims: its flags and the one extra RBAC rule; without the driver it is refused.
+if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 --set dra.enabled=true \
+    --set operator.gpuClaims=dra --set scheduler.enabled=false > "$tmp/operator-dra.yaml"; then
+  for needle in "- --gpu-claims=dra" "- --dra-device-class=carma-gpu" "- --scheduler-name=default-scheduler" \
+      'resources: ["resourceclaimtemplates"]'; do
+    if grep -qF -- "$needle" "$tmp/operator-dra.yaml"; then echo "PASS: operator.gpuClaims=dra render contains '$needle'"
+    else echo "FAIL: operator.gpuClaims=dra render lacks '$needle'"; failures+=("operator-dra $needle"); fi
+  done
+else failures+=("helm template operator.gpuClaims=dra"); echo "FAIL: helm template operator.gpuClaims=dra"; fi
+if grep -qF "resourceclaimtemplates" "$tmp/default.yaml"; then
+  echo "FAIL: the default render grants the operator claim templates"; failures+=("default resourceclaimtemplates")
+else echo "PASS: the default render grants the operator no claim templates"; fi
+if out="$("$HELM" template carma "$CHART" --set operator.gpuClaims=dra 2>&1)"; then
+  echo "FAIL: operator.gpuClaims=dra without dra.enabled rendered"; failures+=("operator-dra without driver")
+elif grep -qF "operator.gpuClaims=dra needs dra.enabled=true" <<<"$out"; then
+  echo "PASS: operator.gpuClaims=dra without dra.enabled is refused with its reason"
+else echo "FAIL: operator.gpuClaims=dra without dra.enabled failed without naming why: $out"; failures+=("operator-dra message"); fi
+
 # No wildcard verbs, resources or API groups in any RBAC rule; every container sets resources.
 PY="$(tools/install-ci-venv.sh | tail -n1)/bin/python"
 run "no RBAC wildcards, resources on every container, non-root where required (default + non-default)" \

@@ -30,8 +30,8 @@ pub use config::{Config, ConfigError};
 pub use driver::{Dependencies, RunningDriver, start};
 
 /// The driver name: `ResourceSlice.spec.driver`, the plugin name the kubelet registers, and the
-/// domain of the taint keys.
-pub const DRIVER_NAME: &str = "gpu.carma.io";
+/// domain of the taint keys (defined with the claim templates that name its DeviceClass).
+pub use carma_api::dra::DRIVER_NAME;
 
 /// The driver cannot start.
 #[derive(Debug, thiserror::Error)]

@@ -20,7 +20,7 @@ use crate::DRIVER_NAME;
 use crate::taints::{EFFECT_NO_SCHEDULE, Taint};
 
 /// Name of the capacity booked by each claim, in MiB quantities.
-pub const CAPACITY_MEMORY: &str = "memory";
+pub use carma_api::dra::CAPACITY_MEMORY;
 /// Name of the capacity that bounds the number of sharers.
 pub const CAPACITY_SLOTS: &str = "slots";
 

@@ -13,18 +13,11 @@ use carma_core::{GpuRejection, PlacementConfig};
 use carma_device_plugin::telemetry::{GpuView, Snapshot, gate_input};
 use chrono::{DateTime, Utc};
 
-/// The GPU's utilization gate is closed (value: the gate rule, or `window-filling` while the
-/// activity windows have not filled since the driver started or the source changed).
-pub const TAINT_UTILIZATION_GATE: &str = "gpu.carma.io/utilization-gate";
-/// The GPU's telemetry source has no SM activity figure: nothing can be judged, so the GPU takes
-/// whole-GPU claims only (they tolerate this taint).
-pub const TAINT_NO_ACTIVITY_TELEMETRY: &str = "gpu.carma.io/no-activity-telemetry";
-/// The driver has no recent sample of the GPU (the backend stopped answering).
-pub const TAINT_TELEMETRY_STALE: &str = "gpu.carma.io/telemetry-stale";
-/// The backend reports the GPU unusable (fatal XID, gone from the driver).
-pub const TAINT_UNHEALTHY: &str = "gpu.carma.io/unhealthy";
-/// The only effect the driver uses.
-pub const EFFECT_NO_SCHEDULE: &str = "NoSchedule";
+pub use carma_api::dra::{
+    EFFECT_NO_SCHEDULE, TAINT_NO_ACTIVITY_TELEMETRY, TAINT_TELEMETRY_STALE, TAINT_UNHEALTHY,
+    TAINT_UTILIZATION_GATE,
+};
+
 /// The taint value while the activity windows are still filling.
 pub const WINDOW_FILLING: &str = "window-filling";
 

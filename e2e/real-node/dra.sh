@@ -22,7 +22,13 @@
 #      and DRAM activity over the chart's default caps, the driver publishes the utilization-gate taint
 #      on it, and a pod with a small claim pinned to that node is counted as skipped while tainted when
 #      its claim goes to another GPU although the tainted one had the memory free.
-#   5. OOM recovery through a bigger claim: not built (the operator creates no claims): `not run`.
+#   5. OOM recovery through a bigger claim: the chart's operator runs with operator.gpuClaims=dra. A
+#      TrainingTask with a traced model profile and no gpuMemory: the operator sizes attempt 1's claim
+#      from its own estimate, attempt 1 prints PyTorch's CUDA out-of-memory error and exits 1, the
+#      operator creates attempt 2 with a claim from a larger template, attempt 2 exits 0. Counted as a
+#      recovery when the task Succeeded and the claim allocated to the attempt after an out-of-memory
+#      crash booked more memory (its consumedCapacity, as the API server shows it while the attempt
+#      runs) than the crashed attempt's claim.
 #   6. Over-commit: at every snapshot, for each device of each slice, the sum of consumedCapacity of the
 #      claims allocated to it against the capacity the slice publishes (memory and slots).
 #   7. The admission policy that keeps a node's driver to its own slice (charts/carma/templates/
@@ -59,13 +65,15 @@ dra_install() {
     --set image.repository="${CARMA_IMAGE%:*}" --set image.tag="${CARMA_IMAGE##*:}" --set image.pullPolicy=Never \
     --set dra.enabled=true --set devicePlugin.simulatedGpus="$DRA_GPUS" \
     --set admissionPolicy.enabled="$([[ "${CARMA_RN_PLANT:-}" == dra-any-node ]] && echo false || echo true)" \
-    --set extender.enabled=false --set scheduler.enabled=false --set operator.enabled=false \
+    --set extender.enabled=false --set scheduler.enabled=false --set operator.enabled=true --set operator.gpuClaims=dra \
     --set-json 'devicePlugin.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"carma.io/gpu-path","operator":"NotIn","values":["dra"]}]}]}}}' \
     >"$WORK/logs/helm-dra.log" 2>&1 || die "helm install (dra): $(tail -n 5 "$WORK/logs/helm-dra.log")"
   k -n "$DRA_NS" rollout status daemonset/carma-dra-driver --timeout 180s >/dev/null || {
     k -n "$DRA_NS" get pods -o wide >&2; k -n "$DRA_NS" describe daemonset carma-dra-driver >&2
     for p in $(k -n "$DRA_NS" get pods -o name); do echo "---- $p" >&2; k -n "$DRA_NS" logs "$p" --tail 20 >&2; done
     die "the DRA driver pods are not Ready"; }
+  k -n "$DRA_NS" rollout status deployment/carma-operator --timeout 180s >/dev/null || {
+    k -n "$DRA_NS" get pods -o wide >&2; die "the operator (operator.gpuClaims=dra) is not Ready"; }
   DRA_READY_S=$(( $(date +%s) - t0 ))
   # Each node's slice, with every device untainted: the driver's activity windows have filled (30
   # samples) and the kubelet's startup wipe, if any, has been re-applied over.
@@ -160,6 +168,62 @@ dra_refuse() {
     sleep 1
   done
   dra_snapshot refused
+}
+
+# dra_recover: step 5. Polls the cluster's pods and claims every second into $WORK/dra-recover.jsonl
+# (one JSON document per poll) and snapshots while each attempt runs, until the task has finished.
+DRA_TASK=tt-dra-oom
+dra_recover() {
+  local t0 phase="" i seen=""
+  log "dra: TrainingTask $DRA_TASK (traced profile, no gpuMemory): a CUDA OOM on attempt 1, success after"
+  cat <<YAML | k apply -f - >/dev/null
+apiVersion: carma.io/v1alpha1
+kind: TrainingTask
+metadata: {name: $DRA_TASK, namespace: default}
+spec:
+  gpus: 1
+  modelProfile:
+    family: cnn
+    batchSize: 64
+    parameters: 25557032
+    activations: 37560000
+    depth: 107
+    traced: {forwardMiB: 5500, backwardMiB: 5594, optimizerStepMiB: 600, largestTensorMiB: 196, reservedMiB: 6626}
+  recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0}
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: train
+        image: $BUSYBOX_IMAGE
+        imagePullPolicy: Never
+        env:
+        - name: ATTEMPT
+          valueFrom: {fieldRef: {fieldPath: "metadata.labels['carma.io/attempt']"}}
+        command: [sh, -c, 'sleep 6; if [ "\$ATTEMPT" = 1 ]; then echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"; exit 1; fi']
+        resources: {limits: {memory: 32Mi}, requests: {cpu: 10m, memory: 16Mi}}
+YAML
+  t0=$(date +%s)
+  : >"$WORK/dra-recover.jsonl"
+  for _ in $(seq 150); do
+    k get pods,resourceclaims -n default -o json | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))' >>"$WORK/dra-recover.jsonl"
+    for i in 1 2 3; do
+      [[ " $seen " == *" a$i "* ]] && continue
+      if [[ "$(k get pod "$DRA_TASK-a$i" -o jsonpath='{.status.phase}' 2>/dev/null)" == Running ]]; then
+        dra_snapshot "recover-a$i"; seen+=" a$i"
+      fi
+    done
+    phase="$(k get trainingtask "$DRA_TASK" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+    [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
+    sleep 1
+  done
+  DRA_RECOVER_S=$(( $(date +%s) - t0 ))
+  log "dra: $DRA_TASK ${phase:-without a phase} after $DRA_RECOVER_S s"
+  [[ "$phase" == Succeeded ]] || { k -n "$DRA_NS" logs deployment/carma-operator --tail 30 >&2 || true; }
+  k get trainingtask "$DRA_TASK" -o json >"$WORK/dra-recover-task.json"
+  k get pods -n default -l "carma.io/task=$DRA_TASK" -o json >"$WORK/dra-recover-pods.json"
+  k delete trainingtask "$DRA_TASK" --wait=false >/dev/null
 }
 
 # The device the sharers' claims hold, and its taints in node 1's slice.
@@ -259,11 +323,12 @@ dra_cleanup() {
 dra_summary() {
   python3 - "$WORK" "$DRA_DRIVER" "${CARMA_RN_PLANT:-}" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
     "$DRA_SLICES_S" "${DRA_TAINT_WAIT:-}" "$DRA_CDI_LEFT" "$DRA_CLAIMS_LEFT" "$DRA_CDI_PREPARED" "$DRA_ENV" \
-    "$DRA_OWN_NODE" "$DRA_CLUSTER" <<'PY'
-import json, os, re, sys
+    "$DRA_OWN_NODE" "$DRA_CLUSTER" "$DRA_TASK" "${DRA_RECOVER_S:-}" <<'PY'
+import datetime, json, os, re, sys
 (work, driver, plant, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
- cdi_prepared, share_env, own_node, cluster) = sys.argv[1:]
-snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "planted")
+ cdi_prepared, share_env, own_node, cluster, task_name, recover_s) = sys.argv[1:]
+snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "recover-a1", "recover-a2",
+                     "recover-a3", "planted")
          if os.path.exists(f"{work}/dra-{s}-claims.json")]
 def load(s):
     return (json.load(open(f"{work}/dra-{s}-claims.json"))["items"],
@@ -351,22 +416,60 @@ if "tainted" in snaps and "taint-before" in snaps:
                 skipped += 1
     taint_note = f"tainted {tainted} after {taint_wait} s of load, dra-small's claim on {sorted(f'{g[0]}/{g[1]}' for g in got)}"
 
+# 5. OOM recovery through a bigger claim: the largest booking seen in the polls for each attempt pod
+# (the claims it owns, allocated on carma's slices), against the task's own record of its attempts.
+booked_by_pod = {}
+jsonl = f"{work}/dra-recover.jsonl"
+for line in (open(jsonl) if os.path.exists(jsonl) else []):
+    for c in json.loads(line)["items"]:
+        if c["kind"] != "ResourceClaim":
+            continue
+        owners = [o["name"] for o in c["metadata"].get("ownerReferences", []) if o["kind"] == "Pod"]
+        for r in results(c):
+            mem = qty((r.get("consumedCapacity") or {}).get("memory", "0"))
+            for o in owners:
+                if mem >= booked_by_pod.get(o, (0, ""))[0]:
+                    booked_by_pod[o] = (mem, f"{r['pool']}/{r['device']}")
+recoveries, recover_note = "not run", "no TrainingTask"
+if os.path.exists(f"{work}/dra-recover-task.json"):
+    st = json.load(open(f"{work}/dra-recover-task.json")).get("status") or {}
+    atts = st.get("attempts", [])
+    mib = lambda a: booked_by_pod.get(a.get("pod", ""), (0, ""))[0]
+    recoveries = sum(1 for prev, nxt in zip(atts, atts[1:])
+                     if prev.get("outcome") == "GpuOutOfMemory" and st.get("phase") == "Succeeded"
+                     and mib(nxt) > mib(prev) > 0)
+    # Recovery latency: the crashed container's finishedAt to the next attempt's container startedAt.
+    started, finished = {}, {}
+    for p in json.load(open(f"{work}/dra-recover-pods.json"))["items"]:
+        for cs in p["status"].get("containerStatuses", []):
+            state = cs.get("state", {})
+            t = state.get("running") or state.get("terminated") or {}
+            started[p["metadata"]["name"]] = t.get("startedAt")
+            finished[p["metadata"]["name"]] = (state.get("terminated") or {}).get("finishedAt")
+    ts = lambda v: datetime.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp() if v else None
+    lat = [ts(started.get(n["pod"])) - ts(finished.get(p["pod"])) for p, n in zip(atts, atts[1:])
+           if ts(started.get(n["pod"])) and ts(finished.get(p["pod"]))]
+    recover_note = (f"{task_name} {st.get('phase')} after {recover_s} s, crash to the next attempt's container "
+                    f"start {', '.join(f'{x:.0f} s' for x in lat) or 'not observed'}; " + "; ".join(
+        f"a{a.get('index')} booked {mib(a) // 2**20} Mi on {booked_by_pod.get(a.get('pod', ''), (0, 'no device'))[1]}"
+        f" (status reservedMib {a.get('reservedMib')}), {a.get('outcome', 'no outcome')}" for a in atts))
+
 ci, si = load("installed")
 devs_installed = devices(si)
 print(f"dra detail: {cluster}; driver pods Ready {ready_s} s after helm install, "
       f"untainted slices after {slices_s} s: {len(devs_installed)} devices in {len({k[0] for k in devs_installed})} pools; "
       f"{registered} of {nodes} kubelets logged 'Registered DRA plugin' for {driver}; "
       f"{len(running)} of {sharers} sharer pods Running; bookings {{{', '.join(f'{k[1]}@{k[0]}: ' + str(len(v)) for k, v in sorted(b.items()))}}}; "
-      f"refusal {why}; {taint_note}; CDI specs while prepared {cdi_prepared}, after the pods' deletion {cdi_left}, "
+      f"refusal {why}; {taint_note}; recovery: {recover_note}; CDI specs while prepared {cdi_prepared}, after the pods' deletion {cdi_left}, "
       f"claims left {claims_left}; dra-share-1's CARMA/NVIDIA environment {share_env.strip()!r}; "
       f"the driver's service account writing its own node's slice / another node's: {own_node}; snapshots {snaps}")
 for o in over:
     print(f"  over-commit: {o}")
 print(f"dra: {len(allocated)} claims allocated on carma's slices, {len(shared)} GPUs shared by memory, "
-      f"{refused} refused when full, {skipped} skipped while tainted, not run OOM recoveries, "
+      f"{refused} refused when full, {skipped} skipped while tainted, {recoveries} OOM recoveries, "
       f"{len(over_gpus)} over-committed GPUs in {checks} checks")
 ok = (len(allocated) >= int(sharers) and shared and len(running) == int(sharers) and refused == 1
-      and skipped == 1 and not over and checks > 0 and int(registered) == int(nodes)
+      and skipped == 1 and recoveries == 1 and not over and checks > 0 and int(registered) == int(nodes)
       and cdi_left == "0" and claims_left == "0"
       and (own_node == "allowed / denied" or (int(nodes) == 1 and own_node.startswith("not run"))))
 sys.exit(0 if ok else 1)
@@ -379,6 +482,7 @@ dra_run() {
   dra_share
   dra_refuse
   dra_taint
+  dra_recover
   DRA_CDI_PREPARED=$(find "$WORK"/nodes/*/cdi -name "$DRA_DRIVER-claim_*.json" 2>/dev/null | wc -l)
   if [[ "${CARMA_RN_PLANT:-}" == dra-overcommit ]]; then dra_plant; fi
   dra_own_node

@@ -10,13 +10,16 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use thiserror::Error;
 
-use carma_api::TrainingTask;
+use carma_api::dra::{GpuBooking, claim_template, claim_template_name, use_claim_template};
 use carma_api::names::*;
+use carma_api::{EstimateAnnotation, TrainingTask};
+use carma_core::quantity::parse_mib;
 
 /// Value of the `app.kubernetes.io/managed-by` label on attempt pods, and the
 /// Event reporter name.
@@ -49,6 +52,22 @@ pub struct AttemptRequest {
     pub exclusive: bool,
     /// Whether it is a recovery attempt (priority class `carma-recovery`).
     pub recovery_priority: bool,
+}
+
+/// How attempt pods get their GPUs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum GpuClaims {
+    /// `carma.io/gpu` from carma's device plugin; carma-scheduler's extender books the memory
+    /// and picks the GPUs.
+    #[default]
+    DevicePlugin,
+    /// A Dynamic Resource Allocation claim of this DeviceClass that books the memory as consumable
+    /// capacity. The operator sizes it when it creates the pod, because a claim cannot grow
+    /// later, and kube-scheduler's allocator picks the GPUs.
+    Dra {
+        /// The DeviceClass of carma's GPUs (the chart's `dra.deviceClass.name`).
+        device_class: String,
+    },
 }
 
 /// A `TrainingTask` whose template cannot become a pod.
@@ -194,6 +213,77 @@ pub fn build_attempt_pod(
         spec: Some(spec),
         status: None,
     })
+}
+
+/// The pod of an attempt on DRA GPUs and the claim template it references.
+///
+/// It is [`build_attempt_pod`]'s pod with the `carma.io/gpu` resource replaced by a claim that
+/// books, on each of `spec.gpus` GPUs, the `carma.io/gpu-memory` the pod ends up with (the
+/// request's, else the template's). Without one, or for an exclusive attempt, the claim takes whole
+/// GPUs and the pod is marked exclusive, so that recovery knows no larger booking exists.
+/// `estimate` is the operator's own sizing of the attempt, written as `carma.io/estimate` (no
+/// extender sees these pods); without it an attempt that books memory says where the figure came
+/// from: `override` for the first attempt, `recovery` for later ones.
+pub fn build_dra_attempt(
+    task: &TrainingTask,
+    req: &AttemptRequest,
+    scheduler_name: &str,
+    device_class: &str,
+    estimate: Option<&EstimateAnnotation>,
+) -> Result<(Pod, ResourceClaimTemplate), InvalidSpec> {
+    let mut pod = build_attempt_pod(task, req, scheduler_name)?;
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let exclusive = annotations
+        .get(ANNOTATION_EXCLUSIVE)
+        .is_some_and(|v| v.trim() == "true");
+    let booked = match annotations.get(ANNOTATION_GPU_MEMORY) {
+        Some(v) => Some(parse_mib(v).map_err(|e| InvalidSpec::GpuMemory(e.to_string()))?),
+        None => None,
+    };
+    let booking = match booked {
+        Some(mib) if !exclusive => GpuBooking::Mib(mib),
+        _ => GpuBooking::Whole,
+    };
+    match booking {
+        GpuBooking::Mib(mib) => {
+            let written = estimate.cloned().unwrap_or_else(|| EstimateAnnotation {
+                mib,
+                source: if req.index == 1 {
+                    "override"
+                } else {
+                    "recovery"
+                }
+                .to_string(),
+                class: None,
+                samples: None,
+            });
+            if let Ok(json) = serde_json::to_string(&written) {
+                annotations.insert(ANNOTATION_ESTIMATE.to_string(), json);
+            }
+        }
+        GpuBooking::Whole => {
+            annotations.insert(ANNOTATION_EXCLUSIVE.to_string(), "true".to_string());
+        }
+    }
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let spec = pod.spec.as_mut().ok_or(InvalidSpec::NoPodSpec)?;
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        if let Some(r) = c.resources.as_mut() {
+            for list in [r.limits.as_mut(), r.requests.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                list.remove(RESOURCE_GPU);
+            }
+        }
+    }
+    use_claim_template(spec, &claim_template_name(task.spec.gpus, booking));
+    let template = claim_template(&namespace, device_class, task.spec.gpus, booking);
+    Ok((pod, template))
 }
 
 /// Whether `pod` is controlled by the object with uid `owner_uid`.

@@ -46,6 +46,7 @@ pub mod observe;
 pub mod plan;
 pub mod reconcile;
 pub mod server;
+pub mod sizing;
 pub mod status;
 
 pub use classify::{DEFAULT_OOM_PATTERNS, OomPatterns, PodProgress, Verdict, classify};

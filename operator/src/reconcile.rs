@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -20,7 +21,7 @@ use carma_api::names::LABEL_TASK;
 use carma_api::{GpuNode, TrainingTask};
 use carma_core::RecoveryConfig;
 
-use crate::attempt::{MANAGER, is_owned_by, task_label_value};
+use crate::attempt::{GpuClaims, MANAGER, is_owned_by, task_label_value};
 use crate::classify::{OomPatterns, PodProgress, classify};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -43,6 +44,8 @@ pub struct Settings {
     pub error_requeue: Duration,
     /// The kube-scheduler profile whose extender is carma; attempt pods name it.
     pub scheduler_name: String,
+    /// How attempt pods get their GPUs: the device plugin's resource or a DRA claim.
+    pub gpu_claims: GpuClaims,
 }
 
 impl Default for Settings {
@@ -54,6 +57,7 @@ impl Default for Settings {
             peak_poll: Duration::from_secs(15),
             error_requeue: Duration::from_secs(15),
             scheduler_name: carma_api::names::SCHEDULER_NAME.to_string(),
+            gpu_claims: GpuClaims::DevicePlugin,
         }
     }
 }
@@ -147,6 +151,7 @@ pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Act
         .collect();
     let observed = observe_pods(&task, &pods, &pods_api, &ctx).await;
     let now = (ctx.clock)();
+    let first_estimate = first_dra_estimate(&task, &ctx.settings.gpu_claims);
     let step = plan::plan(&PlanInput {
         task: &task,
         pods: &observed,
@@ -154,9 +159,30 @@ pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Act
         defaults: &ctx.settings.recovery_defaults,
         peak_poll: ctx.settings.peak_poll,
         scheduler_name: &ctx.settings.scheduler_name,
+        gpu_claims: &ctx.settings.gpu_claims,
+        first_estimate: first_estimate.as_ref(),
     });
     debug!(task = name, namespace = ns, ?step, "planned");
     execute(&task, step, &pods_api, &ctx).await
+}
+
+/// The operator's sizing of a DRA task's first attempt; `None` once an attempt exists, on the
+/// device-plugin path, or when the estimator is unavailable (the claim then books whole GPUs).
+fn first_dra_estimate(
+    task: &TrainingTask,
+    claims: &GpuClaims,
+) -> Option<carma_api::EstimateAnnotation> {
+    let started = task.status.as_ref().is_some_and(|s| !s.attempts.is_empty());
+    if started || *claims == GpuClaims::DevicePlugin {
+        return None;
+    }
+    match carma_estimator::Estimator::new() {
+        Ok(estimator) => crate::sizing::first_estimate(task, &estimator),
+        Err(error) => {
+            warn!(%error, "the estimator did not load; DRA claims book whole GPUs");
+            None
+        }
+    }
 }
 
 /// What `error_policy` does: count the error and retry later.
@@ -250,6 +276,22 @@ async fn execute(
 ) -> Result<Action> {
     let name = task.name_any();
     let ns = task.namespace().unwrap_or_default();
+    if let Some(template) = &step.ensure_claim_template
+        && let Err(e) = ensure_claim_template(ctx, template).await
+    {
+        let event = PlannedEvent {
+            warning: true,
+            reason: "ClaimTemplateCreateFailed".into(),
+            action: "CreateAttempt".into(),
+            note: format!(
+                "creating ResourceClaimTemplate {} failed: {e}",
+                template.metadata.name.as_deref().unwrap_or("")
+            ),
+            pod: None,
+        };
+        publish(task, ctx, &event).await;
+        return Err(e);
+    }
     if let Some(pod) = &step.create_pod
         && let Err(e) = create_pod(task, pods_api, pod).await
     {
@@ -336,6 +378,29 @@ fn mark_unrecorded(task: &TrainingTask, step: &mut Plan, attempt: u32) {
         .get_or_insert_with(|| Box::new(task.status.clone().unwrap_or_default()));
     if let Some(a) = status.attempts.iter_mut().find(|a| a.index == attempt) {
         a.history_recorded = Some(false);
+    }
+}
+
+/// Create a claim template unless it exists. Its name encodes its whole content, so an existing one
+/// is the same; several tasks and attempts share it, and no task owns it.
+async fn ensure_claim_template(ctx: &Context, template: &ResourceClaimTemplate) -> Result<()> {
+    let ns = template.metadata.namespace.as_deref().unwrap_or_default();
+    let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), ns);
+    let params = PostParams {
+        field_manager: Some(MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    match api.create(&params, template).await {
+        Ok(_) => {
+            info!(
+                namespace = ns,
+                template = template.metadata.name.as_deref().unwrap_or(""),
+                "created claim template"
+            );
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.is_already_exists() || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use carma_operator::attempt::GpuClaims;
 use carma_operator::controller::{LeaderElection, OperatorConfig};
 use carma_operator::leader::LeaseTiming;
 use carma_operator::{DEFAULT_OOM_PATTERNS, OomPatterns, Settings};
@@ -63,6 +64,24 @@ pub struct OperatorArgs {
     /// spec.schedulerName (the chart sets it from scheduler.schedulerName).
     #[arg(long, env = "CARMA_SCHEDULER_NAME", default_value = carma_api::names::SCHEDULER_NAME)]
     pub scheduler_name: String,
+    /// How attempt pods get their GPUs: `device-plugin` (the carma.io/gpu resource, booked by
+    /// carma-scheduler's extender) or `dra` (a ResourceClaim of --dra-device-class that books the
+    /// memory as consumable capacity, sized by the operator when it creates the pod; needs
+    /// Kubernetes 1.36+ and carma's DRA driver on the nodes).
+    #[arg(long, env = "CARMA_GPU_CLAIMS", value_enum, default_value_t = GpuClaimsArg::DevicePlugin)]
+    pub gpu_claims: GpuClaimsArg,
+    /// The DeviceClass of carma's GPUs that DRA claims name (the chart's dra.deviceClass.name).
+    #[arg(long, default_value = carma_api::dra::DEFAULT_DEVICE_CLASS)]
+    pub dra_device_class: String,
+}
+
+/// Values of `--gpu-claims`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuClaimsArg {
+    /// The device plugin's carma.io/gpu resource.
+    DevicePlugin,
+    /// Dynamic Resource Allocation claims.
+    Dra,
 }
 
 /// Run `carma operator`.
@@ -115,6 +134,17 @@ fn config(args: &OperatorArgs) -> anyhow::Result<OperatorConfig> {
             log_tail_lines: args.log_tail_lines,
             peak_poll: Duration::from_secs(args.peak_poll_seconds),
             scheduler_name: args.scheduler_name.clone(),
+            gpu_claims: match args.gpu_claims {
+                GpuClaimsArg::DevicePlugin => GpuClaims::DevicePlugin,
+                GpuClaimsArg::Dra if args.dra_device_class.trim().is_empty() => {
+                    anyhow::bail!(
+                        "--dra-device-class is empty; --gpu-claims=dra needs a DeviceClass"
+                    )
+                }
+                GpuClaimsArg::Dra => GpuClaims::Dra {
+                    device_class: args.dra_device_class.trim().to_string(),
+                },
+            },
             ..Settings::default()
         },
     };
@@ -183,6 +213,20 @@ mod tests {
             ["CUDA out of memory", "my allocator failed"]
         );
         assert_eq!(c.watch_namespace.as_deref(), Some("ml"));
+        assert_eq!(c.settings.gpu_claims, GpuClaims::DevicePlugin);
+        let c = config(&parse(&[
+            "--gpu-claims",
+            "dra",
+            "--dra-device-class",
+            "gpus",
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.settings.gpu_claims,
+            GpuClaims::Dra {
+                device_class: "gpus".into()
+            }
+        );
     }
 
     #[test]
@@ -190,6 +234,8 @@ mod tests {
         assert!(config(&parse(&["--oom-patterns", "a,,b"])).is_err());
         assert!(config(&parse(&["--renew-deadline-seconds", "20"])).is_err());
         assert!(config(&parse(&["--log-tail-lines", "0"])).is_err());
+        assert!(config(&parse(&["--gpu-claims", "dra", "--dra-device-class", " "])).is_err());
+        assert!(Cli::try_parse_from(["operator", "--gpu-claims", "mig"]).is_err());
         assert!(Cli::try_parse_from(["operator", "--metrics-addr", "nowhere"]).is_err());
     }
 }

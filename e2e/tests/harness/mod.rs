@@ -40,7 +40,7 @@ use carma_device_plugin::proto::{
 };
 use carma_device_plugin::telemetry::{Snapshot, Telemetry, publish_reason, sample_context};
 use carma_estimator::Estimator;
-use carma_operator::attempt::{is_owned_by, task_label_value};
+use carma_operator::attempt::{GpuClaims, is_owned_by, task_label_value};
 use carma_operator::observe::{ObservedAttempt, attempt_index, observe, pod_node, to_jiff};
 use carma_operator::{OomPatterns, Plan, PlanInput, PodProgress, classify, plan};
 use carma_scheduler_extender::backend::{BackendError, BindTarget, ClusterBackend, PodWarning};
@@ -967,6 +967,8 @@ impl World {
             defaults: &self.defaults,
             peak_poll: PEAK_POLL,
             scheduler_name: SCHEDULER_NAME,
+            gpu_claims: &GpuClaims::DevicePlugin,
+            first_estimate: None,
         });
         if let Some(pod) = &step.create_pod {
             self.api.create_pod((**pod).clone(), self.now);

@@ -15,10 +15,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 
-use carma_api::{AttemptOutcomeKind, AttemptStatus, TaskPhase, TrainingTask, TrainingTaskStatus};
+use carma_api::{
+    AttemptOutcomeKind, AttemptStatus, EstimateAnnotation, TaskPhase, TrainingTask,
+    TrainingTaskStatus,
+};
 use carma_core::RecoveryConfig;
 
+use crate::attempt::GpuClaims;
 use crate::observe::ObservedAttempt;
 
 pub use next::record;
@@ -38,6 +43,12 @@ pub struct PlanInput<'a> {
     pub peak_poll: Duration,
     /// The kube-scheduler profile attempt pods name (`spec.schedulerName`).
     pub scheduler_name: &'a str,
+    /// How attempt pods get their GPUs.
+    pub gpu_claims: &'a GpuClaims,
+    /// For DRA claims: the operator's sizing of the first attempt from the template's
+    /// `carma.io/gpu-memory` or the model profile (`None`: the whole GPU). Device-plugin attempts
+    /// leave it to the extender.
+    pub first_estimate: Option<&'a EstimateAnnotation>,
 }
 
 /// An Event to publish about the task.
@@ -80,6 +91,9 @@ pub enum Observation {
 /// The actions of one step, executed in field order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
+    /// Make sure this claim template exists before the pod that references it is created (409
+    /// AlreadyExists: a template's content follows from its name, so it is the same).
+    pub ensure_claim_template: Option<Box<ResourceClaimTemplate>>,
     /// Create this attempt pod (409 AlreadyExists means adopt it).
     pub create_pod: Option<Box<Pod>>,
     /// Write this status (merge patch on the status subresource); `None` when unchanged.

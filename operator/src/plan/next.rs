@@ -4,12 +4,14 @@
 use std::time::Duration;
 
 use carma_api::names::*;
-use carma_api::{AttemptOutcomeKind, AttemptStatus, EstimateStatus, TaskPhase};
+use carma_api::{AttemptOutcomeKind, AttemptStatus, EstimateAnnotation, EstimateStatus, TaskPhase};
 use carma_core::quantity::parse_mib;
 use carma_core::{AttemptOutcome, AttemptRecord, RecoveryDecision, Reservation};
 
 use super::{Observation, Step, describe_reservation};
-use crate::attempt::{AttemptRequest, InvalidSpec, build_attempt_pod};
+use crate::attempt::{
+    AttemptRequest, GpuClaims, InvalidSpec, build_attempt_pod, build_dra_attempt,
+};
 use crate::classify::PodProgress;
 use crate::status::{self, CONDITION_SCHEDULED, parse_time, rfc3339};
 
@@ -24,17 +26,27 @@ impl Step<'_, '_> {
 
     fn first_attempt(&mut self) {
         let spec = &self.input.task.spec;
-        let gpu_memory_mib = match spec.gpu_memory.as_deref().map(parse_mib).transpose() {
+        let mut gpu_memory_mib = match spec.gpu_memory.as_deref().map(parse_mib).transpose() {
             Ok(v) => v,
             Err(e) => return self.invalid(&InvalidSpec::GpuMemory(e.to_string())),
         };
+        // On DRA the claim is sized now; the operator's estimate stands in for the extender's.
+        let mut estimate = None;
+        if gpu_memory_mib.is_none()
+            && !spec.exclusive
+            && matches!(self.input.gpu_claims, GpuClaims::Dra { .. })
+            && let Some(e) = self.input.first_estimate
+        {
+            gpu_memory_mib = Some(e.mib);
+            estimate = Some(e.clone());
+        }
         let req = AttemptRequest {
             index: 1,
             gpu_memory_mib,
             exclusive: spec.exclusive,
             recovery_priority: false,
         };
-        if let Err(e) = self.create(&req, "") {
+        if let Err(e) = self.create(&req, "", estimate.as_ref()) {
             return self.invalid(&e);
         }
         let now = self.now();
@@ -61,9 +73,23 @@ impl Step<'_, '_> {
         status::set_phase(self.st, TaskPhase::Failed, "InvalidSpec", &message, now);
     }
 
-    /// Create attempt `req.index` and record it.
-    fn create(&mut self, req: &AttemptRequest, why: &str) -> Result<(), InvalidSpec> {
-        let pod = build_attempt_pod(self.input.task, req, self.input.scheduler_name)?;
+    /// Create attempt `req.index` and record it; `estimate` is the operator's sizing of a DRA
+    /// attempt from the model profile.
+    fn create(
+        &mut self,
+        req: &AttemptRequest,
+        why: &str,
+        estimate: Option<&EstimateAnnotation>,
+    ) -> Result<(), InvalidSpec> {
+        let (task, scheduler) = (self.input.task, self.input.scheduler_name);
+        let (pod, template) = match self.input.gpu_claims {
+            GpuClaims::DevicePlugin => (build_attempt_pod(task, req, scheduler)?, None),
+            GpuClaims::Dra { device_class } => {
+                let (pod, template) =
+                    build_dra_attempt(task, req, scheduler, device_class, estimate)?;
+                (pod, Some(Box::new(template)))
+            }
+        };
         let ann = pod.metadata.annotations.clone().unwrap_or_default();
         let exclusive = ann
             .get(ANNOTATION_EXCLUSIVE)
@@ -87,8 +113,13 @@ impl Step<'_, '_> {
         self.st.node = None;
         self.st.reserved_mib = reserved;
         self.st.next_attempt_at = None;
-        self.st.estimate = match (reserved, exclusive) {
-            (Some(mib), _) => Some(EstimateStatus {
+        self.st.estimate = match (reserved, exclusive, estimate) {
+            (Some(_), false, Some(e)) => Some(EstimateStatus {
+                mib: Some(e.mib),
+                source: e.source.clone(),
+                class: e.class.clone(),
+            }),
+            (Some(mib), _, _) => Some(EstimateStatus {
                 mib: Some(mib),
                 source: if req.index == 1 {
                     "override"
@@ -98,13 +129,13 @@ impl Step<'_, '_> {
                 .to_string(),
                 class: None,
             }),
-            (None, true) => Some(EstimateStatus {
+            (None, true, _) => Some(EstimateStatus {
                 mib: None,
                 source: "whole-gpu".to_string(),
                 class: None,
             }),
             // The extender estimates at bind and writes carma.io/estimate.
-            (None, false) => None,
+            (None, false, _) => None,
         };
         status::set_condition(
             &mut self.st.conditions,
@@ -137,6 +168,7 @@ impl Step<'_, '_> {
             )
         };
         self.event(false, reason, "CreateAttempt", note, Some(&name));
+        self.out.ensure_claim_template = template;
         self.out.create_pod = Some(Box::new(pod));
         Ok(())
     }
@@ -325,7 +357,7 @@ impl Step<'_, '_> {
                     exclusive: exclusive || reservation == Reservation::WholeGpu,
                     recovery_priority,
                 };
-                if let Err(e) = self.create(&req, &reason) {
+                if let Err(e) = self.create(&req, &reason, None) {
                     return self.invalid(&e);
                 }
                 if kind == AttemptOutcomeKind::GpuOutOfMemory {

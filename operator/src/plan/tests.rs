@@ -97,6 +97,8 @@ fn step(task: &TrainingTask, pods: &[ObservedAttempt], now: DateTime<Utc>) -> Pl
         defaults: &defaults,
         peak_poll: Duration::from_secs(15),
         scheduler_name: carma_api::names::SCHEDULER_NAME,
+        gpu_claims: &GpuClaims::DevicePlugin,
+        first_estimate: None,
     })
 }
 
@@ -788,3 +790,6 @@ fn records_map_to_the_core() {
     a.outcome = None;
     assert_eq!(record(&a), None);
 }
+
+/// The same lifecycle with GPUs from DRA claims.
+mod dra;
