@@ -165,10 +165,13 @@ cp_start_apiserver() {
 }
 
 # cp_apply_chart [helm template args...]: render the chart (values.yaml, the extender's loopback URL
-# EXT_PORT, then the caller's args) to $WORK/rendered.yaml and apply every object with kubectl.
+# EXT_PORT, then the caller's args) for the release go.mod pins to $WORK/rendered.yaml and apply every
+# object with kubectl.
 cp_apply_chart() {
   log "chart: helm template + kubectl apply (the API server validates every object)"
-  "$HELM" template "$RELEASE" "$ROOT/charts/carma" -n "$NS" --include-crds --kube-version 1.35.4 \
+  local kube_version # the release build.sh built kube-apiserver from
+  kube_version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print substr($2, 2); exit}' "$ROOT/e2e/control-plane/go.mod")"
+  "$HELM" template "$RELEASE" "$ROOT/charts/carma" -n "$NS" --include-crds --kube-version "$kube_version" \
     -f "$HERE/values.yaml" --set "scheduler.extenderConfig.urlPrefix=https://127.0.0.1:$EXT_PORT" "$@" \
     >"$WORK/rendered.yaml"
   k create namespace "$NS" >/dev/null

@@ -10,7 +10,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE"
-command -v go >/dev/null || { echo "real-node/build.sh: go is required (Go 1.25 or newer)" >&2; exit 1; }
+command -v go >/dev/null || { echo "real-node/build.sh: go is required (Go 1.26 or newer: go.mod's go line)" >&2; exit 1; }
 # shellcheck source=../control-plane/kube-build.sh
 source "$HERE/../control-plane/kube-build.sh"
 kube_build_vars # release, ldflags, bin

@@ -22,9 +22,10 @@
 #        CARMA_RN_HOLD=600 e2e/real-node/run.sh # after the checks, keep the cluster up 600 s; the
 #                                              # kubeconfig and an nsenter line to reach it are printed
 #        CARMA_RN_RUNC=<path> e2e/real-node/run.sh # another runc binary (e.g. a --debug wrapper)
-#        CARMA_RN_CHART=1 CARMA_RN_DRA=1 ...     # then also carma's DRA path (dra.sh): the feature gates
-#                                              # DRAConsumableCapacity and DRADeviceTaints on every
-#                                              # component, the kubelets' plugin and CDI directories
+#        CARMA_RN_CHART=1 CARMA_RN_DRA=1 ...     # then also carma's DRA path (dra.sh): every component
+#                                              # with the release's default feature gates (from 1.36
+#                                              # DRAConsumableCapacity and DRADeviceTaints are beta and
+#                                              # on), the kubelets' plugin and CDI directories
 #                                              # node-private, and the chart with dra.enabled=true
 # Needs: root, go, openssl, python3, curl, gcc (static glibc), buildah, iproute2, iptables, containerd,
 # runc, the CNI plugins and a static busybox (Debian 12: apt-get install -y containerd runc
@@ -39,8 +40,12 @@ NODES="${CARMA_RN_NODES:-2}"
 BUSYBOX_IMAGE=localhost/carma-e2e/busybox:1.35.0
 PAUSE_IMAGE=localhost/carma-e2e/pause:3.10.1
 CNI_BIN=/usr/lib/cni
-# CARMA_RN_DRA (dra.sh): the DRA gates carma's driver needs, alpha and off at 1.35, on every component
-RN_GATES=(); [[ -z "${CARMA_RN_DRA:-}" ]] || RN_GATES=(--feature-gates=DRAConsumableCapacity=true,DRADeviceTaints=true)
+# CARMA_RN_DRA (dra.sh): no --feature-gates on any component. The DRA gates carma's driver needs,
+# DRAConsumableCapacity and DRADeviceTaints, are beta and on by default from 1.36 (alpha and off at 1.35,
+# where this run had to turn them on): the run uses the release's defaults, and dra.sh prints the gates
+# kube-apiserver reports (its kubernetes_feature_enabled metric). The kubelets log their DRA plugin
+# manager at -v 3 (dra.sh waits for its "Registered DRA plugin").
+RN_KUBELET_DRA=(); [[ -z "${CARMA_RN_DRA:-}" ]] || RN_KUBELET_DRA=(--vmodule=dra_plugin_manager=3)
 
 # ======================= outer part: host namespaces =======================================
 if [[ -z "${CARMA_RN_INNER:-}" ]]; then
@@ -178,7 +183,7 @@ cp_start_etcd
 # kubelets (logs, exec).
 t_start="$T_START"
 API_FLAGS=(--kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key"
-  --kubelet-preferred-address-types InternalIP ${RN_GATES[@]+"${RN_GATES[@]}"})
+  --kubelet-preferred-address-types InternalIP)
 start_apiserver() { API_BIND=0.0.0.0 API_ADVERTISE="$API_IP" cp_start_apiserver "${API_FLAGS[@]}"; }
 start_apiserver
 t_api=$(date +%s)
@@ -189,11 +194,11 @@ log "kube-controller-manager, kube-scheduler"
   --bind-address 127.0.0.1 --secure-port 10257 --leader-elect=false \
   --use-service-account-credentials=true --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-  --profiling=false ${RN_GATES[@]+"${RN_GATES[@]}"} >"$WORK/logs/controller-manager.log" 2>&1 &
+  --profiling=false >"$WORK/logs/controller-manager.log" 2>&1 &
 echo $! >"$WORK/pids/controller-manager"; sleep 0.01
 "$BIN/kube-scheduler" --kubeconfig "$WORK/kubeconfig-scheduler" \
   --authentication-kubeconfig "$WORK/kubeconfig-scheduler" --authorization-kubeconfig "$WORK/kubeconfig-scheduler" \
-  --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false ${RN_GATES[@]+"${RN_GATES[@]}"} \
+  --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false \
   >"$WORK/logs/scheduler.log" 2>&1 &
 echo $! >"$WORK/pids/scheduler"; sleep 0.01
 
@@ -369,7 +374,7 @@ start_kubelet() {
   local name nd; name="$(node_name "$1")"; nd="$WORK/nodes/$name"
   nsenter "$(node_mnt "$1")" -- "$BIN/kubelet" --config "$nd/kubelet-config.yaml" --kubeconfig "$WORK/kubeconfig-$name" \
     --hostname-override "$name" --node-ip "$(node_ip "$1")" --root-dir "$nd/kubelet" --cert-dir "$nd/kubelet/pki" \
-    --node-labels "carma.io/e2e=real-node" ${RN_GATES[@]+"${RN_GATES[@]}" --vmodule=dra_plugin_manager=3} \
+    --node-labels "carma.io/e2e=real-node" ${RN_KUBELET_DRA[@]+"${RN_KUBELET_DRA[@]}"} \
     >>"$WORK/logs/kubelet-$name.log" 2>&1 &
   echo $! >"$WORK/pids/kubelet-$name"; sleep 0.01
 }

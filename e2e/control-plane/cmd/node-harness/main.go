@@ -44,6 +44,8 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+
+	"github.com/carma/e2e/control-plane/internal/release"
 )
 
 const (
@@ -72,6 +74,9 @@ type harness struct {
 	recordMu   sync.Mutex
 }
 
+// kubeletVersion is the version the node reports: the Kubernetes release go.mod pins (internal/release).
+var kubeletVersion string
+
 func main() {
 	var kubeconfig, node string
 	var runSeconds float64
@@ -87,6 +92,10 @@ func main() {
 	if node == "" {
 		fmt.Fprintln(os.Stderr, "node-harness: --node is required")
 		os.Exit(2)
+	}
+	var err error
+	if kubeletVersion, err = release.KubeletVersion(); err != nil {
+		klog.Fatalf("kubelet version: %v", err)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -188,7 +197,7 @@ func (h *harness) syncNode(ctx context.Context, base v1.ResourceList) error {
 			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
 			Message: "node-harness is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
 		}},
-		NodeInfo:  v1.NodeSystemInfo{KubeletVersion: "v1.35.4", OperatingSystem: "linux", Architecture: "amd64"},
+		NodeInfo:  v1.NodeSystemInfo{KubeletVersion: kubeletVersion, OperatingSystem: "linux", Architecture: "amd64"},
 		Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.1"}, {Type: v1.NodeHostName, Address: h.node}},
 	}
 	n, err := h.client.CoreV1().Nodes().Get(ctx, h.node, metav1.GetOptions{})

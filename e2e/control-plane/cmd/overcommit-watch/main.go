@@ -34,11 +34,11 @@ var gpuNodes = schema.GroupVersionResource{Group: "carma.io", Version: "v1alpha1
 
 // Report is what -out receives.
 type Report struct {
-	Checks       int             `json:"checks"`
-	FailedChecks int             `json:"failedChecks"`
-	LastError    string          `json:"lastError,omitempty"`
-	PodsJudged   int             `json:"podsJudgedMax"`
-	Findings     []SeenFinding   `json:"findings"`
+	Checks       int           `json:"checks"`
+	FailedChecks int           `json:"failedChecks"`
+	LastError    string        `json:"lastError,omitempty"`
+	PodsJudged   int           `json:"podsJudgedMax"`
+	Findings     []SeenFinding `json:"findings"`
 	seen         map[string]bool
 }
 

@@ -141,7 +141,7 @@ func (h *hollow) createNode(ctx context.Context, i, gpus int) error {
 				Message: "hollow node", LastHeartbeatTime: now, LastTransitionTime: now}},
 			Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: fmt.Sprintf("10.%d.%d.%d", 64+i>>16, (i>>8)&255, i&255)},
 				{Type: v1.NodeHostName, Address: name}},
-			NodeInfo: v1.NodeSystemInfo{KubeletVersion: "v1.35.4", OperatingSystem: "linux", Architecture: "amd64"},
+			NodeInfo: v1.NodeSystemInfo{KubeletVersion: kubeletVersion, OperatingSystem: "linux", Architecture: "amd64"},
 		},
 	}
 	created, err := h.b.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})

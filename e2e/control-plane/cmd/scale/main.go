@@ -51,6 +51,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/carma/e2e/control-plane/internal/overcommit"
+	"github.com/carma/e2e/control-plane/internal/release"
 )
 
 var gnGVR = schema.GroupVersionResource{Group: "carma.io", Version: "v1alpha1", Resource: "gpunodes"}
@@ -115,6 +116,10 @@ type bench struct {
 	pods map[string]*podTimes // by name
 }
 
+// kubeletVersion is the version the hollow nodes report: the Kubernetes release go.mod pins
+// (internal/release).
+var kubeletVersion string
+
 func main() {
 	var c config
 	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "admin kubeconfig")
@@ -148,6 +153,10 @@ func main() {
 		fatal("--pods %d / --latency-pods %d: at most nodes × GPUs (%d): phase 1 takes whole GPUs", c.pods, c.latencyPods, c.nodes*c.gpus)
 	}
 
+	var err error
+	if kubeletVersion, err = release.KubeletVersion(); err != nil {
+		fatal("kubelet version: %v", err)
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
 		fatal("kubeconfig: %v", err)

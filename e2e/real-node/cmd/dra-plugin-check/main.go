@@ -76,8 +76,8 @@ func main() {
 	must(err, "allocate claim (status)")
 	show("stored claim status", claim.Status)
 
-	getNode := func() (*corev1.Node, error) {
-		return client.CoreV1().Nodes().Get(context.Background(), *node, metav1.GetOptions{})
+	getNode := func(ctx context.Context) (*corev1.Node, error) {
+		return client.CoreV1().Nodes().Get(ctx, *node, metav1.GetOptions{})
 	}
 	dra := plugin.NewDRAPluginManager(ctx, client, getNode, nil, 30*time.Second)
 	pm := pluginmanager.NewPluginManager(*registry, &record.FakeRecorder{})
