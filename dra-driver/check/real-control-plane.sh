@@ -6,8 +6,9 @@
 #
 #   dra-driver/check/real-control-plane.sh [kube-apiserver flags...]
 #
-# e.g. with --feature-gates=DRAConsumableCapacity=true,DRADeviceTaints=true (alpha in 1.35), or
-# without flags to see the driver withdraw its devices when the sharing fields are dropped.
+# e.g. without flags (from 1.36 both DRA gates carma uses are beta and on), or with
+# --feature-gates=DRAConsumableCapacity=false to see the driver withdraw its devices when the API
+# server drops the sharing fields.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"

@@ -2,8 +2,9 @@
 # carma's DRA path on the real nodes of run.sh (CARMA_RN_CHART=1 CARMA_RN_DRA=1); sourced by run.sh inside
 # the run's namespaces after chart.sh (which leaves the chart's images in every containerd and the
 # release uninstalled), never run alone. run.sh has started kube-apiserver, kube-controller-manager,
-# kube-scheduler and the kubelets with --feature-gates=DRAConsumableCapacity=true,DRADeviceTaints=true
-# (both alpha, off by default at 1.35; beta and on from 1.36, docs/dra.md) and has made each node's
+# kube-scheduler and the kubelets of the release go.mod pins with no --feature-gates: the DRA features
+# carma uses (DRAConsumableCapacity, DRADeviceTaints) are beta and on by default from 1.36 (docs/dra.md);
+# the run reads both from kube-apiserver's /metrics and fails unless both are on. It has made each node's
 # /var/lib/kubelet/plugins_registry, /var/lib/kubelet/plugins (the kubelet's, under its --root-dir) and
 # /var/run/cdi node-private, because the chart's DaemonSet names them as hostPaths.
 #
@@ -29,6 +30,9 @@
 #      recovery when the task Succeeded and the claim allocated to the attempt after an out-of-memory
 #      crash booked more memory (its consumedCapacity, as the API server shows it while the attempt
 #      runs) than the crashed attempt's claim.
+#   5b. A burst: DRA_BURST pods created at once, each with a claim of a random size (seeded, 1-13 GiB),
+#      more than the GPUs hold together; one snapshot a second for DRA_BURST_S seconds while
+#      kube-scheduler allocates them, every snapshot checked for over-commit as in 6.
 #   6. Over-commit: at every snapshot, for each device of each slice, the sum of consumedCapacity of the
 #      claims allocated to it against the capacity the slice publishes (memory and slots).
 #   7. The admission policy that keeps a node's driver to its own slice (charts/carma/templates/
@@ -48,6 +52,8 @@ DRA_SHARERS=5     # 5 x 7 GiB = 35 GiB on one GPU: load over the gate's caps, 5 
 DRA_SHARE=7Gi
 DRA_BIG=41Gi      # more than any GPU has
 DRA_SMALL=2Gi     # fits the tainted GPU's free memory
+DRA_BURST=40      # pods created at once, claims of 1-13 GiB: more than all GPUs hold
+DRA_BURST_S=30    # seconds of snapshots after the burst
 
 # dra_snapshot <name>: claims, pods and slices as the API server has them.
 dra_snapshot() {
@@ -226,6 +232,22 @@ YAML
   k delete trainingtask "$DRA_TASK" --wait=false >/dev/null
 }
 
+# dra_burst: step 5b. The pods and their templates come from one seeded draw, so every run asks for
+# the same sizes.
+dra_burst() {
+  local i
+  log "dra: a burst of $DRA_BURST pods with claims of 1-13 GiB, snapshots every second for $DRA_BURST_S s"
+  python3 - "$DRA_BURST" <<'PY' >"$WORK/dra-burst.txt"
+import random, sys
+rng = random.Random(20261127)
+print(" ".join(str(rng.choice([1, 2, 3, 5, 8, 13])) for _ in range(int(sys.argv[1]))))
+PY
+  { for g in 1 2 3 5 8 13; do dra_template "dra-burst-${g}g" "${g}Gi"; done
+    i=0; for g in $(cat "$WORK/dra-burst.txt"); do i=$((i + 1)); dra_pod "dra-burst-$i" "dra-burst-${g}g"; done
+  } | k apply -f - >/dev/null
+  for i in $(seq "$DRA_BURST_S"); do dra_snapshot "burst-$i"; sleep 1; done
+}
+
 # The device the sharers' claims hold, and its taints in node 1's slice.
 dra_taint() {
   local node1 dev="" t=""; node1="$(node_name 1)"
@@ -312,7 +334,7 @@ print(", ".join(g + " " + state(g) for g in want))')
 dra_cleanup() {
   log "dra: deleting the pods (their claims are unprepared and deleted)"
   k delete pods -n default -l carma.io/e2e-dra=true --wait=false >/dev/null
-  for _ in $(seq 90); do
+  for _ in $(seq 180); do
     [[ -z "$(k get pods,resourceclaims -n default -l carma.io/e2e-dra=true -o name 2>/dev/null)$(k get resourceclaims -n default -o name 2>/dev/null)" ]] && break
     sleep 1
   done
@@ -328,7 +350,7 @@ import datetime, json, os, re, sys
 (work, driver, plant, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
  cdi_prepared, share_env, own_node, cluster, task_name, recover_s) = sys.argv[1:]
 snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "recover-a1", "recover-a2",
-                     "recover-a3", "planted")
+                     "recover-a3") + tuple(f"burst-{i}" for i in range(1, 1000)) + ("planted",)
          if os.path.exists(f"{work}/dra-{s}-claims.json")]
 def load(s):
     return (json.load(open(f"{work}/dra-{s}-claims.json"))["items"],
@@ -452,7 +474,27 @@ if os.path.exists(f"{work}/dra-recover-task.json"):
     recover_note = (f"{task_name} {st.get('phase')} after {recover_s} s, crash to the next attempt's container "
                     f"start {', '.join(f'{x:.0f} s' for x in lat) or 'not observed'}; " + "; ".join(
         f"a{a.get('index')} booked {mib(a) // 2**20} Mi on {booked_by_pod.get(a.get('pod', ''), (0, 'no device'))[1]}"
-        f" (status reservedMib {a.get('reservedMib')}), {a.get('outcome', 'no outcome')}" for a in atts))
+        f" (status reservedMiB {a.get('reservedMiB')}), {a.get('outcome', 'no outcome')}" for a in atts))
+
+# 5b. The burst: how many of its claims were allocated by the last snapshot, and the fullest GPU then.
+burst_note, burst_ok = "not run", False
+bsnaps = [x for x in snaps if x.startswith("burst-")]
+if bsnaps:
+    cz, sz = load(bsnaps[-1])
+    asked = [int(g) for g in open(f"{work}/dra-burst.txt").read().split()]
+    bc = [c for c in cz if c["kind"] == "ResourceClaim" and c["metadata"]["name"].startswith("dra-burst-")]
+    got = [c for c in bc if results(c)]
+    bz = booked(cz)
+    caps = {k: qty(d["capacity"]["memory"]["value"]) for k, d in devices(sz).items()}
+    fullest = max([(sum(cc.get("memory", 0) for _, cc in v) / caps[k], k) for k, v in bz.items() if k in caps]
+                  or [(0.0, ("none", "none"))])
+    first_full = next((x for x in bsnaps if len([c for c in load(x)[0] if c["kind"] == "ResourceClaim"
+                       and c["metadata"]["name"].startswith("dra-burst-") and results(c)]) == len(got)), bsnaps[-1])
+    burst_note = (f"{len(asked)} pods asking {sum(asked)} GiB at once onto {sum(caps.values()) // 2**30} GiB of GPUs: "
+                  f"{len(got)} claims allocated ({sum(qty(r['consumedCapacity']['memory']) for c in got for r in results(c) if 'memory' in (r.get('consumedCapacity') or {})) // 2**30} GiB), "
+                  f"that count first reached at snapshot {first_full} of {len(bsnaps)}, fullest GPU {fullest[1][0]}/{fullest[1][1]} "
+                  f"at {fullest[0]:.0%} of its memory")
+    burst_ok = 0 < len(got) < len(asked)
 
 ci, si = load("installed")
 devs_installed = devices(si)
@@ -460,16 +502,18 @@ print(f"dra detail: {cluster}; driver pods Ready {ready_s} s after helm install,
       f"untainted slices after {slices_s} s: {len(devs_installed)} devices in {len({k[0] for k in devs_installed})} pools; "
       f"{registered} of {nodes} kubelets logged 'Registered DRA plugin' for {driver}; "
       f"{len(running)} of {sharers} sharer pods Running; bookings {{{', '.join(f'{k[1]}@{k[0]}: ' + str(len(v)) for k, v in sorted(b.items()))}}}; "
-      f"refusal {why}; {taint_note}; recovery: {recover_note}; CDI specs while prepared {cdi_prepared}, after the pods' deletion {cdi_left}, "
+      f"refusal {why}; {taint_note}; recovery: {recover_note}; burst: {burst_note}; CDI specs while prepared {cdi_prepared}, after the pods' deletion {cdi_left}, "
       f"claims left {claims_left}; dra-share-1's CARMA/NVIDIA environment {share_env.strip()!r}; "
-      f"the driver's service account writing its own node's slice / another node's: {own_node}; snapshots {snaps}")
+      f"the driver's service account writing its own node's slice / another node's: {own_node}; "
+      f"snapshots {[x for x in snaps if not x.startswith('burst-')]} and {len(bsnaps)} of the burst")
 for o in over:
     print(f"  over-commit: {o}")
 print(f"dra: {len(allocated)} claims allocated on carma's slices, {len(shared)} GPUs shared by memory, "
       f"{refused} refused when full, {skipped} skipped while tainted, {recoveries} OOM recoveries, "
       f"{len(over_gpus)} over-committed GPUs in {checks} checks")
 ok = (len(allocated) >= int(sharers) and shared and len(running) == int(sharers) and refused == 1
-      and skipped == 1 and recoveries == 1 and not over and checks > 0 and int(registered) == int(nodes)
+      and skipped == 1 and recoveries == 1 and burst_ok and not over and checks > 0
+      and "DRAConsumableCapacity on, DRADeviceTaints on" in cluster and int(registered) == int(nodes)
       and cdi_left == "0" and claims_left == "0"
       and (own_node == "allowed / denied" or (int(nodes) == 1 and own_node.startswith("not run"))))
 sys.exit(0 if ok else 1)
@@ -483,6 +527,7 @@ dra_run() {
   dra_refuse
   dra_taint
   dra_recover
+  dra_burst
   DRA_CDI_PREPARED=$(find "$WORK"/nodes/*/cdi -name "$DRA_DRIVER-claim_*.json" 2>/dev/null | wc -l)
   if [[ "${CARMA_RN_PLANT:-}" == dra-overcommit ]]; then dra_plant; fi
   dra_own_node
