@@ -24,6 +24,12 @@ figure is the lowest of its five), and whether the row meets the goal: makespan 
 CARMA's best, mean JCT at least 10 % below it, no more OOM crashes than the CARMA policy with the
 fewest. Runs in parallel (--jobs, default the number of CPUs).
 
+--table gpu-choice: the grid's rows, every policy run twice, with GPUs taken in its own order and in
+device order (`carma simulate --gpu-choice device-order`: the first passing GPUs of the node the
+policy ranked first, idle or not, as kube-scheduler's DRA allocator takes them); per row and policy
+the change in makespan and mean JCT and the OOM crashes, then the mean and worst change per policy
+(docs/dra.md, "What is lost").
+
 --slowdown-model time-slicing runs every table under the time-slicing form measured on an H100
 (docs/slowdown-on-h100.md, its parameters at their fitted defaults) instead of the default saturation
 form; the grid then has one row per workload and queue (--gammas is the saturation form's exponent
@@ -33,7 +39,7 @@ and is not used), its third column naming the model (docs/policies-under-measure
 CI regenerates one row that way (ci/checks/policies.sh).
 
     python3 tools/compare-policies.py [--carma target/debug/carma] [--shared ../shared] [--quick]
-        [--table pack|exclusive|grid] [--workload TEXT] [--queue kube|carma] [--gammas 1,2]
+        [--table pack|exclusive|grid|gpu-choice] [--workload TEXT] [--queue kube|carma] [--gammas 1,2]
         [--candidate POLICY] [--jobs N] [--slowdown-model saturation|time-slicing]
         [-- more carma simulate flags]
 """
@@ -185,14 +191,67 @@ def grid_table(a) -> int:
     return 0
 
 
+def gpu_choice_table(a) -> int:
+    """Every workload × queue × γ, each policy twice: GPUs in the policy's order and in device order
+    (what kube-scheduler's DRA allocator does inside the node the policy ranked first)."""
+    sliced = a.slowdown_model == "time-slicing"
+    gammas = [None] if sliced else [g.strip() for g in a.gammas.split(",") if g.strip()]
+    names = ["ff", "bf", "magm", "lug", "rr", "pack"]
+    rows = [
+        (label, args, queue, gamma, choice)
+        for label, args in workloads(a.shared, a.quick)
+        if not a.workload or a.workload in label
+        for queue in ["kube", "carma"]
+        if not a.queue or queue == a.queue
+        for gamma in gammas
+        for choice in ["policy", "device-order"]
+    ]
+
+    def one(row):
+        label, args, queue, gamma, choice = row
+        model = ["--slowdown-model", a.slowdown_model] if sliced else ["--slowdown-exponent", gamma]
+        extra = ["--policy", ",".join(names), "--gpu-choice", choice, *model, *a.extra]
+        return {p["policy"]: p for p in run(a.carma, args, queue, extra)["policies"]}
+
+    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        results = list(pool.map(one, rows))
+    print(f"| workload | queue | {'slowdown' if sliced else 'γ'} | "
+          + " | ".join(f"{n}: makespan / mean JCT / OOMs" for n in names) + " |")
+    print("|---|---|---|" + "---|" * len(names))
+    deltas = {n: [] for n in names}
+    for i in range(0, len(rows), 2):
+        label, _, queue, gamma, _ = rows[i]
+        own, dra = results[i], results[i + 1]
+        cells = []
+        for n in names:
+            dm = dra[n]["makespan_s"] / own[n]["makespan_s"] - 1
+            dj = dra[n]["mean_jct_s"] / own[n]["mean_jct_s"] - 1
+            deltas[n].append((dm, dj, dra[n]["ooms"] - own[n]["ooms"]))
+            cells.append(f"{dm * 100:+.1f} % / {dj * 100:+.1f} % / {own[n]['ooms']}→{dra[n]['ooms']}")
+        print(f"| {label} | {queue} | {a.slowdown_model if sliced else gamma} | " + " | ".join(cells) + " |",
+              flush=True)
+    print("\nDevice order against the policy's own GPU choice, over the rows (mean, worst):")
+    for n in names:
+        d = deltas[n]
+        if not d:
+            continue
+        mean_m = sum(x[0] for x in d) / len(d)
+        mean_j = sum(x[1] for x in d) / len(d)
+        print(f"  {n}: makespan {mean_m * 100:+.1f} % (worst {max(x[0] for x in d) * 100:+.1f} %), "
+              f"mean JCT {mean_j * 100:+.1f} % (worst {max(x[1] for x in d) * 100:+.1f} %), "
+              f"OOM crashes {sum(x[2] for x in d):+d} in all")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--carma", default="target/debug/carma")
     ap.add_argument("--shared", default="../shared", type=Path)
     ap.add_argument("--quick", action="store_true", help="one seed per generated workload")
-    ap.add_argument("--table", choices=["pack", "exclusive", "grid"], default="pack",
+    ap.add_argument("--table", choices=["pack", "exclusive", "grid", "gpu-choice"], default="pack",
                     help="pack against CARMA's best (default), exclusive against CARMA's best on CARMA's "
-                         "traces, or the default-policy grid over queues and γ")
+                         "traces, the default-policy grid over queues and γ, or every policy with GPUs in "
+                         "its own order against device order (DRA)")
     ap.add_argument("--gammas", default="1,2", help="grid: interference exponents, comma-separated")
     ap.add_argument("--candidate", default="pack", help="grid: the policy compared with CARMA's")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="grid: runs at once")
@@ -208,6 +267,8 @@ def main() -> int:
         return exclusive_table(a)
     if a.table == "grid":
         return grid_table(a)
+    if a.table == "gpu-choice":
+        return gpu_choice_table(a)
     print("| workload | queue | work bound | CARMA best makespan | pack makespan | CARMA best mean JCT "
           "| pack mean JCT | OOMs best / pack | worst wait ÷ run, best / pack |")
     print("|---|---|---|---|---|---|---|---|---|")

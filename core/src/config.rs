@@ -63,6 +63,23 @@ pub struct PlacementConfig {
     /// (see [`PackGain`]) instead of by summed activity against the cap and the crowding limit.
     /// `None` by default.
     pub pack_gain: Option<PackGain>,
+    /// Which of a node's passing GPUs a pod gets. Not a production setting: the simulator's
+    /// `--gpu-choice device-order` measures what Dynamic Resource Allocation loses by letting
+    /// kube-scheduler's allocator, not the policy, pick the GPU.
+    pub gpu_choice: GpuChoice,
+}
+
+/// Who picks the GPUs inside the node the policy's score chose.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuChoice {
+    /// The policy: exclusive first, then its order (best fit, most memory, `pack`'s tiers, …).
+    #[default]
+    Policy,
+    /// A DRA allocator: the first GPUs in device order that pass the same rules (memory, gate,
+    /// warm-up), idle or not; a pod that takes GPUs whole takes the first idle ones. The node is
+    /// still the one the policy scores highest, as carma's extender ranks nodes on DRA too.
+    DeviceOrder,
 }
 
 impl Default for PlacementConfig {
@@ -81,6 +98,7 @@ impl Default for PlacementConfig {
             pack_crowding_limit: DEFAULT_PACK_CROWDING_LIMIT,
             pack_idle_first: false,
             pack_gain: None,
+            gpu_choice: GpuChoice::Policy,
         }
     }
 }

@@ -36,7 +36,7 @@ pub mod reservation;
 pub mod slowdown;
 pub mod telemetry;
 
-pub use config::{PlacementConfig, RecoveryConfig};
+pub use config::{GpuChoice, PlacementConfig, RecoveryConfig};
 pub use exit::{
     ContainerExit, DEFAULT_OOM_PATTERNS, OomPatterns, PatternError, Verdict, VerdictKind,
     classify_exit,

@@ -65,3 +65,27 @@ def test_other_tables_pass_the_model_through(tmp_path):
     _, calls = run(tmp_path, "--table", "pack", "--queue", "kube", "--slowdown-model", "time-slicing")
     assert len(calls) == 1
     assert calls[0][calls[0].index("--slowdown-model") + 1] == "time-slicing"
+
+
+def test_gpu_choice_runs_each_row_in_both_orders_and_reports_the_change(tmp_path):
+    # device order: 10 % longer makespan, 5 % shorter mean JCT, one OOM crash more for rr
+    fake = FAKE.replace(
+        'print(json.dumps(',
+        'dra = "device-order" in sys.argv\n'
+        'for p in policies:\n'
+        '    if dra:\n'
+        '        p["makespan_s"] *= 1.10; p["mean_jct_s"] *= 0.95; p["ooms"] += p["policy"] == "rr"\n'
+        'print(json.dumps(',
+    )
+    carma = tmp_path / "carma"
+    carma.write_text(fake)
+    carma.chmod(0o755)
+    out = subprocess.run(
+        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
+         "--workload", "philly_trace-t1", "--queue", "kube", "--gammas", "1", "--table", "gpu-choice"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    calls = [json.loads(line) for line in Path(str(carma) + ".log").read_text().splitlines()]
+    assert sorted(c[c.index("--gpu-choice") + 1] for c in calls) == ["device-order", "policy"]
+    assert "| philly_trace-t1 (1×4) | kube | 1 | +10.0 % / -5.0 % / 0→0 |" in out
+    assert "  rr: makespan +10.0 % (worst +10.0 %), mean JCT -5.0 % (worst -5.0 %), OOM crashes +1 in all" in out

@@ -160,6 +160,11 @@ pub struct SimulateArgs {
     /// only where it is at least this (0 to 1) instead of by the crowding limit.
     #[arg(long, value_parser = min_gain, help_heading = "Placement and recovery")]
     pub pack_min_gain: Option<f64>,
+    /// Who picks the GPUs inside the chosen node: `policy` (carma's device-plugin path) or
+    /// `device-order`, what kube-scheduler's DRA allocator does (the first passing GPUs in device
+    /// order, idle or not) while the policy still ranks the nodes. A what-if for the DRA path.
+    #[arg(long, value_enum, default_value_t = GpuChoiceArg::Policy, help_heading = "Placement and recovery")]
+    pub gpu_choice: GpuChoiceArg,
     /// Attempts per task, the first included, before it fails (1 to 100).
     #[arg(long, default_value_t = 5, help_heading = "Placement and recovery")]
     pub max_attempts: u32,
@@ -261,6 +266,10 @@ impl SimulateArgs {
         cfg.placement.pack_crowding_limit = self.pack_crowding_limit;
         cfg.placement.pack_aging_ms = self.pack_aging * 1000;
         cfg.placement.pack_idle_first = self.pack_idle_first;
+        cfg.placement.gpu_choice = match self.gpu_choice {
+            GpuChoiceArg::Policy => carma_core::GpuChoice::Policy,
+            GpuChoiceArg::DeviceOrder => carma_core::GpuChoice::DeviceOrder,
+        };
         cfg.placement.pack_gain = self
             .pack_min_gain
             .map(|min_gain| carma_core::config::PackGain {
@@ -362,6 +371,15 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
 fn bad_input(e: &SimError) -> ExitCode {
     eprintln!("carma simulate: {e}");
     ExitCode::from(EXIT_BAD_INPUT)
+}
+
+/// Values of `--gpu-choice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuChoiceArg {
+    /// The policy's order (exclusive first, then its own order).
+    Policy,
+    /// Device order, as a DRA allocator picks.
+    DeviceOrder,
 }
 
 #[cfg(test)]

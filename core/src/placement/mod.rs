@@ -20,7 +20,7 @@ mod summary;
 use serde::Serialize;
 
 use crate::Millis;
-use crate::config::PlacementConfig;
+use crate::config::{GpuChoice, PlacementConfig};
 use crate::gate::utilization_gate;
 use crate::ledger::Ledger;
 use crate::model::{Demand, Gpu, Node, Policy, Reservation};
@@ -290,7 +290,39 @@ pub fn place_on_node(
         (fits.len(), (fits, rejections))
     };
     let totals = by_index.iter().map(|g| g.memory_total_mib);
+    let device_order = cfg.gpu_choice == GpuChoice::DeviceOrder;
     match exclusive_first(demand, wanted as usize, idle.len(), totals, share) {
+        // A DRA allocator does not prefer idle GPUs: a sharer gets the first passing GPUs in
+        // device order, busy or idle; the node keeps the score the policy gave it.
+        Route::Idle(score)
+            if device_order
+                && !demand.wants_exclusive()
+                && !by_index.iter().any(|g| takes_whole(g, demand)) =>
+        {
+            let built: Vec<GpuSummary> = by_index
+                .iter()
+                .map(|g| GpuSummary::of(g, ledger, cfg))
+                .collect();
+            let fits: Vec<_> = built
+                .iter()
+                .enumerate()
+                .filter_map(|(at, s)| judge_shared(at, s, demand, cfg, now).ok())
+                .take(wanted as usize)
+                .collect();
+            if fits.len() < wanted as usize {
+                return Ok(take_idle(score));
+            }
+            Ok(NodePlacement {
+                node: node.name.clone(),
+                gpus: fits.iter().map(|f| by_index[f.at].uuid.clone()).collect(),
+                indices: fits.iter().map(|f| f.gpu.index).collect(),
+                exclusive: false,
+                reserved_mib: fits.iter().map(|f| f.need_mib).max().unwrap_or(0),
+                score,
+                capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
+                expected_sm_activity: pack::booked_activity(demand),
+            })
+        }
         Route::Idle(score) => Ok(take_idle(score)),
         Route::NotIdle => {
             let rejections = (0..by_index.len())
@@ -332,16 +364,23 @@ pub fn place_on_node(
             mode: "to share",
             rejections,
         }),
-        Route::Share((mut fits, _)) => {
-            order(&mut fits, demand, cfg, rr_cursor, node.gpus.len());
-            let chosen = &fits[..wanted as usize];
+        Route::Share((fits, _)) => {
+            let mut ranked = fits.clone();
+            order(&mut ranked, demand, cfg, rr_cursor, node.gpus.len());
+            let score = collocation_score(&ranked[..wanted as usize], demand, cfg);
+            // Judged in device order; a DRA allocator takes them as they come.
+            let chosen = if device_order {
+                &fits[..wanted as usize]
+            } else {
+                &ranked[..wanted as usize]
+            };
             Ok(NodePlacement {
                 node: node.name.clone(),
                 gpus: chosen.iter().map(|f| by_index[f.at].uuid.clone()).collect(),
                 indices: chosen.iter().map(|f| f.gpu.index).collect(),
                 exclusive: false,
                 reserved_mib: chosen.iter().map(|f| f.need_mib).max().unwrap_or(0),
-                score: collocation_score(chosen, demand, cfg),
+                score,
                 capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
                 expected_sm_activity: pack::booked_activity(demand),
             })
