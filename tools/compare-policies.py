@@ -24,11 +24,12 @@ figure is the lowest of its five), and whether the row meets the goal: makespan 
 CARMA's best, mean JCT at least 10 % below it, no more OOM crashes than the CARMA policy with the
 fewest. Runs in parallel (--jobs, default the number of CPUs).
 
---table gpu-choice: the grid's rows, every policy run twice, with GPUs taken in its own order and in
-device order (`carma simulate --gpu-choice device-order`: the first passing GPUs of the node the
-policy ranked first, idle or not, as kube-scheduler's DRA allocator takes them); per row and policy
-the change in makespan and mean JCT and the OOM crashes, then the mean and worst change per policy
-(docs/dra.md, "What is lost").
+--table gpu-choice: the grid's rows, every policy as carma places it and under what kube-scheduler's
+DRA allocator lacks, one thing more at a time: the policy's GPU order (`--gpu-choice device-order`:
+the first passing GPUs of the node the policy ranked first, idle or not), the warm-up lock
+(`--warm-up 0`), the telemetry memory test (`--no-telemetry-memory-test`). Per row and policy the
+change device order alone makes to makespan and mean JCT and the OOM crashes, then the mean and
+worst change of each variant per policy (docs/dra-gpu-choice.md).
 
 --slowdown-model time-slicing runs every table under the time-slicing form measured on an H100
 (docs/slowdown-on-h100.md, its parameters at their fitted defaults) instead of the default saturation
@@ -191,55 +192,62 @@ def grid_table(a) -> int:
     return 0
 
 
+DRA_VARIANTS = [
+    ("device order", ["--gpu-choice", "device-order"]),
+    ("device order, no warm-up lock", ["--gpu-choice", "device-order", "--warm-up", "0"]),
+    ("device order, no warm-up lock, booked capacity only (all three DRA lacks)",
+     ["--gpu-choice", "device-order", "--warm-up", "0", "--no-telemetry-memory-test"]),
+]
+
+
 def gpu_choice_table(a) -> int:
-    """Every workload × queue × γ, each policy twice: GPUs in the policy's order and in device order
-    (what kube-scheduler's DRA allocator does inside the node the policy ranked first)."""
+    """Every workload × queue × γ, each policy as carma places it and under what DRA's allocator
+    lacks, one thing more at a time: the policy's GPU order, the warm-up lock, the telemetry memory
+    test. The table shows device order alone; the summary every variant."""
     sliced = a.slowdown_model == "time-slicing"
     gammas = [None] if sliced else [g.strip() for g in a.gammas.split(",") if g.strip()]
     names = ["ff", "bf", "magm", "lug", "rr", "pack"]
-    rows = [
-        (label, args, queue, gamma, choice)
+    variants = [("policy order", ["--gpu-choice", "policy"]), *DRA_VARIANTS]
+    cases = [
+        (label, args, queue, gamma)
         for label, args in workloads(a.shared, a.quick)
         if not a.workload or a.workload in label
         for queue in ["kube", "carma"]
         if not a.queue or queue == a.queue
         for gamma in gammas
-        for choice in ["policy", "device-order"]
     ]
+    rows = [(case, flags) for case in cases for _, flags in variants]
 
     def one(row):
-        label, args, queue, gamma, choice = row
+        (label, args, queue, gamma), flags = row
         model = ["--slowdown-model", a.slowdown_model] if sliced else ["--slowdown-exponent", gamma]
-        extra = ["--policy", ",".join(names), "--gpu-choice", choice, *model, *a.extra]
+        extra = ["--policy", ",".join(names), *flags, *model, *a.extra]
         return {p["policy"]: p for p in run(a.carma, args, queue, extra)["policies"]}
 
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         results = list(pool.map(one, rows))
+    n = len(variants)
+    by_case = [results[i * n:(i + 1) * n] for i in range(len(cases))]
     print(f"| workload | queue | {'slowdown' if sliced else 'γ'} | "
-          + " | ".join(f"{n}: makespan / mean JCT / OOMs" for n in names) + " |")
+          + " | ".join(f"{p}: makespan / mean JCT / OOMs" for p in names) + " |")
     print("|---|---|---|" + "---|" * len(names))
-    deltas = {n: [] for n in names}
-    for i in range(0, len(rows), 2):
-        label, _, queue, gamma, _ = rows[i]
-        own, dra = results[i], results[i + 1]
-        cells = []
-        for n in names:
-            dm = dra[n]["makespan_s"] / own[n]["makespan_s"] - 1
-            dj = dra[n]["mean_jct_s"] / own[n]["mean_jct_s"] - 1
-            deltas[n].append((dm, dj, dra[n]["ooms"] - own[n]["ooms"]))
-            cells.append(f"{dm * 100:+.1f} % / {dj * 100:+.1f} % / {own[n]['ooms']}→{dra[n]['ooms']}")
+    for (label, _, queue, gamma), res in zip(cases, by_case):
+        own, dra = res[0], res[1]
+        cells = [f"{(dra[p]['makespan_s'] / own[p]['makespan_s'] - 1) * 100:+.1f} % / "
+                 f"{(dra[p]['mean_jct_s'] / own[p]['mean_jct_s'] - 1) * 100:+.1f} % / "
+                 f"{own[p]['ooms']}→{dra[p]['ooms']}" for p in names]
         print(f"| {label} | {queue} | {a.slowdown_model if sliced else gamma} | " + " | ".join(cells) + " |",
               flush=True)
-    print("\nDevice order against the policy's own GPU choice, over the rows (mean, worst):")
-    for n in names:
-        d = deltas[n]
-        if not d:
-            continue
-        mean_m = sum(x[0] for x in d) / len(d)
-        mean_j = sum(x[1] for x in d) / len(d)
-        print(f"  {n}: makespan {mean_m * 100:+.1f} % (worst {max(x[0] for x in d) * 100:+.1f} %), "
-              f"mean JCT {mean_j * 100:+.1f} % (worst {max(x[1] for x in d) * 100:+.1f} %), "
-              f"OOM crashes {sum(x[2] for x in d):+d} in all")
+    for v, (title, _) in enumerate(variants[1:], start=1):
+        print(f"\n{title[0].upper() + title[1:]}, against the policy as carma places it, over the rows (mean, worst):")
+        for p in names:
+            d = [(r[v][p]["makespan_s"] / r[0][p]["makespan_s"] - 1, r[v][p]["mean_jct_s"] / r[0][p]["mean_jct_s"] - 1,
+                  r[v][p]["ooms"] - r[0][p]["ooms"]) for r in by_case]
+            if not d:
+                continue
+            print(f"  {p}: makespan {sum(x[0] for x in d) / len(d) * 100:+.1f} % (worst {max(x[0] for x in d) * 100:+.1f} %), "
+                  f"mean JCT {sum(x[1] for x in d) / len(d) * 100:+.1f} % (worst {max(x[1] for x in d) * 100:+.1f} %), "
+                  f"OOM crashes {sum(x[2] for x in d):+d} in all")
     return 0
 
 

@@ -67,6 +67,11 @@ pub struct PlacementConfig {
     /// `--gpu-choice device-order` measures what Dynamic Resource Allocation loses by letting
     /// kube-scheduler's allocator, not the policy, pick the GPU.
     pub gpu_choice: GpuChoice,
+    /// Whether a GPU must also show the reservation free in telemetry (CARMA's memory test:
+    /// usable ≥ reservation + margin), on top of the booked capacity. On by default; the
+    /// simulator's `--no-telemetry-memory-test` measures what DRA, whose allocator sees only
+    /// booked capacity, loses without it.
+    pub telemetry_memory_test: bool,
 }
 
 /// Who picks the GPUs inside the node the policy's score chose.
@@ -99,6 +104,7 @@ impl Default for PlacementConfig {
             pack_idle_first: false,
             pack_gain: None,
             gpu_choice: GpuChoice::Policy,
+            telemetry_memory_test: true,
         }
     }
 }

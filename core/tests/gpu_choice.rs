@@ -99,3 +99,21 @@ fn device_order_keeps_the_rules_and_whole_gpus_stay_on_idle_ones() {
     let dra = place_on_node(&node, &ledger, &whole, &cfg(GpuChoice::DeviceOrder), NOW, 0).unwrap();
     assert_eq!((dra.indices, dra.exclusive), (vec![2], true));
 }
+
+#[test]
+fn without_the_telemetry_memory_test_only_booked_capacity_counts() {
+    // GPU 0: 8000 MiB booked, but telemetry shows 36000 MiB in use (a pod over its reservation).
+    let (mut node, ledger) = setup(&[8000]);
+    node.gpus[0].memory_free_mib = A100 - 36000;
+    let d = Demand::new(1, Reservation::Mib(6000), Policy::Ff);
+    assert!(place_on_node(&node, &ledger, &d, &cfg(GpuChoice::Policy), NOW, 0).is_err());
+    let booked_only = PlacementConfig {
+        telemetry_memory_test: false,
+        ..cfg(GpuChoice::DeviceOrder)
+    };
+    let p = place_on_node(&node, &ledger, &d, &booked_only, NOW, 0).unwrap();
+    assert_eq!(p.indices, vec![0]);
+    // Booked capacity still binds: 36000 more MiB do not fit beside the 8000 booked.
+    let big = Demand::new(1, Reservation::Mib(36000), Policy::Ff);
+    assert!(place_on_node(&node, &ledger, &big, &booked_only, NOW, 0).is_err());
+}

@@ -86,6 +86,9 @@ def test_gpu_choice_runs_each_row_in_both_orders_and_reports_the_change(tmp_path
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     calls = [json.loads(line) for line in Path(str(carma) + ".log").read_text().splitlines()]
-    assert sorted(c[c.index("--gpu-choice") + 1] for c in calls) == ["device-order", "policy"]
+    assert sorted(c[c.index("--gpu-choice") + 1] for c in calls) == ["device-order"] * 3 + ["policy"]
+    assert sum("--no-telemetry-memory-test" in c for c in calls) == 1
+    assert sum(c[c.index("--warm-up") + 1] == "0" for c in calls if "--warm-up" in c) == 2
     assert "| philly_trace-t1 (1×4) | kube | 1 | +10.0 % / -5.0 % / 0→0 |" in out
+    assert "Device order, against the policy as carma places it" in out
     assert "  rr: makespan +10.0 % (worst +10.0 %), mean JCT -5.0 % (worst -5.0 %), OOM crashes +1 in all" in out

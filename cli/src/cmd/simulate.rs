@@ -165,6 +165,11 @@ pub struct SimulateArgs {
     /// order, idle or not) while the policy still ranks the nodes. A what-if for the DRA path.
     #[arg(long, value_enum, default_value_t = GpuChoiceArg::Policy, help_heading = "Placement and recovery")]
     pub gpu_choice: GpuChoiceArg,
+    /// Place on booked capacity alone: skip the test that the GPU shows the reservation free in
+    /// telemetry (plus the margin). A what-if for the DRA path, whose allocator sees only what
+    /// claims booked.
+    #[arg(long, help_heading = "Placement and recovery")]
+    pub no_telemetry_memory_test: bool,
     /// Attempts per task, the first included, before it fails (1 to 100).
     #[arg(long, default_value_t = 5, help_heading = "Placement and recovery")]
     pub max_attempts: u32,
@@ -270,6 +275,7 @@ impl SimulateArgs {
             GpuChoiceArg::Policy => carma_core::GpuChoice::Policy,
             GpuChoiceArg::DeviceOrder => carma_core::GpuChoice::DeviceOrder,
         };
+        cfg.placement.telemetry_memory_test = !self.no_telemetry_memory_test;
         cfg.placement.pack_gain = self
             .pack_min_gain
             .map(|min_gain| carma_core::config::PackGain {

@@ -66,7 +66,7 @@ pub(super) fn judge_shared<'a>(
         return Ok(fit);
     }
     let (need_test, margin) = memory_test(demand, need_mib, cfg);
-    if s.usable_mib < need_test.saturating_add(margin) {
+    if cfg.telemetry_memory_test && s.usable_mib < need_test.saturating_add(margin) {
         return Err(SharedFailure::InsufficientMemory);
     }
     if cfg.honor_reservations && s.reserved_mib.saturating_add(need_mib) > s.total_mib {
