@@ -122,11 +122,12 @@ def exclusive_table(a) -> int:
     return 0
 
 
-def grid_table(a) -> int:
-    """Every workload × queue × γ: the candidate against CARMA's best and the makespan bound."""
+def grid_cases(a) -> list:
+    """The grid's (label, simulate args, queue, γ) rows, as --workload, --queue and --gammas select;
+    one γ of None under the time-slicing form."""
     sliced = a.slowdown_model == "time-slicing"
     gammas = [None] if sliced else [g.strip() for g in a.gammas.split(",") if g.strip()]
-    rows = [
+    return [
         (label, args, queue, gamma)
         for label, args in workloads(a.shared, a.quick)
         if not a.workload or a.workload in label
@@ -134,6 +135,12 @@ def grid_table(a) -> int:
         if not a.queue or queue == a.queue
         for gamma in gammas
     ]
+
+
+def grid_table(a) -> int:
+    """Every workload × queue × γ: the candidate against CARMA's best and the makespan bound."""
+    sliced = a.slowdown_model == "time-slicing"
+    rows = grid_cases(a)
     policies = f"ff,bf,magm,lug,rr,{a.candidate}"
 
     def one(row):
@@ -205,17 +212,9 @@ def gpu_choice_table(a) -> int:
     lacks, one thing more at a time: the policy's GPU order, the warm-up lock, the telemetry memory
     test. The table shows device order alone; the summary every variant."""
     sliced = a.slowdown_model == "time-slicing"
-    gammas = [None] if sliced else [g.strip() for g in a.gammas.split(",") if g.strip()]
     names = ["ff", "bf", "magm", "lug", "rr", "pack"]
     variants = [("policy order", ["--gpu-choice", "policy"]), *DRA_VARIANTS]
-    cases = [
-        (label, args, queue, gamma)
-        for label, args in workloads(a.shared, a.quick)
-        if not a.workload or a.workload in label
-        for queue in ["kube", "carma"]
-        if not a.queue or queue == a.queue
-        for gamma in gammas
-    ]
+    cases = grid_cases(a)
     rows = [(case, flags) for case in cases for _, flags in variants]
 
     def one(row):

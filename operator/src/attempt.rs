@@ -248,12 +248,7 @@ pub fn build_dra_attempt(
         GpuBooking::Mib(mib) => {
             let written = estimate.cloned().unwrap_or_else(|| EstimateAnnotation {
                 mib,
-                source: if req.index == 1 {
-                    "override"
-                } else {
-                    "recovery"
-                }
-                .to_string(),
+                source: given_reservation_source(req.index).to_string(),
                 class: None,
                 samples: None,
             });
@@ -284,6 +279,12 @@ pub fn build_dra_attempt(
     use_claim_template(spec, &claim_template_name(task.spec.gpus, booking));
     let template = claim_template(&namespace, device_class, task.spec.gpus, booking);
     Ok((pod, template))
+}
+
+/// Where the reservation of attempt `index` comes from when the operator wrote it: the task's
+/// `gpuMemory` for the first attempt, recovery's grown reservation for later ones.
+pub fn given_reservation_source(index: u32) -> &'static str {
+    if index == 1 { "override" } else { "recovery" }
 }
 
 /// Whether `pod` is controlled by the object with uid `owner_uid`.

@@ -11,6 +11,7 @@ use carma_core::{AttemptOutcome, AttemptRecord, RecoveryDecision, Reservation};
 use super::{Observation, Step, describe_reservation};
 use crate::attempt::{
     AttemptRequest, GpuClaims, InvalidSpec, build_attempt_pod, build_dra_attempt,
+    given_reservation_source,
 };
 use crate::classify::PodProgress;
 use crate::status::{self, CONDITION_SCHEDULED, parse_time, rfc3339};
@@ -121,12 +122,7 @@ impl Step<'_, '_> {
             }),
             (Some(mib), _, _) => Some(EstimateStatus {
                 mib: Some(mib),
-                source: if req.index == 1 {
-                    "override"
-                } else {
-                    "recovery"
-                }
-                .to_string(),
+                source: given_reservation_source(req.index).to_string(),
                 class: None,
             }),
             (None, true, _) => Some(EstimateStatus {

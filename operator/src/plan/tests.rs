@@ -89,6 +89,17 @@ fn ended(mut o: ObservedAttempt, at: DateTime<Utc>) -> ObservedAttempt {
 }
 
 fn step(task: &TrainingTask, pods: &[ObservedAttempt], now: DateTime<Utc>) -> Plan {
+    step_with(task, pods, now, &GpuClaims::DevicePlugin, None)
+}
+
+/// One step with attempt pods of `claims` and the operator's first estimate `first`.
+fn step_with(
+    task: &TrainingTask,
+    pods: &[ObservedAttempt],
+    now: DateTime<Utc>,
+    claims: &GpuClaims,
+    first: Option<&EstimateAnnotation>,
+) -> Plan {
     let defaults = RecoveryConfig::default();
     plan(&PlanInput {
         task,
@@ -97,8 +108,8 @@ fn step(task: &TrainingTask, pods: &[ObservedAttempt], now: DateTime<Utc>) -> Pl
         defaults: &defaults,
         peak_poll: Duration::from_secs(15),
         scheduler_name: carma_api::names::SCHEDULER_NAME,
-        gpu_claims: &GpuClaims::DevicePlugin,
-        first_estimate: None,
+        gpu_claims: claims,
+        first_estimate: first,
     })
 }
 

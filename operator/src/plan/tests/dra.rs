@@ -12,19 +12,25 @@ fn dra_step(
     now: DateTime<Utc>,
     first: Option<&EstimateAnnotation>,
 ) -> Plan {
-    let defaults = RecoveryConfig::default();
-    plan(&PlanInput {
-        task,
-        pods,
-        now,
-        defaults: &defaults,
-        peak_poll: Duration::from_secs(15),
-        scheduler_name: "default-scheduler",
-        gpu_claims: &GpuClaims::Dra {
-            device_class: CLASS.to_string(),
-        },
-        first_estimate: first,
-    })
+    let claims = GpuClaims::Dra {
+        device_class: CLASS.to_string(),
+    };
+    step_with(task, pods, now, &claims, first)
+}
+
+/// The device request of the template the step ensures.
+fn exact(p: &Plan) -> &k8s_openapi::api::resource::v1::ExactDeviceRequest {
+    let t = p.ensure_claim_template.as_ref().unwrap();
+    let requests = t
+        .spec
+        .spec
+        .devices
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap();
+    requests[0].exactly.as_ref().unwrap()
 }
 
 fn traced(mib: u64) -> EstimateAnnotation {
@@ -45,16 +51,7 @@ fn booking(p: &Plan) -> (String, Option<String>) {
     let name = claims[0].resource_claim_template_name.clone().unwrap();
     let t = p.ensure_claim_template.as_ref().unwrap();
     assert_eq!(t.metadata.name.as_deref(), Some(name.as_str()));
-    let req = &t
-        .spec
-        .spec
-        .devices
-        .as_ref()
-        .unwrap()
-        .requests
-        .as_ref()
-        .unwrap()[0];
-    let exact = req.exactly.as_ref().unwrap();
+    let exact = exact(p);
     assert_eq!(exact.device_class_name, CLASS);
     let memory = exact
         .capacity
@@ -100,7 +97,7 @@ fn the_first_claim_books_the_operators_estimate() {
             .unwrap()
             .scheduler_name
             .as_deref(),
-        Some("default-scheduler")
+        Some(carma_api::names::SCHEDULER_NAME)
     );
 }
 
@@ -119,19 +116,7 @@ fn spec_gpu_memory_beats_the_estimate_and_no_estimate_books_the_whole_gpu() {
     assert_eq!(booking(&p), ("carma-g2-whole".to_string(), None));
     assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE).as_deref(), Some("true"));
     assert!(p.status.as_ref().unwrap().attempts[0].exclusive);
-    let t = p.ensure_claim_template.as_ref().unwrap();
-    let exact = t
-        .spec
-        .spec
-        .devices
-        .as_ref()
-        .unwrap()
-        .requests
-        .as_ref()
-        .unwrap()[0]
-        .exactly
-        .as_ref()
-        .unwrap();
+    let exact = exact(&p);
     assert_eq!(exact.count, Some(2));
     assert!(exact.tolerations.as_ref().is_some_and(|t| !t.is_empty()));
 }
