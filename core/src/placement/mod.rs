@@ -312,16 +312,7 @@ pub fn place_on_node(
             if fits.len() < wanted as usize {
                 return Ok(take_idle(score));
             }
-            Ok(NodePlacement {
-                node: node.name.clone(),
-                gpus: fits.iter().map(|f| by_index[f.at].uuid.clone()).collect(),
-                indices: fits.iter().map(|f| f.gpu.index).collect(),
-                exclusive: false,
-                reserved_mib: fits.iter().map(|f| f.need_mib).max().unwrap_or(0),
-                score,
-                capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
-                expected_sm_activity: pack::booked_activity(demand),
-            })
+            Ok(shared_placement(node, &by_index, &fits, score, demand, cfg))
         }
         Route::Idle(score) => Ok(take_idle(score)),
         Route::NotIdle => {
@@ -374,17 +365,31 @@ pub fn place_on_node(
             } else {
                 &ranked[..wanted as usize]
             };
-            Ok(NodePlacement {
-                node: node.name.clone(),
-                gpus: chosen.iter().map(|f| by_index[f.at].uuid.clone()).collect(),
-                indices: chosen.iter().map(|f| f.gpu.index).collect(),
-                exclusive: false,
-                reserved_mib: chosen.iter().map(|f| f.need_mib).max().unwrap_or(0),
-                score,
-                capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
-                expected_sm_activity: pack::booked_activity(demand),
-            })
+            Ok(shared_placement(
+                node, &by_index, chosen, score, demand, cfg,
+            ))
         }
+    }
+}
+
+/// A placement that shares `chosen` (GPUs that passed the sharing rules), scored `score`.
+fn shared_placement(
+    node: &Node,
+    by_index: &[&Gpu],
+    chosen: &[summary::Fit<'_>],
+    score: u8,
+    demand: &Demand,
+    cfg: &PlacementConfig,
+) -> NodePlacement {
+    NodePlacement {
+        node: node.name.clone(),
+        gpus: chosen.iter().map(|f| by_index[f.at].uuid.clone()).collect(),
+        indices: chosen.iter().map(|f| f.gpu.index).collect(),
+        exclusive: false,
+        reserved_mib: chosen.iter().map(|f| f.need_mib).max().unwrap_or(0),
+        score,
+        capacity_checked: cfg.honor_reservations && demand.policy.checks_memory_and_gate(),
+        expected_sm_activity: pack::booked_activity(demand),
     }
 }
 
