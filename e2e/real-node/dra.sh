@@ -182,34 +182,11 @@ DRA_TASK=tt-dra-oom
 dra_recover() {
   local t0 phase="" i seen=""
   log "dra: TrainingTask $DRA_TASK (traced profile, no gpuMemory): a CUDA OOM on attempt 1, success after"
-  cat <<YAML | k apply -f - >/dev/null
-apiVersion: carma.io/v1alpha1
-kind: TrainingTask
-metadata: {name: $DRA_TASK, namespace: default}
-spec:
-  gpus: 1
-  modelProfile:
-    family: cnn
-    batchSize: 64
-    parameters: 25557032
-    activations: 37560000
-    depth: 107
-    traced: {forwardMiB: 5500, backwardMiB: 5594, optimizerStepMiB: 600, largestTensorMiB: 196, reservedMiB: 6626}
-  recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0}
-  template:
-    spec:
-      restartPolicy: Never
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: train
-        image: $BUSYBOX_IMAGE
-        imagePullPolicy: Never
-        env:
-        - name: ATTEMPT
-          valueFrom: {fieldRef: {fieldPath: "metadata.labels['carma.io/attempt']"}}
-        command: [sh, -c, 'sleep 6; if [ "\$ATTEMPT" = 1 ]; then echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"; exit 1; fi']
-        resources: {limits: {memory: 32Mi}, requests: {cpu: 10m, memory: 16Mi}}
-YAML
+  # tasks.sh's TrainingTask (chart.sh sources it): no gpuMemory, a traced CNN profile.
+  TT_GPU_MEMORY=none TT_PROFILE='{family: cnn, batchSize: 64, parameters: 25557032, activations: 37560000, depth: 107, traced: {forwardMiB: 5500, backwardMiB: 5594, optimizerStepMiB: 600, largestTensorMiB: 196, reservedMiB: 6626}}' \
+    training_task "$DRA_TASK" 32Mi 'sleep 6
+if [ "$ATTEMPT" = 1 ]; then echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"; exit 1; fi' |
+    k apply -f - >/dev/null
   t0=$(date +%s)
   : >"$WORK/dra-recover.jsonl"
   for _ in $(seq 150); do

@@ -18,7 +18,9 @@
 
 # training_task <name> <memory limit> <script> [more recovery fields]: a TrainingTask running <script>
 # with busybox sh, the attempt number in $ATTEMPT, on one GPU with a 2000Mi reservation (TT_GPU_MEMORY
-# to change it); with TT_SIGNAL_DIR set, that host directory is mounted read-only at /signal.
+# to change it, TT_GPU_MEMORY=none for no gpuMemory: the estimate decides); TT_PROFILE, a flow-style
+# YAML map, becomes spec.modelProfile; with TT_SIGNAL_DIR set, that host directory is mounted
+# read-only at /signal.
 training_task() {
   local script
   script="$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$3")"
@@ -28,7 +30,8 @@ kind: TrainingTask
 metadata: {name: $1, namespace: default}
 spec:
   gpus: 1
-  gpuMemory: ${TT_GPU_MEMORY:-2000Mi}
+$( [[ "${TT_GPU_MEMORY:-}" == none ]] || echo "  gpuMemory: ${TT_GPU_MEMORY:-2000Mi}")
+${TT_PROFILE:+  modelProfile: $TT_PROFILE}
   recovery: {maxAttempts: 3, backoffSeconds: 1, retriesOnFailure: 0${4:+, $4}}
   template:
     spec:
