@@ -65,6 +65,8 @@
 //! `XLNetRelativeAttention` does). Lines after the outermost module closes (a
 //! `Total params` footer, say) are ignored.
 
+use std::collections::BTreeMap;
+
 use crate::analytic::SavedValues;
 use crate::profile::{Family, Layers, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Profile, ProfileError};
 use crate::torchsummary::parse_count;
@@ -109,7 +111,7 @@ pub enum PrintoutError {
         /// Where it was opened.
         line: usize,
     },
-    /// A module's count is below its children's.
+    /// A module's count is below its children's by more than one shared module's count.
     #[error(
         "module printout line {line}: `{module}` has {count} params but its children have {children}"
     )]
@@ -203,6 +205,9 @@ struct Open {
     before: Totals,
     /// The widest output of the modules closed on their line directly inside it.
     max_width: u64,
+    /// How many modules closed on their line inside it, at any depth, have each count: a
+    /// shortfall of whole copies of one count is a tensor several modules share.
+    leaf_counts: BTreeMap<u64, u64>,
 }
 
 /// One module line: `(key): [N x ]Type(args)[, n params]` or the root `Type(…`.
@@ -269,9 +274,15 @@ pub(crate) fn parse_printout_values(
             let open = stack.pop().ok_or_else(|| bad("`)` closes no module"))?;
             let count = params_suffix(rest)
                 .ok_or_else(|| bad("expected `)` followed by `, <n> params`"))?;
+            let leaves = open.leaf_counts.clone();
             let own = close_module(open, count, line_no, &mut totals, width, seq)?;
             match stack.last_mut() {
-                Some(parent) => parent.children_params = parent.children_params.saturating_add(own),
+                Some(parent) => {
+                    parent.children_params = parent.children_params.saturating_add(own);
+                    for (c, n) in leaves {
+                        *parent.leaf_counts.entry(c).or_default() += n;
+                    }
+                }
                 None => root_params = Some(count),
             }
             continue;
@@ -286,6 +297,7 @@ pub(crate) fn parse_printout_values(
                 children_params: 0,
                 before: totals,
                 max_width: 0,
+                leaf_counts: BTreeMap::new(),
             }),
             Some(args) => {
                 let count = m
@@ -311,7 +323,8 @@ pub(crate) fn parse_printout_values(
                 let own = u128::from(count) * u128::from(m.repeat);
                 match stack.last_mut() {
                     Some(parent) => {
-                        parent.children_params = parent.children_params.saturating_add(own)
+                        parent.children_params = parent.children_params.saturating_add(own);
+                        *parent.leaf_counts.entry(count).or_default() += u64::from(m.repeat);
                     }
                     None => root_params = Some(count),
                 }
@@ -376,7 +389,17 @@ fn close_module(
     width: Option<u64>,
     seq: u128,
 ) -> Result<u128, PrintoutError> {
-    if open.children_params > u128::from(count) {
+    // PyTorch counts a tensor several modules share once: a language model's output layer tied
+    // to its embedding (RoBERTa's head adds its own bias to the shared weight), T5's encoder,
+    // decoder and head all on one embedding. So a parent may fall short of its children by whole
+    // copies of one module's count, fewer copies than it has modules; any other shortfall means
+    // an edited or cut printout.
+    let excess = open.children_params.saturating_sub(u128::from(count));
+    let modules: u64 = open.leaf_counts.values().sum();
+    let shared = open.leaf_counts.keys().any(|&c| {
+        c > 0 && excess % u128::from(c) == 0 && excess / u128::from(c) < u128::from(modules)
+    });
+    if excess > 0 && !shared {
         return Err(PrintoutError::ParamMismatch {
             line,
             module: open.kind,
@@ -461,7 +484,12 @@ fn leaf(
         "Conv1D" => keyword(args, "nf").or(*width), // older transformers print `Conv1D()`
         "Conv2d" => Some(positional(args, 1).ok_or("Conv2d needs `(in, out, …)`")?),
         k if k.ends_with("LayerNorm") || k.ends_with("RMSNorm") => {
-            Some(first_dim(args).ok_or("a norm layer needs its size first")?)
+            // T5's `T5LayerNorm()` prints no size: it normalises the current width.
+            Some(
+                first_dim(args)
+                    .or(*width)
+                    .ok_or("a norm layer needs its size first")?,
+            )
         }
         _ => None,
     };
@@ -651,6 +679,38 @@ Total params: 1
         let (_, r) = parse_printout_values(&relative, Family::Transformer, 2, 10).unwrap();
         assert_eq!(r.scores, (2 * 13 * 2 * 100_u128).div_ceil(4));
         assert_eq!(r.saved, v.saved + 2 * 2 * 10 * 128);
+    }
+
+    #[test]
+    fn a_module_shared_by_two_parents_counts_once() {
+        // The output layer tied to the embedding: PyTorch's `parameters()` counts the shared
+        // weight once, so the root has exactly the head's 12,800 less than its children.
+        let tied = TINY.replace(
+            "  ), 264,704 params\n), 277,504 params",
+            "  ), 264,704 params\n  (head): Linear(in_features=128, out_features=100, bias=False), 12,800 params\n), 277,504 params",
+        );
+        assert_eq!(parse(&tied).unwrap().parameters, 277_504);
+        // Shared three times (T5: encoder, decoder and head on one embedding): two copies less.
+        let t5 = tied.replace(
+            "), 277,504 params",
+            "  (head2): Linear(in_features=128, out_features=100, bias=False), 12,800 params\n), 277,504 params",
+        );
+        assert_eq!(parse(&t5).unwrap().parameters, 277_504);
+        // Any other shortfall is still an edited or cut printout.
+        let short = tied.replace("), 277,504 params", "), 277,000 params");
+        assert!(matches!(
+            parse(&short),
+            Err(PrintoutError::ParamMismatch { count: 277_000, .. })
+        ));
+    }
+
+    #[test]
+    fn a_norm_without_its_size_normalises_the_current_width() {
+        let t5 = TINY.replace(
+            "(norm): LayerNorm((128,), eps=1e-05, elementwise_affine=True), 256 params",
+            "(norm): T5LayerNorm(), 256 params",
+        );
+        assert_eq!(parse(&t5).unwrap(), parse(TINY).unwrap());
     }
 
     #[test]
