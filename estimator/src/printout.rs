@@ -271,16 +271,22 @@ pub(crate) fn parse_printout_values(
             reason: reason.to_string(),
         };
         if let Some(rest) = line.strip_prefix(')') {
-            let open = stack.pop().ok_or_else(|| bad("`)` closes no module"))?;
+            let mut open = stack.pop().ok_or_else(|| bad("`)` closes no module"))?;
             let count = params_suffix(rest)
                 .ok_or_else(|| bad("expected `)` followed by `, <n> params`"))?;
-            let leaves = open.leaf_counts.clone();
-            let own = close_module(open, count, line_no, &mut totals, width, seq)?;
+            let leaves = std::mem::take(&mut open.leaf_counts);
+            let own = close_module(open, &leaves, count, line_no, &mut totals, width, seq)?;
             match stack.last_mut() {
                 Some(parent) => {
                     parent.children_params = parent.children_params.saturating_add(own);
+                    // Small into large: each count moves O(log n) times, however deep the nesting.
+                    let mut leaves = leaves;
+                    if leaves.len() > parent.leaf_counts.len() {
+                        std::mem::swap(&mut leaves, &mut parent.leaf_counts);
+                    }
                     for (c, n) in leaves {
-                        *parent.leaf_counts.entry(c).or_default() += n;
+                        let e = parent.leaf_counts.entry(c).or_default();
+                        *e = e.saturating_add(n);
                     }
                 }
                 None => root_params = Some(count),
@@ -324,7 +330,8 @@ pub(crate) fn parse_printout_values(
                 match stack.last_mut() {
                     Some(parent) => {
                         parent.children_params = parent.children_params.saturating_add(own);
-                        *parent.leaf_counts.entry(count).or_default() += u64::from(m.repeat);
+                        let e = parent.leaf_counts.entry(count).or_default();
+                        *e = e.saturating_add(u64::from(m.repeat));
                     }
                     None => root_params = Some(count),
                 }
@@ -383,6 +390,7 @@ pub(crate) fn parse_printout_values(
 /// Returns the parameters it adds to its parent.
 fn close_module(
     open: Open,
+    leaf_counts: &BTreeMap<u64, u64>,
     count: u64,
     line: usize,
     totals: &mut Totals,
@@ -395,8 +403,10 @@ fn close_module(
     // copies of one module's count, fewer copies than it has modules; any other shortfall means
     // an edited or cut printout.
     let excess = open.children_params.saturating_sub(u128::from(count));
-    let modules: u64 = open.leaf_counts.values().sum();
-    let shared = open.leaf_counts.keys().any(|&c| {
+    let modules = leaf_counts
+        .values()
+        .fold(0u64, |sum, n| sum.saturating_add(*n));
+    let shared = leaf_counts.keys().any(|&c| {
         c > 0 && excess % u128::from(c) == 0 && excess / u128::from(c) < u128::from(modules)
     });
     if excess > 0 && !shared {
