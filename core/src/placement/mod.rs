@@ -355,16 +355,14 @@ pub fn place_on_node(
             mode: "to share",
             rejections,
         }),
-        Route::Share((fits, _)) => {
-            let mut ranked = fits.clone();
-            order(&mut ranked, demand, cfg, rr_cursor, node.gpus.len());
-            let score = collocation_score(&ranked[..wanted as usize], demand, cfg);
-            // Judged in device order; a DRA allocator takes them as they come.
-            let chosen = if device_order {
-                &fits[..wanted as usize]
-            } else {
-                &ranked[..wanted as usize]
-            };
+        Route::Share((mut fits, _)) => {
+            let wanted = wanted as usize;
+            // Judged in device order; a DRA allocator takes the first as they come (copied only
+            // then: the policy's path sorts in place, as the extender's filter needs no copy).
+            let first = device_order.then(|| fits[..wanted].to_vec());
+            order(&mut fits, demand, cfg, rr_cursor, node.gpus.len());
+            let score = collocation_score(&fits[..wanted], demand, cfg);
+            let chosen = first.as_deref().unwrap_or(&fits[..wanted]);
             Ok(shared_placement(
                 node, &by_index, chosen, score, demand, cfg,
             ))
