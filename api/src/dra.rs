@@ -56,12 +56,13 @@ pub enum GpuBooking {
     Whole,
 }
 
-/// The template name for `gpus` GPUs booked as `booking`: `carma-g<N>-m<MiB>` or
-/// `carma-g<N>-whole`. Equal bookings share one template.
-pub fn claim_template_name(gpus: u32, booking: GpuBooking) -> String {
+/// The template name for `gpus` GPUs of `device_class` booked as `booking`:
+/// `<class>-g<N>-m<MiB>` or `<class>-g<N>-whole`. The name holds everything the template says, so
+/// equal bookings share one template and an existing one of that name is the same.
+pub fn claim_template_name(device_class: &str, gpus: u32, booking: GpuBooking) -> String {
     match booking {
-        GpuBooking::Mib(mib) => format!("carma-g{gpus}-m{mib}"),
-        GpuBooking::Whole => format!("carma-g{gpus}-whole"),
+        GpuBooking::Mib(mib) => format!("{device_class}-g{gpus}-m{mib}"),
+        GpuBooking::Whole => format!("{device_class}-g{gpus}-whole"),
     }
 }
 
@@ -99,7 +100,7 @@ pub fn claim_template(
     };
     ResourceClaimTemplate {
         metadata: ObjectMeta {
-            name: Some(claim_template_name(gpus, booking)),
+            name: Some(claim_template_name(device_class, gpus, booking)),
             namespace: Some(namespace.to_string()),
             labels: Some(BTreeMap::from([(
                 LABEL_MANAGED_BY.to_string(),
@@ -160,10 +161,13 @@ mod tests {
     #[test]
     fn names_follow_the_booking() {
         assert_eq!(
-            claim_template_name(1, GpuBooking::Mib(12288)),
-            "carma-g1-m12288"
+            claim_template_name("carma-gpu", 1, GpuBooking::Mib(12288)),
+            "carma-gpu-g1-m12288"
         );
-        assert_eq!(claim_template_name(2, GpuBooking::Whole), "carma-g2-whole");
+        assert_eq!(
+            claim_template_name("gpus.example.com", 2, GpuBooking::Whole),
+            "gpus.example.com-g2-whole"
+        );
     }
 
     #[test]

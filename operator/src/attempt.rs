@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use thiserror::Error;
 
-use carma_api::dra::{GpuBooking, claim_template, claim_template_name, use_claim_template};
+use carma_api::dra::{GpuBooking, claim_template, use_claim_template};
 use carma_api::names::*;
 use carma_api::{EstimateAnnotation, TrainingTask};
 use carma_core::quantity::parse_mib;
@@ -276,8 +276,8 @@ pub fn build_dra_attempt(
             }
         }
     }
-    use_claim_template(spec, &claim_template_name(task.spec.gpus, booking));
     let template = claim_template(&namespace, device_class, task.spec.gpus, booking);
+    use_claim_template(spec, template.metadata.name.as_deref().unwrap_or_default());
     Ok((pod, template))
 }
 

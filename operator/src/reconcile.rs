@@ -160,7 +160,7 @@ pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Act
         peak_poll: ctx.settings.peak_poll,
         scheduler_name: &ctx.settings.scheduler_name,
         gpu_claims: &ctx.settings.gpu_claims,
-        first_estimate: first_estimate.as_ref(),
+        first_estimate: first_estimate.as_ref().map(Option::as_ref),
     });
     debug!(task = name, namespace = ns, ?step, "planned");
     execute(&task, step, &pods_api, &ctx).await
@@ -171,16 +171,16 @@ pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Act
 fn first_dra_estimate(
     task: &TrainingTask,
     claims: &GpuClaims,
-) -> Option<carma_api::EstimateAnnotation> {
+) -> Result<Option<carma_api::EstimateAnnotation>, crate::attempt::InvalidSpec> {
     let started = task.status.as_ref().is_some_and(|s| !s.attempts.is_empty());
     if started || *claims == GpuClaims::DevicePlugin {
-        return None;
+        return Ok(None);
     }
     match carma_estimator::Estimator::new() {
         Ok(estimator) => crate::sizing::first_estimate(task, &estimator),
         Err(error) => {
             warn!(%error, "the estimator did not load; DRA claims book whole GPUs");
-            None
+            Ok(None)
         }
     }
 }

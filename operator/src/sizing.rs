@@ -7,18 +7,23 @@
 //! same model used (`MemoryHistory`) is not consulted here: the extender's view of it is not
 //! available to the operator, so DRA first attempts book the estimate.
 
-use std::convert::Infallible;
-
 use carma_api::names::ANNOTATION_GPU_MEMORY;
 use carma_api::{EstimateAnnotation, TrainingTask};
 use carma_core::FirstReservation;
 use carma_core::quantity::parse_mib;
-use carma_estimator::{Estimate, Estimator, parse_profile};
+use carma_estimator::{Estimate, EstimateError, Estimator, parse_profile};
+
+use crate::attempt::InvalidSpec;
 use tracing::warn;
 
 /// The booking of attempt 1 per GPU with where it comes from; `None` books whole GPUs.
-/// `spec.gpuMemory` and `spec.exclusive` are the planner's to apply first.
-pub fn first_estimate(task: &TrainingTask, estimator: &Estimator) -> Option<EstimateAnnotation> {
+/// `spec.gpuMemory` and `spec.exclusive` are the planner's to apply first. A model profile the
+/// estimator refuses is the task's error to fix, as the extender leaves such a pod pending; an
+/// estimator that fails on a valid profile books whole GPUs, as the extender does.
+pub fn first_estimate(
+    task: &TrainingTask,
+    estimator: &Estimator,
+) -> Result<Option<EstimateAnnotation>, InvalidSpec> {
     let template_override = task
         .spec
         .template
@@ -27,35 +32,28 @@ pub fn first_estimate(task: &TrainingTask, estimator: &Estimator) -> Option<Esti
         .and_then(|m| m.annotations.as_ref())
         .and_then(|a| a.get(ANNOTATION_GPU_MEMORY))
         .and_then(|v| parse_mib(v).ok());
-    let estimate = || -> Result<Option<(u64, Estimate)>, Infallible> {
+    let estimate = || -> Result<Option<(u64, Estimate)>, InvalidSpec> {
         let Some(profile) = task.spec.model_profile.as_ref() else {
             return Ok(None);
         };
-        let parsed = serde_json::to_string(profile)
-            .map_err(|e| e.to_string())
-            .and_then(|json| parse_profile(&json).map_err(|e| e.to_string()));
-        let result = parsed.and_then(|p| {
-            estimator
-                .estimate_for(&p, task.spec.gpus.max(1))
-                .map_err(|e| e.to_string())
-        });
-        Ok(match result {
-            Ok(e) => Some((e.mib, e)),
+        let invalid = |e: String| InvalidSpec::ModelProfile(e);
+        let json = serde_json::to_string(profile).map_err(|e| invalid(e.to_string()))?;
+        let parsed = parse_profile(&json).map_err(|e| invalid(e.to_string()))?;
+        match estimator.estimate_for(&parsed, task.spec.gpus.max(1)) {
+            Ok(e) => Ok(Some((e.mib, e))),
+            Err(EstimateError::InvalidProfile(e)) => Err(invalid(e.to_string())),
             Err(error) => {
                 warn!(
                     task = task.metadata.name.as_deref().unwrap_or(""),
                     %error,
-                    "no estimate for spec.modelProfile; the claim books whole GPUs"
+                    "the estimator failed on spec.modelProfile; the claim books whole GPUs"
                 );
-                None
+                Ok(None)
             }
-        })
+        }
     };
-    let first = match carma_core::first_reservation(template_override, estimate, |_| None) {
-        Ok(f) => f,
-        Err(never) => match never {},
-    };
-    match first {
+    let first = carma_core::first_reservation(template_override, estimate, |_| None)?;
+    Ok(match first {
         FirstReservation::Override(mib) => Some(EstimateAnnotation {
             mib,
             source: "override".to_string(),
@@ -69,7 +67,7 @@ pub fn first_estimate(task: &TrainingTask, estimator: &Estimator) -> Option<Esti
             samples: None,
         }),
         FirstReservation::Learned { .. } | FirstReservation::WholeGpu => None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -103,9 +101,12 @@ mod tests {
             &task(traced.clone(), json!({"carma.io/gpu-memory": "3Gi"})),
             &est,
         )
+        .unwrap()
         .unwrap();
         assert_eq!((e.mib, e.source.as_str()), (3072, "override"));
-        let e = first_estimate(&task(traced, json!({})), &est).unwrap();
+        let e = first_estimate(&task(traced, json!({})), &est)
+            .unwrap()
+            .unwrap();
         assert_eq!(e.source, "traced");
         // The estimator's traced reservation: context + replayed segments + the CNN workspace term.
         let want = carma_estimator::ALLOCATOR_CONTEXT_MIB
@@ -117,6 +118,20 @@ mod tests {
     #[test]
     fn no_profile_books_whole_gpus() {
         let est = Estimator::new().unwrap();
-        assert_eq!(first_estimate(&task(json!(null), json!({})), &est), None);
+        assert_eq!(
+            first_estimate(&task(json!(null), json!({})), &est),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_profile_the_estimator_refuses_is_the_tasks_error() {
+        let est = Estimator::new().unwrap();
+        let bad = json!({"family": "cnn", "batchSize": 0, "parameters": 1000, "activations": 1000});
+        let got = first_estimate(&task(bad, json!({})), &est);
+        assert!(
+            matches!(&got, Err(InvalidSpec::ModelProfile(m)) if m.contains("batch")),
+            "{got:?}"
+        );
     }
 }

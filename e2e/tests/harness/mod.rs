@@ -968,7 +968,7 @@ impl World {
             peak_poll: PEAK_POLL,
             scheduler_name: SCHEDULER_NAME,
             gpu_claims: &GpuClaims::DevicePlugin,
-            first_estimate: None,
+            first_estimate: Ok(None),
         });
         if let Some(pod) = &step.create_pod {
             self.api.create_pod((**pod).clone(), self.now);

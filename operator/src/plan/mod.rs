@@ -23,7 +23,7 @@ use carma_api::{
 };
 use carma_core::RecoveryConfig;
 
-use crate::attempt::GpuClaims;
+use crate::attempt::{GpuClaims, InvalidSpec};
 use crate::observe::ObservedAttempt;
 
 pub use next::record;
@@ -46,9 +46,9 @@ pub struct PlanInput<'a> {
     /// How attempt pods get their GPUs.
     pub gpu_claims: &'a GpuClaims,
     /// For DRA claims: the operator's sizing of the first attempt from the template's
-    /// `carma.io/gpu-memory` or the model profile (`None`: the whole GPU). Device-plugin attempts
-    /// leave it to the extender.
-    pub first_estimate: Option<&'a EstimateAnnotation>,
+    /// `carma.io/gpu-memory` or the model profile (`Ok(None)`: the whole GPU; `Err`: a profile
+    /// the estimator refuses). Device-plugin attempts leave it to the extender.
+    pub first_estimate: Result<Option<&'a EstimateAnnotation>, &'a InvalidSpec>,
 }
 
 /// An Event to publish about the task.

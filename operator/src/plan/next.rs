@@ -36,10 +36,15 @@ impl Step<'_, '_> {
         if gpu_memory_mib.is_none()
             && !spec.exclusive
             && matches!(self.input.gpu_claims, GpuClaims::Dra { .. })
-            && let Some(e) = self.input.first_estimate
         {
-            gpu_memory_mib = Some(e.mib);
-            estimate = Some(e.clone());
+            match self.input.first_estimate {
+                Ok(Some(e)) => {
+                    gpu_memory_mib = Some(e.mib);
+                    estimate = Some(e.clone());
+                }
+                Ok(None) => {}
+                Err(e) => return self.invalid(e),
+            }
         }
         let req = AttemptRequest {
             index: 1,

@@ -89,7 +89,7 @@ fn ended(mut o: ObservedAttempt, at: DateTime<Utc>) -> ObservedAttempt {
 }
 
 fn step(task: &TrainingTask, pods: &[ObservedAttempt], now: DateTime<Utc>) -> Plan {
-    step_with(task, pods, now, &GpuClaims::DevicePlugin, None)
+    step_with(task, pods, now, &GpuClaims::DevicePlugin, Ok(None))
 }
 
 /// One step with attempt pods of `claims` and the operator's first estimate `first`.
@@ -98,7 +98,7 @@ fn step_with(
     pods: &[ObservedAttempt],
     now: DateTime<Utc>,
     claims: &GpuClaims,
-    first: Option<&EstimateAnnotation>,
+    first: Result<Option<&EstimateAnnotation>, &InvalidSpec>,
 ) -> Plan {
     let defaults = RecoveryConfig::default();
     plan(&PlanInput {

@@ -15,7 +15,7 @@ fn dra_step(
     let claims = GpuClaims::Dra {
         device_class: CLASS.to_string(),
     };
-    step_with(task, pods, now, &claims, first)
+    step_with(task, pods, now, &claims, Ok(first))
 }
 
 /// The device request of the template the step ensures.
@@ -79,7 +79,7 @@ fn the_first_claim_books_the_operators_estimate() {
     let p = dra_step(&tk, &[], t(0), Some(&e));
     assert_eq!(
         booking(&p),
-        ("carma-g1-m7421".to_string(), Some("7421Mi".to_string()))
+        ("carma-gpu-g1-m7421".to_string(), Some("7421Mi".to_string()))
     );
     let written: EstimateAnnotation =
         serde_json::from_str(&ann(&p, ANNOTATION_ESTIMATE).unwrap()).unwrap();
@@ -105,7 +105,7 @@ fn the_first_claim_books_the_operators_estimate() {
 fn spec_gpu_memory_beats_the_estimate_and_no_estimate_books_the_whole_gpu() {
     let tk = task(json!({"gpuMemory": "10Gi"}));
     let p = dra_step(&tk, &[], t(0), Some(&traced(7_421)));
-    assert_eq!(booking(&p).0, "carma-g1-m10240");
+    assert_eq!(booking(&p).0, "carma-gpu-g1-m10240");
     assert_eq!(
         p.status.as_ref().unwrap().estimate.as_ref().unwrap().source,
         "override"
@@ -113,7 +113,7 @@ fn spec_gpu_memory_beats_the_estimate_and_no_estimate_books_the_whole_gpu() {
 
     let tk = task(json!({"gpus": 2}));
     let p = dra_step(&tk, &[], t(0), None);
-    assert_eq!(booking(&p), ("carma-g2-whole".to_string(), None));
+    assert_eq!(booking(&p), ("carma-gpu-g2-whole".to_string(), None));
     assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE).as_deref(), Some("true"));
     assert!(p.status.as_ref().unwrap().attempts[0].exclusive);
     let exact = exact(&p);
@@ -135,7 +135,10 @@ fn an_oom_gets_a_bigger_claim_then_a_whole_gpu() {
     // The same growth as on the device-plugin path: the next class edge above 8000 MiB.
     assert_eq!(
         booking(&p),
-        ("carma-g1-m16000".to_string(), Some("16000Mi".to_string()))
+        (
+            "carma-gpu-g1-m16000".to_string(),
+            Some("16000Mi".to_string())
+        )
     );
     assert_eq!(priority_class(&p).as_deref(), Some(PRIORITY_CLASS_RECOVERY));
     let written: EstimateAnnotation =
@@ -148,10 +151,25 @@ fn an_oom_gets_a_bigger_claim_then_a_whole_gpu() {
     a2.gpu_memory_mib = None;
     pods.push(a2);
     let p = dra_step(&tk, &pods, t(201), None);
-    assert_eq!(booking(&p), ("carma-g1-whole".to_string(), None));
+    assert_eq!(booking(&p), ("carma-gpu-g1-whole".to_string(), None));
     assert_eq!(ann(&p, ANNOTATION_EXCLUSIVE).as_deref(), Some("true"));
     assert_eq!(
         p.status.as_ref().unwrap().estimate.as_ref().unwrap().source,
         "whole-gpu"
     );
+}
+
+#[test]
+fn a_refused_model_profile_fails_the_task_before_any_pod() {
+    let tk = task(json!({}));
+    let claims = GpuClaims::Dra {
+        device_class: CLASS.to_string(),
+    };
+    let refused = InvalidSpec::ModelProfile("batchSize must be at least 1".into());
+    let p = step_with(&tk, &[], t(0), &claims, Err(&refused));
+    assert!(p.create_pod.is_none() && p.ensure_claim_template.is_none());
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(TaskPhase::Failed));
+    assert!(s.message.as_deref().unwrap().contains("batchSize"), "{s:?}");
+    assert_eq!(reasons(&p), ["InvalidSpec"]);
 }
