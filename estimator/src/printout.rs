@@ -23,7 +23,8 @@
 //!
 //! * `Embedding(n, d)`: `seq × d`; `Linear` / `NonDynamicallyQuantizableLinear`
 //!   (`out_features`), Hugging Face `Conv1D` (`nf`), `Conv2d` (out channels):
-//!   `seq × out`; `LayerNorm` / `RMSNorm` (first dimension): `seq × d`;
+//!   `seq × out`; `LayerNorm` / `RMSNorm` (first dimension, else the current width, as
+//!   `T5LayerNorm()` prints none): `seq × d`;
 //!   `Dropout` and activation modules (`torch.nn` names, `*Activation`): `seq ×`
 //!   the current width; anything else (`Identity`, containers): nothing.
 //! * each attention block — the innermost module whose type name contains
@@ -62,10 +63,11 @@
 //!
 //! Parameters are the outermost module's count; every module's count must be at
 //! least the sum of its children's (a module can hold parameters of its own, as
-//! `XLNetRelativeAttention` does). Lines after the outermost module closes (a
-//! `Total params` footer, say) are ignored.
-
-use std::collections::BTreeMap;
+//! `XLNetRelativeAttention` does), unless it falls short by whole copies of one
+//! module's count, no more copies than modules inside it have that count: a tensor
+//! several modules share, counted once by `parameters()` (a head tied to the
+//! embedding; T5's encoder, decoder and head on one embedding). Lines after the
+//! outermost module closes (a `Total params` footer, say) are ignored.
 
 use crate::analytic::SavedValues;
 use crate::profile::{Family, Layers, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Profile, ProfileError};
@@ -205,9 +207,8 @@ struct Open {
     before: Totals,
     /// The widest output of the modules closed on their line directly inside it.
     max_width: u64,
-    /// How many modules closed on their line inside it, at any depth, have each count: a
-    /// shortfall of whole copies of one count is a tensor several modules share.
-    leaf_counts: BTreeMap<u64, u64>,
+    /// Where its modules closed on their line start in the parser's list of their counts.
+    leaves_from: usize,
 }
 
 /// One module line: `(key): [N x ]Type(args)[, n params]` or the root `Type(…`.
@@ -256,6 +257,8 @@ pub(crate) fn parse_printout_values(
     // the first Embedding's vocabulary: a Linear with that many outputs is an LM head
     let mut vocab: Option<u64> = None;
     let mut root_params: Option<u64> = None;
+    // Counts of the modules closed on their line, in order, with their repeats.
+    let mut leaf_counts: Vec<(u64, u32)> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
         let line = raw.trim();
@@ -271,24 +274,13 @@ pub(crate) fn parse_printout_values(
             reason: reason.to_string(),
         };
         if let Some(rest) = line.strip_prefix(')') {
-            let mut open = stack.pop().ok_or_else(|| bad("`)` closes no module"))?;
+            let open = stack.pop().ok_or_else(|| bad("`)` closes no module"))?;
             let count = params_suffix(rest)
                 .ok_or_else(|| bad("expected `)` followed by `, <n> params`"))?;
-            let leaves = std::mem::take(&mut open.leaf_counts);
-            let own = close_module(open, &leaves, count, line_no, &mut totals, width, seq)?;
+            let inside = &leaf_counts[open.leaves_from..];
+            let own = close_module(open, inside, count, line_no, &mut totals, width, seq)?;
             match stack.last_mut() {
-                Some(parent) => {
-                    parent.children_params = parent.children_params.saturating_add(own);
-                    // Small into large: each count moves O(log n) times, however deep the nesting.
-                    let mut leaves = leaves;
-                    if leaves.len() > parent.leaf_counts.len() {
-                        std::mem::swap(&mut leaves, &mut parent.leaf_counts);
-                    }
-                    for (c, n) in leaves {
-                        let e = parent.leaf_counts.entry(c).or_default();
-                        *e = e.saturating_add(n);
-                    }
-                }
+                Some(parent) => parent.children_params = parent.children_params.saturating_add(own),
                 None => root_params = Some(count),
             }
             continue;
@@ -303,7 +295,7 @@ pub(crate) fn parse_printout_values(
                 children_params: 0,
                 before: totals,
                 max_width: 0,
-                leaf_counts: BTreeMap::new(),
+                leaves_from: leaf_counts.len(),
             }),
             Some(args) => {
                 let count = m
@@ -326,12 +318,11 @@ pub(crate) fn parse_printout_values(
                 if m.repeat > 1 {
                     totals.repeat(&before, u128::from(m.repeat - 1));
                 }
+                leaf_counts.push((count, m.repeat));
                 let own = u128::from(count) * u128::from(m.repeat);
                 match stack.last_mut() {
                     Some(parent) => {
-                        parent.children_params = parent.children_params.saturating_add(own);
-                        let e = parent.leaf_counts.entry(count).or_default();
-                        *e = e.saturating_add(u64::from(m.repeat));
+                        parent.children_params = parent.children_params.saturating_add(own)
                     }
                     None => root_params = Some(count),
                 }
@@ -390,7 +381,7 @@ pub(crate) fn parse_printout_values(
 /// Returns the parameters it adds to its parent.
 fn close_module(
     open: Open,
-    leaf_counts: &BTreeMap<u64, u64>,
+    leaves: &[(u64, u32)],
     count: u64,
     line: usize,
     totals: &mut Totals,
@@ -400,15 +391,17 @@ fn close_module(
     // PyTorch counts a tensor several modules share once: a language model's output layer tied
     // to its embedding (RoBERTa's head adds its own bias to the shared weight), T5's encoder,
     // decoder and head all on one embedding. So a parent may fall short of its children by whole
-    // copies of one module's count, fewer copies than it has modules; any other shortfall means
-    // an edited or cut printout.
+    // copies of one module's count, no more copies than modules inside it have that count; any
+    // other shortfall means an edited or cut printout.
     let excess = open.children_params.saturating_sub(u128::from(count));
-    let modules = leaf_counts
-        .values()
-        .fold(0u64, |sum, n| sum.saturating_add(*n));
-    let shared = leaf_counts.keys().any(|&c| {
-        c > 0 && excess % u128::from(c) == 0 && excess / u128::from(c) < u128::from(modules)
-    });
+    let shared = excess > 0 && {
+        let mut have: std::collections::HashMap<u64, u128> = std::collections::HashMap::new();
+        for &(c, n) in leaves.iter().filter(|&&(c, _)| c > 0) {
+            *have.entry(c).or_default() += u128::from(n);
+        }
+        have.iter()
+            .any(|(&c, &n)| excess % u128::from(c) == 0 && excess / u128::from(c) <= n)
+    };
     if excess > 0 && !shared {
         return Err(PrintoutError::ParamMismatch {
             line,
@@ -706,6 +699,13 @@ Total params: 1
             "  (head2): Linear(in_features=128, out_features=100, bias=False), 12,800 params\n), 277,504 params",
         );
         assert_eq!(parse(&t5).unwrap().parameters, 277_504);
+        // Copies of a count need that many modules with it: 2 × 256 short with one 256-param
+        // LayerNorm inside is refused.
+        let norms = TINY.replace("), 277,504 params", "), 276,992 params");
+        assert!(matches!(
+            parse(&norms),
+            Err(PrintoutError::ParamMismatch { count: 276_992, .. })
+        ));
         // Any other shortfall is still an edited or cut printout.
         let short = tied.replace("), 277,504 params", "), 277,000 params");
         assert!(matches!(

@@ -25,12 +25,15 @@ output shapes with batch -1.
 from __future__ import annotations
 
 import pathlib
+import sys
 
 import torch
 import torchvision
 import transformers
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "profile"))
+from carma_profile.describe import printout, torchsummary  # noqa: E402
 
 # (file stem as the CARMA task file names the model, batch, sequence length, constructor).
 # Batch and sequence are in the name only: a printout does not depend on them.
@@ -56,75 +59,6 @@ CNNS = [
     ("efficientNet", torchvision.models.efficientnet_b0, 224),
     ("Inception", lambda: torchvision.models.inception_v3(init_weights=False), 299),
 ]
-
-
-def printout(model) -> str:
-    seen: set[int] = set()
-
-    def own_count(m) -> int:
-        n = 0
-        for p in m.parameters(recurse=False):
-            if id(p) not in seen:
-                seen.add(id(p))
-                n += p.numel()
-        return n
-
-    def walk(m, prefix: str, indent: str, out: list[str]) -> int:
-        children = list(m.named_children())
-        own = own_count(m)
-        if not children:
-            # transformers 5 prints Hugging Face's Conv1D as `Conv1D()`; older releases
-            # printed its output width, which the parser reads
-            args = (f"nf={m.nf}, nx={m.nx}" if type(m).__name__ == "Conv1D"
-                    else m.extra_repr())
-            out.append(f"{indent}{prefix}{type(m).__name__}({args}), {own:,} params")
-            return own
-        out.append(f"{indent}{prefix}{type(m).__name__}(")
-        total = own
-        for name, child in children:
-            total += walk(child, f"({name}): ", indent + "  ", out)
-        out.append(f"{indent}), {total:,} params")
-        return total
-
-    out: list[str] = []
-    walk(model, "", "", out)
-    return "\n".join(out) + "\n"
-
-
-def torchsummary(model, size: int) -> str:
-    rows: list[tuple[str, list[int], int]] = []
-    counter = [0]
-
-    def shape_of(out) -> list[int] | list[list[int]]:
-        if isinstance(out, (list, tuple)):
-            return [[-1] + list(o.shape[1:]) for o in out if isinstance(o, torch.Tensor)]
-        return [-1] + list(out.shape[1:])
-
-    def hook(m, _inp, out):
-        counter[0] += 1
-        params = 0
-        for attr in ("weight", "bias"):
-            t = getattr(m, attr, None)
-            if isinstance(t, torch.Tensor):
-                params += t.numel()
-        if not isinstance(out, torch.Tensor) and hasattr(out, "logits"):
-            out = [out.logits, out.aux_logits] if out.aux_logits is not None else out.logits
-        rows.append((f"{type(m).__name__}-{counter[0]}", shape_of(out), params))
-
-    hooks = [m.register_forward_hook(hook) for m in model.modules()
-             if m is not model and not isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList))]
-    model.train()
-    model(torch.empty(2, 3, size, size, device="meta"))
-    for h in hooks:
-        h.remove()
-    line = "-" * 64
-    out = [line, f"{'Layer (type)':>20}  {'Output Shape':>25} {'Param #':>15}", "=" * 64]
-    for name, shape, params in rows:
-        out.append(f"{name:>20}  {str(shape):>25} {params:>15,}")
-    total = sum(r[2] for r in rows)
-    out += ["=" * 64, f"Total params: {total:,}", f"Trainable params: {total:,}",
-            "Non-trainable params: 0", line]
-    return "\n".join(out) + "\n"
 
 
 def main() -> None:
