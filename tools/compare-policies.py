@@ -246,7 +246,7 @@ def gpu_choice_table(a) -> int:
                 continue
             print(f"  {p}: makespan {sum(x[0] for x in d) / len(d) * 100:+.1f} % (worst {max(x[0] for x in d) * 100:+.1f} %), "
                   f"mean JCT {sum(x[1] for x in d) / len(d) * 100:+.1f} % (worst {max(x[1] for x in d) * 100:+.1f} %), "
-                  f"OOM crashes {sum(x[2] for x in d):+d} in all")
+                  f"OOM crashes {sum(x[2] for x in d):+d} in all (largest in one row {max(x[2] for x in d):+d})")
     return 0
 
 

@@ -91,4 +91,5 @@ def test_gpu_choice_runs_each_row_in_both_orders_and_reports_the_change(tmp_path
     assert sum(c[c.index("--warm-up") + 1] == "0" for c in calls if "--warm-up" in c) == 2
     assert "| philly_trace-t1 (1×4) | kube | 1 | +10.0 % / -5.0 % / 0→0 |" in out
     assert "Device order, against the policy as carma places it" in out
-    assert "  rr: makespan +10.0 % (worst +10.0 %), mean JCT -5.0 % (worst -5.0 %), OOM crashes +1 in all" in out
+    assert ("  rr: makespan +10.0 % (worst +10.0 %), mean JCT -5.0 % (worst -5.0 %), OOM crashes +1 in all"
+            " (largest in one row +1)") in out
