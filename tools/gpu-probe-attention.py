@@ -104,8 +104,14 @@ def main() -> int:
                 if time.time() - t0 > args.deadline_s:
                     print("gpu-probe-attention: deadline reached", file=sys.stderr)
                     return 0
-                r = subprocess.run([sys.executable, __file__, "--one", model, backend], capture_output=True,
-                                   text=True, timeout=max(10.0, args.deadline_s - (time.time() - t0)))
+                try:
+                    r = subprocess.run([sys.executable, __file__, "--one", model, backend], capture_output=True,
+                                       text=True, timeout=max(10.0, args.deadline_s - (time.time() - t0)))
+                except subprocess.TimeoutExpired as e:
+                    # one slow backend is a row of its own, not the end of the probe
+                    w.writerow({"model": model, "backend": backend, "error": f"timed out after {e.timeout:.0f} s"})
+                    f.flush()
+                    continue
                 try:
                     row = json.loads(r.stdout.strip().splitlines()[-1])
                 except (ValueError, IndexError):

@@ -175,21 +175,25 @@ elif grep -q "neither docker nor podman is installed" <<<"$out"; then
 else echo "FAIL: tools/build-image.sh without an engine said: $out"; failures+=("build-image message"); fi
 
 step "values.schema.json rejects bad values"
-expect_reject() { # expect_reject <description> <helm args...>
-  local desc="$1"; shift
-  if "$HELM" template carma "$CHART" "$@" >/dev/null 2>"$tmp/err"; then
-    echo "FAIL: schema accepted $desc"; failures+=("schema accepts $desc")
-  else echo "PASS: schema rejects $desc ($(grep -m1 -o "at '[^']*'.*" "$tmp/err" || head -c 120 "$tmp/err"))"; fi
+# expect_reject <description> <text the error must contain> <helm args...>: the render fails, and
+# for the reason named (a schema path, a template's message), not for another one.
+expect_reject() {
+  local desc="$1" why="$2"; shift 2
+  if "$HELM" template carma "$CHART" --kube-version 1.35.0 "$@" >/dev/null 2>"$tmp/err"; then
+    echo "FAIL: the chart accepted $desc"; failures+=("chart accepts $desc")
+  elif grep -qF -- "$why" "$tmp/err"; then
+    echo "PASS: the chart rejects $desc ($(grep -m1 -F -- "$why" "$tmp/err" | head -c 140))"
+  else echo "FAIL: the chart rejects $desc, but not for '$why': $(head -c 200 "$tmp/err")"; failures+=("rejects $desc otherwise"); fi
 }
-expect_reject "an unknown policy" --set placement.policy=worst-fit
-expect_reject "a cap above 1" --set-json placement.smActivityCap=1.5
-expect_reject "an unknown backend" --set devicePlugin.backend=rocm
-expect_reject "a misspelt key" --set devicePlugin.replicasPerGPU=8
-expect_reject "zero replicas per GPU" --set devicePlugin.replicasPerGpu=0
-expect_reject "dra.enabled as a string" --set-string dra.enabled=yes
-expect_reject "a relative DRA plugin directory" --set dra.enabled=true --set dra.pluginDir=plugins/gpu.carma.io
-expect_reject "a DRA gate margin of 0.5" --set dra.enabled=true --set-json dra.gateReopenMargin=0.5
-expect_reject "dra.enabled below Kubernetes 1.34" --set dra.enabled=true --kube-version 1.33.0
+expect_reject "an unknown policy" "at '/placement/policy'" --set placement.policy=worst-fit
+expect_reject "a cap above 1" "at '/placement/smActivityCap'" --set-json placement.smActivityCap=1.5
+expect_reject "an unknown backend" "at '/devicePlugin/backend'" --set devicePlugin.backend=rocm
+expect_reject "a misspelt key" "replicasPerGPU" --set devicePlugin.replicasPerGPU=8
+expect_reject "zero replicas per GPU" "at '/devicePlugin/replicasPerGpu'" --set devicePlugin.replicasPerGpu=0
+expect_reject "dra.enabled as a string" "at '/dra/enabled'" --set-string dra.enabled=yes
+expect_reject "a relative DRA plugin directory" "at '/dra/pluginDir'" --set dra.enabled=true --set dra.pluginDir=plugins/gpu.carma.io
+expect_reject "a DRA gate margin of 0.5" "at '/dra/gateReopenMargin'" --set dra.enabled=true --set-json dra.gateReopenMargin=0.5
+expect_reject "dra.enabled below Kubernetes 1.34" "1.34" --set dra.enabled=true --kube-version 1.33.0
 
 step "deploy/rendered/carma.yaml is current"
 run "tools/render-chart.sh --check" tools/render-chart.sh --check
