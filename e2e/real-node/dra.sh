@@ -30,9 +30,11 @@
 #      recovery when the task Succeeded and the claim allocated to the attempt after an out-of-memory
 #      crash booked more memory (its consumedCapacity, as the API server shows it while the attempt
 #      runs) than the crashed attempt's claim.
-#   5b. A burst: DRA_BURST pods created at once, each with a claim of a random size (seeded, 1-13 GiB),
+#   5b. A burst: DRA_BURST pods created at once, each with a claim of a random size (seeded, 3-13 GiB),
 #      more than the GPUs hold together; one snapshot a second for DRA_BURST_S seconds while
-#      kube-scheduler allocates them, every snapshot checked for over-commit as in 6.
+#      kube-scheduler allocates them, every snapshot checked for over-commit as in 6; some must be
+#      allocated and at least one left pending for memory (asking more than any GPU has left in the
+#      last snapshot), not for slots or taints alone.
 #   6. Over-commit: at every snapshot, for each device of each slice, the sum of consumedCapacity of the
 #      claims allocated to it against the capacity the slice publishes (memory and slots).
 #   7. The admission policy that keeps a node's driver to its own slice (charts/carma/templates/
@@ -52,7 +54,7 @@ DRA_SHARERS=5     # 5 x 7 GiB = 35 GiB on one GPU: load over the gate's caps, 5 
 DRA_SHARE=7Gi
 DRA_BIG=41Gi      # more than any GPU has
 DRA_SMALL=2Gi     # fits the tainted GPU's free memory
-DRA_BURST=40      # pods created at once, claims of 1-13 GiB: more than all GPUs hold
+DRA_BURST=40      # pods created at once, claims of 3-13 GiB: memory runs out before the slots do
 DRA_BURST_S=30    # seconds of snapshots after the burst
 
 # dra_snapshot <name>: claims, pods and slices as the API server has them.
@@ -63,7 +65,6 @@ dra_snapshot() {
 
 dra_install() {
   local i name t0 n
-  HELM="$(dirname "$KUBECTL")/helm"
   for i in $(seq "$NODES"); do k label node "$(node_name "$i")" carma.io/gpu-path=dra >/dev/null; done
   log "dra: helm install carma charts/carma --set dra.enabled=true (simulated $DRA_GPUS per node)"
   t0=$(date +%s)
@@ -213,13 +214,13 @@ if [ "$ATTEMPT" = 1 ]; then echo "torch.OutOfMemoryError: CUDA out of memory. Tr
 # the same sizes.
 dra_burst() {
   local i
-  log "dra: a burst of $DRA_BURST pods with claims of 1-13 GiB, snapshots every second for $DRA_BURST_S s"
+  log "dra: a burst of $DRA_BURST pods with claims of 3-13 GiB, snapshots every second for $DRA_BURST_S s"
   python3 - "$DRA_BURST" <<'PY' >"$WORK/dra-burst.txt"
 import random, sys
 rng = random.Random(20261127)
-print(" ".join(str(rng.choice([1, 2, 3, 5, 8, 13])) for _ in range(int(sys.argv[1]))))
+print(" ".join(str(rng.choice([3, 5, 8, 13])) for _ in range(int(sys.argv[1]))))
 PY
-  { for g in 1 2 3 5 8 13; do dra_template "dra-burst-${g}g" "${g}Gi"; done
+  { for g in 3 5 8 13; do dra_template "dra-burst-${g}g" "${g}Gi"; done
     i=0; for g in $(cat "$WORK/dra-burst.txt"); do i=$((i + 1)); dra_pod "dra-burst-$i" "dra-burst-${g}g"; done
   } | k apply -f - >/dev/null
   for i in $(seq "$DRA_BURST_S"); do dra_snapshot "burst-$i"; sleep 1; done
@@ -234,19 +235,20 @@ devs = {r["device"] for c in json.load(sys.stdin)["items"] if c["metadata"]["nam
         for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])}
 print(" ".join(sorted(devs)))')"
   log "dra: waiting for the load of $DRA_SHARERS claims on $node1's $dev to close its utilization gate"
-  DRA_TAINT_WAIT=0
+  t0=$(date +%s)
   for _ in $(seq 90); do
     t="$(k get resourceslices -o json | python3 -c '
 import json, sys
-node, dev = sys.argv[1:]
+node, dev, driver = sys.argv[1:]
 for s in json.load(sys.stdin)["items"]:
-    if s["spec"].get("nodeName") == node and s["spec"]["driver"] == "gpu.carma.io":
+    if s["spec"].get("nodeName") == node and s["spec"]["driver"] == driver:
         for d in s["spec"].get("devices", []):
             if d["name"] == dev:
-                print(" ".join("%s=%s" % (t["key"], t.get("value", "")) for t in d.get("taints", []) if t.get("value") != "window-filling"))' "$node1" "$dev")"
+                print(" ".join("%s=%s" % (t["key"], t.get("value", "")) for t in d.get("taints", []) if t.get("value") != "window-filling"))' "$node1" "$dev" "$DRA_DRIVER")"
     [[ -n "$t" ]] && break
-    DRA_TAINT_WAIT=$((DRA_TAINT_WAIT + 1)); sleep 1
+    sleep 1
   done
+  DRA_TAINT_WAIT=$(( $(date +%s) - t0 ))
   [[ -n "$t" ]] || { log "dra: no taint on $dev after $DRA_TAINT_WAIT s"; dra_snapshot tainted; return 0; }
   log "dra: $dev tainted ($t) after $DRA_TAINT_WAIT s; a pod with a $DRA_SMALL claim on $node1"
   dra_snapshot taint-before
@@ -320,11 +322,11 @@ dra_cleanup() {
 }
 
 dra_summary() {
-  python3 - "$WORK" "$DRA_DRIVER" "${CARMA_RN_PLANT:-}" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
+  python3 - "$WORK" "$DRA_DRIVER" "$DRA_SMALL" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
     "$DRA_SLICES_S" "${DRA_TAINT_WAIT:-}" "$DRA_CDI_LEFT" "$DRA_CLAIMS_LEFT" "$DRA_CDI_PREPARED" "$DRA_ENV" \
     "$DRA_OWN_NODE" "$DRA_CLUSTER" "$DRA_TASK" "${DRA_RECOVER_S:-}" <<'PY'
 import datetime, json, os, re, sys
-(work, driver, plant, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
+(work, driver, small_size, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
  cdi_prepared, share_env, own_node, cluster, task_name, recover_s) = sys.argv[1:]
 snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "recover-a1", "recover-a2",
                      "recover-a3") + tuple(f"burst-{i}" for i in range(1, 1000)) + ("planted",)
@@ -402,7 +404,7 @@ if "tainted" in snaps and "taint-before" in snaps:
     bb = booked(cb)
     small = [c for c in ca if c["kind"] == "ResourceClaim" and c["metadata"]["name"].startswith("dra-small-")]
     got = {(r["pool"], r["device"]) for c in small for r in results(c)}
-    req = qty("2Gi")
+    req = qty(small_size)
     skipped = 0
     tainted = []
     for key, d in db.items():
@@ -471,9 +473,17 @@ if bsnaps:
                   f"{len(got)} claims allocated ({sum(qty(r['consumedCapacity']['memory']) for c in got for r in results(c) if 'memory' in (r.get('consumedCapacity') or {})) // 2**30} GiB), "
                   f"that count first reached at snapshot {first_full} of {len(bsnaps)}, fullest GPU {fullest[1][0]}/{fullest[1][1]} "
                   f"at {fullest[0]:.0%} of its memory")
-    burst_ok = 0 < len(got) < len(asked)
+    # Refused for memory: a pending claim asking more than any GPU, tainted or not, had left. Slots
+    # (8 a GPU) and the load's taints also keep claims out; these claims memory alone refuses.
+    room = max([caps[k] - sum(cc.get("memory", 0) for _, cc in bz.get(k, [])) for k in caps] or [0])
+    want = lambda c: qty(c["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"])
+    pending = [c for c in bc if not results(c)]
+    memory_refused = [c for c in pending if want(c) > room]
+    burst_note += (f"; {len(pending)} pending, {len(memory_refused)} of them asking more than the "
+                   f"{room // 2**20} Mi the roomiest GPU had left")
+    burst_ok = len(got) > 0 and len(memory_refused) > 0
 
-ci, si = load("installed")
+_, si = load("installed")
 devs_installed = devices(si)
 print(f"dra detail: {cluster}; driver pods Ready {ready_s} s after helm install, "
       f"untainted slices after {slices_s} s: {len(devs_installed)} devices in {len({k[0] for k in devs_installed})} pools; "
@@ -491,7 +501,7 @@ print(f"dra: {len(allocated)} claims allocated on carma's slices, {len(shared)} 
 ok = (len(allocated) >= int(sharers) and shared and len(running) == int(sharers) and refused == 1
       and skipped == 1 and recoveries == 1 and burst_ok and not over and checks > 0
       and "DRAConsumableCapacity on, DRADeviceTaints on" in cluster and int(registered) == int(nodes)
-      and cdi_left == "0" and claims_left == "0"
+      and int(cdi_prepared) > 0 and cdi_left == "0" and claims_left == "0"
       and (own_node == "allowed / denied" or (int(nodes) == 1 and own_node.startswith("not run"))))
 sys.exit(0 if ok else 1)
 PY
