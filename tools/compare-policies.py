@@ -39,15 +39,21 @@ and is not used), its third column naming the model (docs/policies-under-measure
 --workload TEXT (rows whose workload contains TEXT) and --queue kube|carma select a slice of a table;
 CI regenerates one row that way (ci/checks/policies.sh).
 
+--candidate-args 'FLAGS' gives the grid's candidate, and it alone, more `carma simulate` flags (a run
+of its own per row; CARMA's five run as they are), e.g. `--candidate-args '--queue-order
+shortest-first'` (docs/queue-order.md); flags after -- go to every policy.
+
     python3 tools/compare-policies.py [--carma target/debug/carma] [--shared ../shared] [--quick]
         [--table pack|exclusive|grid|gpu-choice] [--workload TEXT] [--queue kube|carma] [--gammas 1,2]
-        [--candidate POLICY] [--jobs N] [--slowdown-model saturation|time-slicing]
+        [--candidate POLICY] [--candidate-args FLAGS] [--jobs N]
+        [--slowdown-model saturation|time-slicing]
         [-- more carma simulate flags]
 """
 
 import argparse
 import json
 import os
+import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 import sys
@@ -143,11 +149,19 @@ def grid_table(a) -> int:
     rows = grid_cases(a)
     policies = f"ff,bf,magm,lug,rr,{a.candidate}"
 
+    cand_args = shlex.split(a.candidate_args)
+
     def one(row):
         label, args, queue, gamma = row
         model = ["--slowdown-model", a.slowdown_model] if sliced else ["--slowdown-exponent", gamma]
-        extra = ["--policy", policies, *model, *a.extra]
-        return run(a.carma, args, queue, extra)
+        if not cand_args:
+            return run(a.carma, args, queue, ["--policy", policies, *model, *a.extra])
+        # The candidate alone gets --candidate-args: a run of its own, CARMA's five as they are.
+        base = run(a.carma, args, queue, ["--policy", "ff,bf,magm,lug,rr", *model, *a.extra])
+        cand = run(a.carma, args, queue, ["--policy", a.candidate, *model, *a.extra, *cand_args])
+        base["policies"] = [p for p in base["policies"] if p["policy"] != a.candidate] + [
+            p for p in cand["policies"] if p["policy"] == a.candidate]
+        return base
 
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         results = list(pool.map(one, rows))
@@ -192,7 +206,8 @@ def grid_table(a) -> int:
             flush=True,
         )
     mean = sum(closed) / len(closed) if closed else 0.0
-    print(f"\n{a.candidate}: goal met on {met} of {len(rows)} rows; mean share of the gap between "
+    who = f"{a.candidate} ({a.candidate_args})" if cand_args else a.candidate
+    print(f"\n{who}: goal met on {met} of {len(rows)} rows; mean share of the gap between "
           f"CARMA's best makespan and the bound closed: {mean * 100:.0f} % (goal: 50 %).")
     for s in short:
         print(f"  short: {s}")
@@ -261,6 +276,9 @@ def main() -> int:
                          "its own order against device order (DRA)")
     ap.add_argument("--gammas", default="1,2", help="grid: interference exponents, comma-separated")
     ap.add_argument("--candidate", default="pack", help="grid: the policy compared with CARMA's")
+    ap.add_argument("--candidate-args", default="", metavar="FLAGS",
+                    help="grid: `carma simulate` flags for the candidate alone, run on its own "
+                         "(e.g. '--queue-order shortest-first'); flags after -- go to every policy")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="grid: runs at once")
     ap.add_argument("--workload", metavar="TEXT", help="only the workloads whose label contains TEXT")
     ap.add_argument("--queue", choices=["kube", "carma"], help="only this queue")

@@ -17,6 +17,7 @@
 //!   patterns), a kernel OOM kill for host memory, or another failure.
 //! * [`recovery`] — what to do after an attempt ends.
 //! * [`quantity`] — Kubernetes memory quantities in MiB.
+//! * [`queue_order`] — pending pods' order: a priority from a declared duration, then arrival.
 //! * [`history`] — reservations learned from the peaks earlier runs of a model reached.
 //! * [`reservation`] — where a first reservation comes from: override, estimate or history,
 //!   whole GPU.
@@ -30,6 +31,7 @@ pub mod ledger;
 pub mod model;
 pub mod placement;
 pub mod quantity;
+pub mod queue_order;
 pub mod reason;
 pub mod recovery;
 pub mod reservation;
@@ -49,6 +51,7 @@ pub use history::{
 pub use ledger::{Ledger, LedgerError, PlacementRecord};
 pub use model::{Demand, Gpu, Node, Policy, PolicyParseError, Reservation};
 pub use placement::{NodePlacement, place_on_node, score_node};
+pub use queue_order::{Declared, QueueOrder, QueueOrderParseError};
 pub use reason::{GpuRejection, NodeRejection};
 pub use recovery::{AttemptOutcome, AttemptRecord, RecoveryDecision, decide_next};
 pub use reservation::{FirstReservation, first_reservation};

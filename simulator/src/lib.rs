@@ -25,12 +25,14 @@
 //! * [`result`], [`report`] — what a run produces; table, JSON and HTML output.
 //!
 //! This crate is the discrete-event [`engine`] ([`simulate`]) and [`compare`], which runs it
-//! once per policy.
+//! once per policy; [`declared`] gives tasks the durations a queue order reads
+//! ([`simulate_ordered`], [`compare_ordered`]).
 //!
 //! Every figure the simulator prints is simulated: run times and peaks are
 //! CARMA's measurements, everything that happens while jobs share a GPU comes
 //! from the documented models.
 
+pub mod declared;
 pub mod engine;
 
 pub use carma_workload::{
@@ -38,7 +40,8 @@ pub use carma_workload::{
     SimError, Summary, Task, Trace, catalog, config, error, model, plan, profile, report,
     reservation, result, task, trace,
 };
-pub use engine::simulate;
+pub use declared::QueueOrdering;
+pub use engine::{simulate, simulate_ordered};
 
 use carma_core::Policy;
 
@@ -50,7 +53,19 @@ pub fn compare(
     policies: &[Policy],
     cfg: &SimConfig,
 ) -> Result<Comparison, SimError> {
+    compare_ordered(trace, kind, policies, cfg, &QueueOrdering::default())
+}
+
+/// [`compare`] with the queues in `ordering`'s order (every policy alike).
+pub fn compare_ordered(
+    trace: &Trace,
+    kind: EstimatorKind,
+    policies: &[Policy],
+    cfg: &SimConfig,
+    ordering: &QueueOrdering,
+) -> Result<Comparison, SimError> {
     cfg.validate()?;
+    ordering.validate()?;
     let plan = reservation::plan(&trace.tasks, kind, cfg.cluster.gpu_memory_mib)?;
     let label = kind.as_str();
     let runs: Vec<Result<RunResult, SimError>> = std::thread::scope(|s| {
@@ -58,7 +73,9 @@ pub fn compare(
             .iter()
             .map(|p| {
                 let plan = &plan;
-                s.spawn(move || simulate(&trace.tasks, &plan.reservations, label, *p, cfg))
+                s.spawn(move || {
+                    simulate_ordered(&trace.tasks, &plan.reservations, label, *p, cfg, ordering)
+                })
             })
             .collect();
         handles

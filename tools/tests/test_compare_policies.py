@@ -93,3 +93,22 @@ def test_gpu_choice_runs_each_row_in_both_orders_and_reports_the_change(tmp_path
     assert "Device order, against the policy as carma places it" in out
     assert ("  rr: makespan +10.0 % (worst +10.0 %), mean JCT -5.0 % (worst -5.0 %), OOM crashes +1 in all"
             " (largest in one row +1)") in out
+
+
+def test_candidate_args_reach_the_candidate_alone(tmp_path):
+    out, calls = run(tmp_path, "--table", "grid", "--queue", "kube", "--gammas", "1",
+                     "--candidate-args", "--queue-order shortest-first", "--", "--warm-up", "0")
+    assert len(calls) == 2  # CARMA's five, then the candidate on its own
+    base, cand = calls
+    assert base[base.index("--policy") + 1] == "ff,bf,magm,lug,rr"
+    assert "--queue-order" not in base and "--warm-up" in base
+    assert cand[cand.index("--policy") + 1] == "pack"
+    assert cand[cand.index("--queue-order") + 1] == "shortest-first" and "--warm-up" in cand
+    assert "pack (--queue-order shortest-first): goal met on" in out
+
+
+def test_without_candidate_args_every_policy_shares_one_run(tmp_path):
+    out, calls = run(tmp_path, "--table", "grid", "--queue", "kube", "--gammas", "1")
+    assert len(calls) == 1
+    assert calls[0][calls[0].index("--policy") + 1] == "ff,bf,magm,lug,rr,pack"
+    assert "\npack: goal met on" in out

@@ -8,10 +8,13 @@ use std::process::ExitCode;
 use std::str::FromStr;
 
 use anyhow::Context as _;
+use carma_core::QueueOrder;
 use carma_core::{Policy, quantity::parse_mib};
 use carma_simulator::config::MAX_DELAY_MS;
 use carma_simulator::trace::{self, GeneratorConfig, ImportPaths};
-use carma_simulator::{EstimatorKind, QueueDiscipline, SimConfig, SimError, compare, report};
+use carma_simulator::{
+    EstimatorKind, QueueDiscipline, QueueOrdering, SimConfig, SimError, compare_ordered, report,
+};
 use clap::ValueEnum;
 
 use super::EXIT_BAD_INPUT;
@@ -61,6 +64,21 @@ pub struct SimulateArgs {
     /// strict first-in first-out: it blocks the queue).
     #[arg(long, default_value = "kube", value_parser = |s: &str| s.parse::<QueueDiscipline>())]
     pub queue: QueueDiscipline,
+    /// Order of each queue by a priority from the duration and GPUs a task declares, then
+    /// arrival: arrival (no priority, today's queue), shortest-first (the shortest declared
+    /// duration first) or longest-first (the most declared GPU time, duration × GPUs, first). A
+    /// task declares its exclusive run time from the trace: perfect information, which no user
+    /// has (--declared-duration-error). Under --queue carma the queue stays strict but is then a
+    /// priority queue, no longer CARMA's first-in first-out.
+    #[arg(long, default_value = "arrival", value_parser = |s: &str| s.parse::<QueueOrder>())]
+    pub queue_order: QueueOrder,
+    /// Largest factor by which a declared duration misses the task's exclusive run time, drawn
+    /// log-uniformly per task between 1/F and F (1: exact; at most 100).
+    #[arg(long, default_value_t = 1.0)]
+    pub declared_duration_error: f64,
+    /// Seed of the declared durations' errors.
+    #[arg(long, default_value_t = 1)]
+    pub declared_duration_seed: u64,
     /// Where reservations come from: gpumemnet (carma's estimator), oracle (true peak),
     /// recorded (the estimate in the .rad file), none (CARMA's OR-* rule).
     #[arg(long, default_value = "gpumemnet", value_parser = parse_estimator)]
@@ -290,6 +308,14 @@ impl SimulateArgs {
         cfg
     }
 
+    fn ordering(&self) -> QueueOrdering {
+        QueueOrdering {
+            order: self.queue_order,
+            error: self.declared_duration_error,
+            seed: self.declared_duration_seed,
+        }
+    }
+
     fn load_trace(&self) -> Result<trace::Trace, SimError> {
         match &self.trace {
             Some(path) => {
@@ -321,7 +347,12 @@ impl SimulateArgs {
 /// Run `carma simulate`.
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.config();
-    let trace = match cfg.validate().and_then(|()| args.load_trace()) {
+    let ordering = args.ordering();
+    let trace = match cfg
+        .validate()
+        .and_then(|()| ordering.validate())
+        .and_then(|()| args.load_trace())
+    {
         Ok(t) => t,
         Err(e) => {
             let code = bad_input(&e);
@@ -343,19 +374,44 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         policies = args.policy.0.len(),
         "simulating"
     );
-    let cmp = match compare(&trace, args.estimator, &args.policy.0, &cfg) {
+    let cmp = match compare_ordered(&trace, args.estimator, &args.policy.0, &cfg, &ordering) {
         Ok(c) => c,
         Err(e @ (SimError::Config(_) | SimError::Parse { .. } | SimError::Input { .. })) => {
             return Ok(bad_input(&e));
         }
         Err(e) => return Err(e.into()),
     };
+    // Arrival order prints nothing more, so that its output is what it was before queue orders.
+    let ordered = ordering.order != QueueOrder::Arrival;
     match args.format {
-        Format::Table => out!("{}", report::render_table(&cmp))?,
-        Format::Json => outln!(
-            "{}",
-            serde_json::to_string_pretty(&report::render_json(&cmp))?
-        )?,
+        Format::Table => {
+            out!("{}", report::render_table(&cmp))?;
+            if ordered {
+                outln!(
+                    "  Queue order: {} (declared durations: exclusive run times{})",
+                    ordering.order,
+                    if ordering.error > 1.0 {
+                        format!(" off by up to ×{} (seed {})", ordering.error, ordering.seed)
+                    } else {
+                        ", perfect information".into()
+                    }
+                )?;
+            }
+        }
+        Format::Json => {
+            let mut json = report::render_json(&cmp);
+            if let (true, Some(map)) = (ordered, json.as_object_mut()) {
+                map.insert(
+                    "queue_order".into(),
+                    serde_json::json!({
+                        "order": ordering.order.as_str(),
+                        "declared_duration_error": ordering.error,
+                        "declared_duration_seed": ordering.seed,
+                    }),
+                );
+            }
+            outln!("{}", serde_json::to_string_pretty(&json)?)?
+        }
     }
     if let Some(dir) = &args.out {
         fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -418,6 +474,27 @@ mod tests {
             let err = parse_seconds(huge).unwrap_err();
             assert!(err.contains("0 to 86400 s"), "{huge}: {err}");
         }
+    }
+
+    #[test]
+    fn queue_order_flags() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SimulateArgs,
+        }
+        let parse = |flags: &[&str]| {
+            Cli::try_parse_from(std::iter::once("simulate").chain(flags.iter().copied()))
+        };
+        let plain = parse(&[]).unwrap().args.ordering();
+        assert_eq!(plain, QueueOrdering::default());
+        let sf = parse(&["--queue-order", "shortest-first"]).unwrap().args;
+        assert_eq!(sf.ordering().order, QueueOrder::ShortestFirst);
+        assert!(parse(&["--queue-order", "sjf"]).is_err());
+        let off = parse(&["--declared-duration-error", "0.5"]).unwrap().args;
+        let err = off.ordering().validate().unwrap_err().to_string();
+        assert!(err.contains("between 1 and 100"), "{err}");
     }
 
     /// `--gpus-per-node 4294967295` used to abort allocating memory for every GPU.

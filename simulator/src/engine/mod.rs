@@ -8,7 +8,8 @@
 //! risk window still moving on a GPU the gate rejected), so idle stretches cost
 //! nothing.
 //!
-//! Each tick serves the recovery queue first, then the main queue, in the order of
+//! Each tick serves the recovery queue first, then the main queue (each sorted by the tasks'
+//! priorities under a [`QueueOrdering`], by arrival otherwise), in the order of
 //! `SimConfig::queue`: CARMA's strict head-of-line FIFO, or kube-scheduler's (a task
 //! that does not fit is set aside for its back-off and the next ones are tried). While
 //! the recovery queue holds a task,
@@ -40,9 +41,12 @@ mod summary;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use carma_core::{AttemptRecord, Gpu, Ledger, Millis, Node, PlacementConfig, Policy, Reservation};
+use carma_core::{
+    AttemptRecord, Gpu, Ledger, Millis, Node, PlacementConfig, Policy, QueueOrder, Reservation,
+};
 
 use crate::config::{QueueDiscipline, SimConfig};
+use crate::declared::QueueOrdering;
 use crate::error::SimError;
 use crate::model::Activity;
 use crate::result::{AttemptLog, RunResult};
@@ -59,7 +63,30 @@ pub fn simulate(
     policy: Policy,
     cfg: &SimConfig,
 ) -> Result<RunResult, SimError> {
+    simulate_ordered(
+        tasks,
+        reservations,
+        estimator,
+        policy,
+        cfg,
+        &QueueOrdering::default(),
+    )
+}
+
+/// [`simulate`] with both queues sorted by the priority `ordering` gives each task (higher first,
+/// then the order tasks entered the queue), as kube-scheduler sorts pods by pod priority. Under
+/// CARMA's discipline the queue stays strict (its head blocks the rest), but its head is then the
+/// highest priority waiting, no longer the earliest arrival.
+pub fn simulate_ordered(
+    tasks: &[Task],
+    reservations: &[Reservation],
+    estimator: &str,
+    policy: Policy,
+    cfg: &SimConfig,
+    ordering: &QueueOrdering,
+) -> Result<RunResult, SimError> {
     cfg.validate()?;
+    ordering.validate()?;
     if tasks.len() != reservations.len() {
         return Err(SimError::Config(format!(
             "{} tasks but {} reservations",
@@ -71,6 +98,9 @@ pub fn simulate(
         return Err(SimError::Config("tasks must be in arrival order".into()));
     }
     let mut engine = Engine::new(tasks, reservations, policy, cfg);
+    if ordering.order != QueueOrder::Arrival {
+        engine.priority = ordering.priorities(tasks);
+    }
     engine.run();
     engine.within_horizon()?;
     Ok(engine.finish(estimator))
@@ -155,6 +185,8 @@ struct Engine<'a> {
     memo: Vec<Vec<Memo>>,
     main_q: VecDeque<usize>,
     recovery_q: VecDeque<usize>,
+    /// Each task's queue priority ([`QueueOrdering`]); empty: arrival order.
+    priority: Vec<i64>,
     heap: BinaryHeap<Reverse<(Millis, u64, Event)>>,
     seq: u64,
     now: Millis,
@@ -254,6 +286,7 @@ impl<'a> Engine<'a> {
             ledger: Ledger::new(),
             main_q: VecDeque::new(),
             recovery_q: VecDeque::new(),
+            priority: Vec::new(),
             heap: BinaryHeap::new(),
             seq: 0,
             now: 0,
@@ -328,10 +361,10 @@ impl<'a> Engine<'a> {
         match ev {
             Event::Arrive(id) => {
                 self.state[id].ready_at = self.now;
-                self.main_q.push_back(id);
+                let at = self.enqueue(id, false);
                 // Behind a blocked head CARMA's queue has nothing to try; kube-scheduler tries the
                 // new pod.
-                if self.main_q.len() == 1 || self.cfg.queue == QueueDiscipline::Kube {
+                if at == 0 || self.cfg.queue == QueueDiscipline::Kube {
                     self.request_tick(self.now);
                 }
             }
@@ -339,11 +372,7 @@ impl<'a> Engine<'a> {
                 // The next attempt is a new pod: no back-off carried over.
                 let s = &mut self.state[task];
                 (s.ready_at, s.unschedulable, s.retry_at) = (self.now, 0, 0);
-                if recovery {
-                    self.recovery_q.push_back(task);
-                } else {
-                    self.main_q.push_back(task);
-                }
+                self.enqueue(task, recovery);
                 self.request_tick(self.now);
             }
             Event::Show { task, attempt } => self.show(task, attempt),

@@ -1,9 +1,10 @@
 //! The scheduler's pass on a tick: risk windows refreshed, then the recovery queue and the main
-//! queue served in [`QueueDiscipline`]'s order; and, once nothing can happen any more, the tasks
+//! queue served in [`QueueDiscipline`]'s order (each queue sorted by priority, then arrival); and, once nothing can happen any more, the tasks
 //! still queued failed with the reason placement gives.
 
 use std::collections::VecDeque;
 
+use carma_core::queue_order::insert_position;
 use carma_core::{Millis, place_on_node};
 
 use super::place::TryPlace;
@@ -72,6 +73,25 @@ impl Engine<'_> {
             }
         }
         wake
+    }
+
+    /// Queue `id` on the recovery or the main queue behind every task of the same or a higher
+    /// priority (at the back under arrival order); its position.
+    pub(super) fn enqueue(&mut self, id: usize, recovery: bool) -> usize {
+        let priority = &self.priority;
+        let at = match priority.get(id) {
+            Some(&p) => {
+                let q = if recovery {
+                    &self.recovery_q
+                } else {
+                    &self.main_q
+                };
+                insert_position(q.iter().map(|&t| priority.get(t).copied().unwrap_or(0)), p)
+            }
+            None => self.queue_mut(recovery).len(),
+        };
+        self.queue_mut(recovery).insert(at, id);
+        at
     }
 
     /// The recovery queue or the main queue.

@@ -1,0 +1,146 @@
+//! The durations tasks declare for the queue's order ([`carma_core::QueueOrder`]), and the
+//! priorities the queue sorts by.
+//!
+//! The simulator declares each task's exclusive run time from the trace: perfect information,
+//! which no user has. `error` above 1 spreads each declaration by a factor drawn log-uniformly
+//! between `1/error` and `error` (seeded, one draw per task), to see how much of an ordering's
+//! effect survives estimates that are off by that much.
+
+use carma_core::{Declared, QueueOrder};
+
+use crate::error::SimError;
+use crate::task::Task;
+
+/// How a run orders its queues.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueOrdering {
+    /// The order.
+    pub order: QueueOrder,
+    /// Largest factor by which a declared duration misses the exclusive run time (1: exact).
+    pub error: f64,
+    /// Seed of the declarations' errors.
+    pub seed: u64,
+}
+
+impl Default for QueueOrdering {
+    fn default() -> Self {
+        Self {
+            order: QueueOrder::Arrival,
+            error: 1.0,
+            seed: 1,
+        }
+    }
+}
+
+/// Largest `--declared-duration-error`.
+pub const MAX_DECLARED_ERROR: f64 = 100.0;
+
+impl QueueOrdering {
+    /// An error for an out-of-range `error`.
+    pub fn validate(&self) -> Result<(), SimError> {
+        if !(1.0..=MAX_DECLARED_ERROR).contains(&self.error) {
+            return Err(SimError::Config(format!(
+                "--declared-duration-error is {}; it must be between 1 and {MAX_DECLARED_ERROR}",
+                self.error
+            )));
+        }
+        Ok(())
+    }
+
+    /// What each task declares: its exclusive run time, off by the drawn factor.
+    pub fn declared(&self, tasks: &[Task]) -> Vec<Declared> {
+        tasks
+            .iter()
+            .map(|t| {
+                let factor = if self.error > 1.0 {
+                    self.error.powf(2.0 * unit(self.seed, t.id as u64) - 1.0)
+                } else {
+                    1.0
+                };
+                Declared {
+                    duration_ms: Some((t.exclusive_ms as f64 * factor).round() as u64),
+                    gpus: t.gpus,
+                }
+            })
+            .collect()
+    }
+
+    /// Each task's queue priority (higher first; all equal under arrival order).
+    pub fn priorities(&self, tasks: &[Task]) -> Vec<i64> {
+        self.declared(tasks)
+            .iter()
+            .map(|d| self.order.priority(d))
+            .collect()
+    }
+}
+
+/// A number in [0, 1) from `seed` and `id` (SplitMix64: no dependency, the same on every platform).
+fn unit(seed: u64, id: u64) -> f64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(id.wrapping_add(1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace;
+
+    fn tasks() -> Vec<Task> {
+        trace::generate(&trace::GeneratorConfig {
+            tasks: 200,
+            ..Default::default()
+        })
+        .unwrap()
+        .tasks
+    }
+
+    #[test]
+    fn exact_declarations_are_the_exclusive_run_times() {
+        let tasks = tasks();
+        let d = QueueOrdering::default().declared(&tasks);
+        for (t, d) in tasks.iter().zip(&d) {
+            assert_eq!(d.duration_ms, Some(t.exclusive_ms));
+            assert_eq!(d.gpus, t.gpus);
+        }
+        assert!(
+            QueueOrdering::default()
+                .priorities(&tasks)
+                .iter()
+                .all(|&p| p == 0)
+        );
+    }
+
+    #[test]
+    fn errors_stay_within_their_factor_and_follow_the_seed() {
+        let tasks = tasks();
+        let noisy = QueueOrdering {
+            order: QueueOrder::ShortestFirst,
+            error: 2.0,
+            seed: 7,
+        };
+        let d = noisy.declared(&tasks);
+        let mut moved = 0;
+        for (t, d) in tasks.iter().zip(&d) {
+            let ratio = d.duration_ms.unwrap() as f64 / t.exclusive_ms as f64;
+            assert!((0.499..=2.001).contains(&ratio), "{ratio}");
+            moved += usize::from((ratio - 1.0).abs() > 0.01);
+        }
+        assert!(moved > tasks.len() / 2, "{moved}");
+        assert_eq!(noisy.declared(&tasks), d);
+        assert_ne!(QueueOrdering { seed: 8, ..noisy }.declared(&tasks), d);
+        assert!(
+            QueueOrdering {
+                error: 0.5,
+                ..noisy
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(noisy.validate().is_ok());
+    }
+}
