@@ -195,7 +195,8 @@ fn no_job_of_the_fitting_set_is_underestimated_and_the_constants_are_tight() {
     let under = underestimated(&all);
     assert!(under.is_empty(), "underestimated:\n{}", under.join("\n"));
     // docs/traced-estimate.md: the CNN mean within the 1 GiB goal; the Transformer mean above
-    // it, because CARMA's A100 jobs carry the H100's larger context (on the H100 rows
+    // it, because CARMA's A100 jobs carry the H100's larger context and the multi-GPU term
+    // is set by XLNet-large, which over-reserves GPT-2 large by 5 GiB (on the H100 rows
     // alone it is within it).
     assert!(
         mean_over(&all, Family::Cnn) <= 1024,
@@ -203,7 +204,7 @@ fn no_job_of_the_fitting_set_is_underestimated_and_the_constants_are_tight() {
         mean_over(&all, Family::Cnn)
     );
     assert!(
-        mean_over(&all, Family::Transformer) <= 1536,
+        mean_over(&all, Family::Transformer) <= 1600,
         "Transformer mean over {} MiB",
         mean_over(&all, Family::Transformer)
     );
@@ -242,14 +243,7 @@ fn held_out_jobs_miss_only_where_the_docs_say() {
     missed.sort_unstable();
     assert_eq!(
         missed,
-        [
-            "gpt2 (causal LM, bf16 autocast)",
-            "llama 300M (causal LM)",
-            "swin_t",
-            "t5-small (seq2seq)",
-            "vit_b_16",
-            "wide_resnet50_2",
-        ],
+        ["t5-small (seq2seq)", "vit_b_16", "wide_resnet50_2"],
         "{}",
         underestimated(&held).join("\n")
     );

@@ -12,7 +12,9 @@
 //!
 //! `--summary` takes a torchsummary or torchinfo table, or an annotated module
 //! printout (told apart by their headers and first line); `--optimizer` and `--mixed-precision` set the
-//! profile's optional fields for either.
+//! profile's optional fields for either. Where a table or printout is read with the
+//! layer-by-layer bound, the JSON's `terms` says what the reservation counts (context,
+//! weights, gradients, optimizer state, activations, attention scores, step temporaries).
 //!
 //! Output is JSON on stdout (a table with `eval --peaks --table`). Bad input (unreadable
 //! file, malformed profile, summary or CSV) prints a message naming the problem on stderr and
@@ -208,8 +210,12 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
         && estimate.source == EstimateSource::AnalyticUpperBound
         && estimator.model(profile.family).is_none()
     {
-        estimate.mib = detailed_bound(&profile, &values).total_mib;
+        let terms = detailed_bound(&profile, &values);
+        estimate.mib = terms.total_mib;
         estimate.class = format!("(0,{}]", estimate.mib);
+        let mut out = render(&estimate);
+        out["terms"] = serde_json::to_value(terms).map_err(|e| BadInput(e.to_string()))?;
+        return Ok(Output::Json(out));
     }
     Ok(Output::Json(render(&estimate)))
 }
@@ -403,6 +409,20 @@ mod tests {
         let out = json(execute(&est, &args).unwrap());
         assert_eq!(out["source"], "analytic-upper-bound");
         assert!(out["estimate_mib"].as_u64().unwrap() >= 1536);
+        // what the reservation counts, term by term; the terms add up to at most the total,
+        // which is their sum rounded up
+        let terms = out["terms"].as_object().unwrap();
+        assert_eq!(terms["total_mib"], out["estimate_mib"]);
+        assert_eq!(terms["context_mib"], 1536);
+        let sum: u64 = terms
+            .iter()
+            .filter(|(k, _)| *k != "total_mib")
+            .map(|(_, v)| v.as_u64().unwrap())
+            .sum();
+        assert!(
+            sum <= out["estimate_mib"].as_u64().unwrap() && sum > 1536,
+            "{out}"
+        );
     }
 
     #[test]

@@ -34,11 +34,11 @@ data loader's pinned host memory (not GPU memory).
 
 The optimizer step uses the multi-tensor (`foreach`) implementation, which PyTorch picks by
 default on CUDA: it holds one temporary the size of all parameters at once (Adam's
-`sqrt(exp_avg_sq)`). Mixed precision (`--mixed-precision`) runs the step under
-`torch.autocast` for the CPU with bfloat16: the fake tensors live on the CPU device (CUDA
-autocast needs a GPU), and CPU autocast casts the same compute-heavy operators (matmul,
-convolution, linear) to a 16-bit type; its lists of operators differ from CUDA's in detail,
-so a mixed-precision trace is an approximation.
+`sqrt(exp_avg_sq)`). The fake tensors live on the CPU device (the autograd engine will not
+run a backward pass on fake CUDA tensors without a GPU), and where the CPU path keeps
+different tensors from CUDA's the trace takes CUDA's (`gpu_paths`): dropout keeps a one-byte
+mask, and mixed precision (`--mixed-precision`) runs CPU autocast with bfloat16 plus CUDA
+autocast's list of operators it runs in fp32 (norms, softmax, `pow`, `exp`, losses).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 from .allocator import CachingAllocator
 from .core import MAX_BATCH_SIZE, MAX_SEQ_LENGTH, OPTIMIZERS, ProfileError
+from .gpu_paths import cuda_autocast_lists, gpu_dropout
 
 MIB = 1 << 20
 # PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp).
@@ -222,10 +223,12 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
     peaks = {p: 0 for p in PHASES}
     fake = FakeTensorMode(allow_non_fake_inputs=True)  # the meta model moves in
     Track = _mode_class(torch)
-    amp = (torch.autocast("cpu", dtype=torch.bfloat16) if mixed_precision
-           else _Nothing())
+    amp = (_Both(torch.autocast("cpu", dtype=torch.bfloat16), cuda_autocast_lists(torch))
+           if mixed_precision else _Nothing())
     original_sdpa, fused_sdpa = _fused_sdpa(torch)
+    original_dropout, cuda_dropout = gpu_dropout(torch)
     torch.nn.functional.scaled_dot_product_attention = fused_sdpa
+    torch.nn.functional.dropout = cuda_dropout
     try:
         with fake:
             # Parameters and buffers: fake CPU tensors with no data behind them.
@@ -271,6 +274,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
                            f"{type(e).__name__}: {e}") from e
     finally:
         torch.nn.functional.scaled_dot_product_attention = original_sdpa
+        torch.nn.functional.dropout = original_dropout
     return {
         "forwardMiB": max(1, math.ceil(peaks["forward"] / MIB)),
         "backwardMiB": max(1, math.ceil(peaks["backward"] / MIB)),
@@ -304,6 +308,29 @@ def _fused_sdpa(torch):
         return out[0]
 
     return original, sdpa
+
+
+class _Both:
+    """Two context managers entered in order and left in reverse."""
+
+    def __init__(self, first, second) -> None:
+        self._first, self._second = first, second
+
+    def __enter__(self):
+        self._first.__enter__()
+        try:
+            self._second.__enter__()
+        except BaseException:
+            self._first.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self._second.__exit__(*exc)
+        finally:
+            self._first.__exit__(*exc)
+        return False
 
 
 class _Nothing:

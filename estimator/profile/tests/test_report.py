@@ -21,7 +21,9 @@ def test_reservation_matches_traced_rs():
 def test_replayed_segments_use_the_allocator_constants():
     c = report.constants(REPO)
     # estimator/src/traced.rs's doc test: the same trace with replayed segments
-    assert report.reservation(c, "transformer", 1, 19_821, 1_908, 20_900) == c["ALLOCATOR_CONTEXT_MIB"] + 20_900
+    transformer = c["ALLOCATOR_TRANSFORMER_LARGEST_FACTOR_MILLI"]
+    assert report.reservation(c, "transformer", 1, 19_821, 1_908, 20_900) == (
+        c["ALLOCATOR_CONTEXT_MIB"] + 20_900 + -(-1_908 * transformer // 1000))
     factor = c["ALLOCATOR_CNN_LARGEST_FACTOR_MILLI"]
     assert report.reservation(c, "cnn", 2, 10_000, 1_000, 12_000) == (
         c["ALLOCATOR_CONTEXT_MIB"] + 12_000 + -(-1_000 * factor // 1000) + c["ALLOCATOR_MULTI_GPU_MIB"])
