@@ -27,7 +27,22 @@ pub enum QueueOrder {
     /// The most declared GPU time first (duration × GPUs: long and multi-GPU tasks start early,
     /// so that none of them is left to run alone at the end).
     LongestFirst,
+    /// Tasks declared shorter than `short_below_ms` first, shortest first; then the rest, the
+    /// most GPU time first. The short ones are most of the tasks and most of what mean JCT
+    /// counts; the long ones, started early, leave no long task alone at the end.
+    ShortThenLongest {
+        /// Declared durations below this count as short.
+        short_below_ms: Millis,
+    },
 }
+
+/// [`QueueOrder::ShortThenLongest`]'s threshold unless one is named: 30 minutes.
+pub const DEFAULT_SHORT_BELOW_MS: Millis = 30 * 60_000;
+
+/// The priority of the shortest short task under [`QueueOrder::ShortThenLongest`]; long tasks
+/// rank below every short one (their GPU-seconds are capped just under the shortest's priority
+/// minus the threshold). Under 2^31, a Kubernetes pod priority's range.
+const SHORT_BASE: i64 = 1_000_000_000;
 
 /// What a task declares about itself, as an operator would read it from a TrainingTask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,23 +55,30 @@ pub struct Declared {
 
 /// A `--queue-order` value that names no order.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("unknown queue order {0:?} (expected arrival, shortest-first or longest-first)")]
+#[error(
+    "unknown queue order {0:?} (expected arrival, shortest-first, longest-first or \
+     short-then-longest[:MINUTES])"
+)]
 pub struct QueueOrderParseError(pub String);
 
 impl QueueOrder {
     /// Every order, the default first.
-    pub const ALL: [QueueOrder; 3] = [
+    pub const ALL: [QueueOrder; 4] = [
         QueueOrder::Arrival,
         QueueOrder::ShortestFirst,
         QueueOrder::LongestFirst,
+        QueueOrder::ShortThenLongest {
+            short_below_ms: DEFAULT_SHORT_BELOW_MS,
+        },
     ];
 
-    /// The order's name on the command line.
+    /// The order's name on the command line, without a threshold.
     pub fn as_str(self) -> &'static str {
         match self {
             QueueOrder::Arrival => "arrival",
             QueueOrder::ShortestFirst => "shortest-first",
             QueueOrder::LongestFirst => "longest-first",
+            QueueOrder::ShortThenLongest { .. } => "short-then-longest",
         }
     }
 
@@ -75,29 +97,62 @@ impl QueueOrder {
             };
         };
         let secs = i64::try_from(ms / 1000).unwrap_or(i64::MAX);
+        let gpu_secs = secs.saturating_mul(i64::from(d.gpus.max(1)));
         match self {
             QueueOrder::Arrival => 0,
             QueueOrder::ShortestFirst => -secs,
-            QueueOrder::LongestFirst => secs.saturating_mul(i64::from(d.gpus.max(1))),
+            QueueOrder::LongestFirst => gpu_secs,
+            QueueOrder::ShortThenLongest { short_below_ms } if ms < short_below_ms => {
+                SHORT_BASE - secs
+            }
+            QueueOrder::ShortThenLongest { short_below_ms } => {
+                let below_short = SHORT_BASE - i64::try_from(short_below_ms / 1000).unwrap_or(0);
+                gpu_secs.min(below_short - 1)
+            }
         }
     }
 }
 
+/// `short-then-longest` with its threshold in minutes when it is not the default.
 impl fmt::Display for QueueOrder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.as_str())?;
+        match *self {
+            QueueOrder::ShortThenLongest { short_below_ms }
+                if short_below_ms != DEFAULT_SHORT_BELOW_MS =>
+            {
+                write!(f, ":{}", short_below_ms as f64 / 60_000.0)
+            }
+            _ => Ok(()),
+        }
     }
 }
 
+/// A name from [`QueueOrder::ALL`]; `short-then-longest:M` sets the threshold to M minutes (more
+/// than 0, at most a week).
 impl FromStr for QueueOrder {
     type Err = QueueOrderParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || QueueOrderParseError(s.to_string());
         let t = s.trim().to_ascii_lowercase();
-        QueueOrder::ALL
+        let (name, minutes) = match t.split_once(':') {
+            Some((name, m)) => (name, Some(m.trim().parse::<f64>().map_err(|_| bad())?)),
+            None => (t.as_str(), None),
+        };
+        let order = QueueOrder::ALL
             .into_iter()
-            .find(|o| o.as_str() == t)
-            .ok_or_else(|| QueueOrderParseError(s.to_string()))
+            .find(|o| o.as_str() == name)
+            .ok_or_else(bad)?;
+        match (order, minutes) {
+            (_, None) => Ok(order),
+            (QueueOrder::ShortThenLongest { .. }, Some(m)) if m > 0.0 && m <= 7.0 * 24.0 * 60.0 => {
+                Ok(QueueOrder::ShortThenLongest {
+                    short_below_ms: (m * 60_000.0).round() as Millis,
+                })
+            }
+            _ => Err(bad()),
+        }
     }
 }
 

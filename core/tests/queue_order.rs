@@ -81,3 +81,31 @@ fn priorities_fit_kubernetes_for_realistic_durations() {
     assert!(i32::try_from(QueueOrder::LongestFirst.priority(&year)).is_ok());
     assert!(i32::try_from(QueueOrder::ShortestFirst.priority(&year)).is_ok());
 }
+
+#[test]
+fn short_then_longest_runs_short_tasks_shortest_first_then_long_ones_longest_first() {
+    let order: QueueOrder = "short-then-longest:30".parse().unwrap();
+    assert_eq!(order, QueueOrder::ALL[3]);
+    // 45 min × 1, 20 min, 90 min × 2, 5 min, 60 min × 1
+    let tasks = [
+        declared(45, 1),
+        declared(20, 1),
+        declared(90, 2),
+        declared(5, 1),
+        declared(60, 1),
+    ];
+    assert_eq!(queued(order, &tasks), vec![3, 1, 2, 4, 0]);
+    // A long task that would outrank every short one by its GPU time still ranks below them.
+    let huge = declared(365 * 24 * 60, 8);
+    assert!(order.priority(&huge) < order.priority(&declared(29, 1)));
+    let ten: QueueOrder = "short-then-longest:10".parse().unwrap();
+    assert_eq!(queued(ten, &tasks), vec![3, 2, 4, 0, 1]);
+    assert_eq!(ten.to_string(), "short-then-longest:10");
+    for bad in [
+        "short-then-longest:0",
+        "short-then-longest:x",
+        "shortest-first:10",
+    ] {
+        assert!(bad.parse::<QueueOrder>().is_err(), "{bad}");
+    }
+}
