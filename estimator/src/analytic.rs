@@ -155,6 +155,11 @@ pub struct SavedValues {
     /// Attention score values (heads × seqLength² per block, times the score tensors
     /// an attention block of that kind keeps).
     pub scores: u128,
+    /// Values kept in fp32 even under mixed precision, beside `saved`: CUDA autocast runs
+    /// norms, softmax, losses and `pow` in fp32, and a sum of a 16-bit and an fp32 tensor
+    /// (a residual connection) is fp32. Module printouts only; a table's rows are all in
+    /// `saved`.
+    pub kept_fp32: u128,
 }
 
 /// The detailed bound's constants, per family (see [`detailed_bound`]).
@@ -267,8 +272,11 @@ pub fn detailed_bound_for(
         .saved
         .saturating_add(u128::from(f.largest_outputs).saturating_mul(values.largest));
     let copies_pct = (f.copies * 100.0).round() as u128;
-    let activations = (copies_pct * e)
+    let per_sample_bytes = e
         .saturating_mul(per_sample)
+        .saturating_add(4u128.saturating_mul(values.kept_fp32));
+    let activations = copies_pct
+        .saturating_mul(per_sample_bytes)
         .saturating_mul(batch)
         .div_ceil(100);
     let scores = e.saturating_mul(values.scores).saturating_mul(batch);
@@ -402,7 +410,7 @@ mod tests {
         let values = SavedValues {
             saved: 1_000_000,
             largest: 100_000,
-            scores: 0,
+            ..SavedValues::default()
         };
         let t = detailed_bound(profile(Family::Cnn, 10_000_000, 1, 32), &values);
         assert_eq!(
@@ -429,6 +437,16 @@ mod tests {
             ..SavedValues::default()
         };
         assert_eq!(detailed_bound(p, &scores).scores_mib, 4);
+        // under mixed precision 16-bit values count 2 B and fp32-kept ones 4 B:
+        // 1 Mi of each at batch 2 = 4 + 8 MiB
+        let mixed = SavedValues {
+            saved: 1 << 20,
+            kept_fp32: 1 << 20,
+            ..SavedValues::default()
+        };
+        assert_eq!(detailed_bound(p, &mixed).activations_mib, 12);
+        p.mixed_precision = false;
+        assert_eq!(detailed_bound(p, &mixed).activations_mib, 16);
         // each GPU beyond the first adds the multi-GPU term
         let one = detailed_bound(profile(Family::Cnn, 10_000_000, 1, 32), &values);
         let two = detailed_bound_for(profile(Family::Cnn, 10_000_000, 1, 32), &values, 2);
@@ -450,6 +468,7 @@ mod tests {
             saved: u128::MAX,
             largest: u128::MAX,
             scores: u128::MAX,
+            kept_fp32: u128::MAX,
         };
         let t = detailed_bound(profile(Family::Cnn, u64::MAX, 1, u32::MAX), &values);
         assert_eq!(t.total_mib, u64::MAX);

@@ -59,7 +59,18 @@
 //! * a language-model head — a `Linear` whose `out_features` is the vocabulary of the first
 //!   `Embedding` — feeds a cross-entropy over the vocabulary that keeps [`LM_LOSS_TENSORS`] more
 //!   tensors of the logits' size (the log-probabilities, and in backward their gradient and the
-//!   logits').
+//!   logits');
+//! * tensors of a layer that are no module's output: each attention block's context (the fused
+//!   kernel's output, which the output projection saves) and [`RESIDUAL_SUMS`] residual sums
+//!   (which the norms after them save), and a gated feed-forward's product (two linears of the
+//!   block's widest output beside an activation: `act(gate(x)) × up(x)`);
+//! * an activation module at its block's widest output (the feed-forward's inner width), whatever
+//!   its printed position.
+//!
+//! Under mixed precision, embeddings, norms, residual sums, a composite GELU's intermediates and
+//! the loss's tensors stay fp32 (CUDA autocast's fp32 list; [`SavedValues::kept_fp32`]); the
+//! rest counts at 16 bits. `python -m carma_profile.breakdown JOB` shows each of these in a
+//! traced step.
 //!
 //! Parameters are the outermost module's count; every module's count must be at
 //! least the sum of its children's (a module can hold parameters of its own, as
@@ -88,6 +99,10 @@ pub const COMPOSITE_GELU_TENSORS: u128 = 3;
 /// log-probabilities (saved for backward), then in backward their gradient and the logits'
 /// gradient, alive together at the start of backward.
 pub const LM_LOSS_TENSORS: u128 = 3;
+/// Residual sums per attention block that the norms after them save: one after the attention,
+/// one after the feed-forward. A decoder layer with cross-attention has three for its two
+/// blocks, so this counts one too many there.
+pub const RESIDUAL_SUMS: u128 = 2;
 
 /// Why a module printout was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -170,6 +185,8 @@ struct Totals {
     activations: u128,
     /// What the detailed bound counts: module outputs and bare projections…
     saved: u128,
+    /// …the part of it kept in fp32 under mixed precision (see [`SavedValues::kept_fp32`])…
+    kept_fp32: u128,
     /// …and score values in quarters of a tensor per head (see [`score_quarters`]).
     score_quarters: u128,
     largest: u128,
@@ -189,6 +206,7 @@ impl Totals {
         };
         self.activations = more(self.activations, before.activations);
         self.saved = more(self.saved, before.saved);
+        self.kept_fp32 = more(self.kept_fp32, before.kept_fp32);
         self.score_quarters = more(self.score_quarters, before.score_quarters);
         self.linear = more64(self.linear, before.linear);
         self.attention = more64(self.attention, before.attention);
@@ -207,6 +225,10 @@ struct Open {
     before: Totals,
     /// The widest output of the modules closed on their line directly inside it.
     max_width: u64,
+    /// How many linears directly inside it have that widest output, and whether an activation
+    /// is among its modules: two and one make a gated feed-forward.
+    widest_linears: u32,
+    activation: bool,
     /// Where its modules closed on their line start in the parser's list of their counts.
     leaves_from: usize,
 }
@@ -295,6 +317,8 @@ pub(crate) fn parse_printout_values(
                 children_params: 0,
                 before: totals,
                 max_width: 0,
+                widest_linears: 0,
+                activation: false,
                 leaves_from: leaf_counts.len(),
             }),
             Some(args) => {
@@ -302,19 +326,30 @@ pub(crate) fn parse_printout_values(
                     .params
                     .ok_or_else(|| bad("a module must end with `, <n> params`"))?;
                 let before = totals;
-                leaf(m.kind, args, seq, &mut width, &mut totals).map_err(&bad)?;
+                let siblings_width = stack.last().map_or(0, |p| p.max_width);
+                leaf(m.kind, args, seq, &mut width, siblings_width, &mut totals).map_err(&bad)?;
                 if m.kind == "Embedding" && vocab.is_none() {
                     vocab = positional(args, 0);
                 }
                 let block_width = match stack.last_mut() {
                     Some(parent) => {
-                        parent.max_width = parent.max_width.max(width.unwrap_or(0));
+                        let w = width.unwrap_or(0);
+                        if matches!(m.kind, "Linear" | "LazyLinear" | "Conv1D") {
+                            match w.cmp(&parent.max_width) {
+                                std::cmp::Ordering::Greater => parent.widest_linears = 1,
+                                std::cmp::Ordering::Equal => parent.widest_linears += 1,
+                                std::cmp::Ordering::Less => {}
+                            }
+                        }
+                        parent.activation |= is_activation(m.kind);
+                        parent.max_width = parent.max_width.max(w);
                         parent.max_width
                     }
                     None => width.unwrap_or(0),
                 };
+                // a composite GELU's `pow` chain and a loss run in fp32 under autocast
                 let kept = kept_beyond_output(m.kind, args, vocab, block_width);
-                totals.saved = totals.saved.saturating_add(kept.saturating_mul(seq));
+                totals.kept_fp32 = totals.kept_fp32.saturating_add(kept.saturating_mul(seq));
                 if m.repeat > 1 {
                     totals.repeat(&before, u128::from(m.repeat - 1));
                 }
@@ -372,6 +407,7 @@ pub(crate) fn parse_printout_values(
         saved: totals.saved,
         largest: totals.largest,
         scores: totals.score_quarters.div_ceil(4),
+        kept_fp32: totals.kept_fp32,
     };
     Ok((profile, values))
 }
@@ -423,6 +459,12 @@ fn close_module(
                 .saturating_add(projections.saturating_mul(seq).saturating_mul(w));
         }
     }
+    if open.widest_linears >= 2 && open.activation {
+        // A gated feed-forward (Llama's gate_proj, up_proj and act_fn; T5 v1.1's wi_0 and
+        // wi_1) keeps act(gate(x)) × up(x), the down projection's input: no module's output.
+        let product = seq.saturating_mul(u128::from(open.max_width));
+        totals.saved = totals.saved.saturating_add(product);
+    }
     if open.repeat > 1 {
         totals.repeat(&open.before, u128::from(open.repeat - 1));
     }
@@ -442,6 +484,15 @@ fn add_attention(totals: &mut Totals, width: Option<u64>, seq: u128, kind: &str)
             .saturating_mul(heads)
             .saturating_mul(per_head),
     );
+    // Tensors of a Transformer layer that are no module's output: the attention's context (the
+    // fused kernel's output, which the output projection saves as its input), and the two
+    // residual sums around the attention and the feed-forward, which the norms after them save
+    // (fp32 under autocast: a 16-bit output added to the fp32 stream).
+    let w = u128::from(width.unwrap_or(0)).saturating_mul(seq);
+    totals.saved = totals.saved.saturating_add(w);
+    totals.kept_fp32 = totals
+        .kept_fp32
+        .saturating_add(RESIDUAL_SUMS.saturating_mul(w));
 }
 
 /// Score tensors per head that the detailed bound counts for an attention block of
@@ -471,12 +522,24 @@ fn kept_beyond_output(kind: &str, args: &str, vocab: Option<u64>, block_width: u
     }
 }
 
-/// Counts one module closed on its line.
+/// A `torch.nn` activation or a Hugging Face `*Activation` (not `Identity`, which allocates
+/// nothing).
+fn is_activation(kind: &str) -> bool {
+    let named = crate::profile::TORCH_ACTIVATIONS
+        .iter()
+        .any(|a| a.eq_ignore_ascii_case(kind))
+        || kind.ends_with("Activation");
+    named && kind != "Identity"
+}
+
+/// Counts one module closed on its line; `siblings_width` is the widest output of the modules
+/// closed before it in the same block.
 fn leaf(
     kind: &str,
     args: &str,
     seq: u128,
     width: &mut Option<u64>,
+    siblings_width: u64,
     t: &mut Totals,
 ) -> Result<(), &'static str> {
     let out: Option<u64> = match kind {
@@ -496,11 +559,7 @@ fn leaf(
         }
         _ => None,
     };
-    let is_activation = crate::profile::TORCH_ACTIVATIONS
-        .iter()
-        .any(|a| a.eq_ignore_ascii_case(kind))
-        || kind.ends_with("Activation");
-    let is_activation = is_activation && kind != "Identity"; // allocates nothing
+    let is_activation = is_activation(kind);
     let size = match out {
         Some(w) => {
             *width = Some(w);
@@ -512,7 +571,19 @@ fn leaf(
     if let Some(w) = size {
         let values = seq * u128::from(w);
         t.activations = t.activations.saturating_add(values);
-        t.saved = t.saved.saturating_add(values);
+        // Embeddings are not autocast and norms run in fp32 under it: their outputs stay
+        // fp32 under mixed precision.
+        if kind == "Embedding" || kind.ends_with("LayerNorm") || kind.ends_with("RMSNorm") {
+            t.kept_fp32 = t.kept_fp32.saturating_add(values);
+        } else if is_activation {
+            // Printed order is definition order: an activation defined after its block's
+            // second linear (GPT-2's `act`, Llama's `act_fn`) runs on the first one's output,
+            // the block's widest.
+            let w = u128::from(w.max(siblings_width));
+            t.saved = t.saved.saturating_add(seq * w);
+        } else {
+            t.saved = t.saved.saturating_add(values);
+        }
         t.largest = t.largest.max(values);
     }
     let bump = |c: &mut u64| *c = c.saturating_add(1);
@@ -664,9 +735,12 @@ Total params: 1
 
     #[test]
     fn tiny_model_values() {
-        let (p, v) = parse_printout_values(TINY, Family::Transformer, 2, 10).unwrap();
-        // the module outputs, without the profile's 3 score tensors per head
-        assert_eq!(v.saved, u128::from(p.activations) - 2 * 3 * 2 * 100);
+        let (_, v) = parse_printout_values(TINY, Family::Transformer, 2, 10).unwrap();
+        // seq 10, per block: out_proj 1280, ff 5120, act 5120, drop 5120 and the attention's
+        // context 1280 in 16 bits under autocast; the norm 1280 and the two residual sums
+        // 2 × 1280 in fp32, as the embedding's 1280; no score tensor
+        assert_eq!(v.saved, 2 * 17_920);
+        assert_eq!(v.kept_fp32, 1280 + 2 * 3840);
         // a plain block runs fused attention: no score tensor
         assert_eq!(v.scores, 0);
         assert_eq!(v.largest, 5120);
@@ -681,7 +755,10 @@ Total params: 1
         .replace("277,504 params", "211,464 params");
         let (_, r) = parse_printout_values(&relative, Family::Transformer, 2, 10).unwrap();
         assert_eq!(r.scores, (2 * 13 * 2 * 100_u128).div_ceil(4));
-        assert_eq!(r.saved, v.saved + 2 * 2 * 10 * 128);
+        // the two projections (2 × 1280) in place of out_proj (1280), per block
+        assert_eq!(r.saved, v.saved + 2 * 10 * 128);
+        // and the norm inside the attention block, in fp32
+        assert_eq!(r.kept_fp32, v.kept_fp32 + 2 * 10 * 128);
     }
 
     #[test]
@@ -721,6 +798,39 @@ Total params: 1
             "(norm): T5LayerNorm(), 256 params",
         );
         assert_eq!(parse(&t5).unwrap(), parse(TINY).unwrap());
+    }
+
+    #[test]
+    fn a_gated_feed_forward_keeps_its_product() {
+        let mlp = |gate_out: u32| {
+            format!(
+                "Net(
+  (emb): Embedding(100, 128), 12,800 params
+  (attn): Attention(
+    (o): Linear(in_features=128, out_features=128, bias=False), 16,384 params
+  ), 16,384 params
+  (mlp): Mlp(
+    (gate): Linear(in_features=128, out_features={gate_out}, bias=False), {} params
+    (up): Linear(in_features=128, out_features=512, bias=False), 65,536 params
+    (down): Linear(in_features=512, out_features=128, bias=False), 65,536 params
+    (act): SiLU(), 0 params
+  ), {} params
+), {} params
+",
+                128 * gate_out,
+                128 * gate_out + 131_072,
+                128 * gate_out + 131_072 + 29_184
+            )
+        };
+        let values = |text: &str| {
+            parse_printout_values(text, Family::Transformer, 1, 10)
+                .unwrap()
+                .1
+        };
+        // gate and up both 512 wide with an activation: act(gate) × up, 10 × 512 more values;
+        // a 256-wide gate is no gate of the up projection's width
+        let (gated, plain) = (values(&mlp(512)), values(&mlp(256)));
+        assert_eq!(gated.saved, plain.saved + 256 * 10 + 10 * 512);
     }
 
     #[test]

@@ -241,6 +241,7 @@ pub(crate) fn parse_torchsummary_values(
         saved: saved_halves.div_ceil(2),
         largest: u128::from(largest),
         scores: 0,
+        kept_fp32: 0,
     };
     Ok((profile, values))
 }

@@ -81,8 +81,11 @@ class _LiveBytes:
         self.largest = 0
         # The caching allocator's segments, replayed over the same storages.
         self.allocator = CachingAllocator()
+        # With a breakdown asked for: who created each live storage, `(module, operator)`.
+        self.labels: dict[int, tuple[str, str, int]] | None = None
+        self.label = ("parameters and buffers", "")
 
-    def add_tensor(self, t) -> None:
+    def add_tensor(self, t, op: str = "") -> None:
         torch = self._torch
         if not isinstance(t, torch.Tensor):
             return
@@ -98,10 +101,14 @@ class _LiveBytes:
 
         def freed(_ref, key=key, size=size, block=block):
             if self._refs.pop(key, None) is not None:
+                if self.labels is not None:
+                    self.labels.pop(key, None)
                 self.live -= size
                 self.allocator.free(block)
 
         self._refs[key] = self._weakref.ref(st, freed)
+        if self.labels is not None:
+            self.labels[key] = (self.label[0], op or self.label[1], size)
         if self.watch_largest:
             self.largest = max(self.largest, size)
         self.live += size
@@ -109,6 +116,13 @@ class _LiveBytes:
 
     def start_phase(self) -> None:
         self.peak = self.live
+
+    def breakdown(self) -> dict[tuple[str, str], int]:
+        """Live bytes now, by the module and operator that created each storage."""
+        out: dict[tuple[str, str], int] = {}
+        for module, op, size in (self.labels or {}).values():
+            out[(module, op)] = out.get((module, op), 0) + size
+        return out
 
 
 def _mode_class(torch):
@@ -124,10 +138,27 @@ def _mode_class(torch):
             out = func(*args, **(kwargs or {}))
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
-                    self.live.add_tensor(t)
+                    self.live.add_tensor(t, func.overloadpacket.__name__)
             return out
 
     return Track
+
+
+def _module_labels(torch, live: _LiveBytes) -> list:
+    """Global module hooks that keep `live.label` on the innermost module running."""
+    stack: list[str] = []
+
+    def enter(module, _args):
+        stack.append(type(module).__name__)
+        live.label = (stack[-1], "")
+
+    def leave(_module, _args, _out):
+        if stack:
+            stack.pop()
+        live.label = (stack[-1] if stack else "outside any module", "")
+
+    return [torch.nn.modules.module.register_module_forward_pre_hook(enter),
+            torch.nn.modules.module.register_module_forward_hook(leave, always_call=True)]
 
 
 def _loss_of(torch, out):
@@ -159,7 +190,7 @@ def _optimizer(torch, name: str, params):
 def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq_len: int | None = None,
                *, make_input: Callable[[int], Any] | None = None, labels: Callable[[int], Any] | None = None,
                optimizer: str | None = None, mixed_precision: bool | None = None,
-               steps: int = 2) -> dict:
+               steps: int = 2, breakdown: dict | None = None) -> dict:
     """The `traced` object of a model profile: `{"forwardMiB", "backwardMiB", "optimizerStepMiB",
     "largestTensorMiB"}`, the first three each the peak of live tensor bytes (parameters
     included) during that phase of a training step, the last the largest single storage an
@@ -174,6 +205,11 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
     given, is passed as the `labels` keyword (Hugging Face models then compute their own
     loss); otherwise the loss is the sum of the output. `optimizer` is `sgd`,
     `sgdMomentum` or `adam` (default; `adamw` is `adam`: the same state).
+
+    `breakdown`, when given a dict, is filled with what is alive at the end of the last
+    step's forward pass and loss (what backward will use), in bytes per `(module, operator)`:
+    the innermost module's class name running when each storage was created ("loss" for the
+    loss, "parameters and buffers", "optimizer state") and the ATen operator that created it.
     """
     try:
         import torch
@@ -220,6 +256,9 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
             make_input = lambda b: torch.zeros((b, seq_len), dtype=torch.long)  # noqa: E731
 
     live = _LiveBytes(torch)
+    if breakdown is not None:
+        live.labels = {}
+    hooks = _module_labels(torch, live) if breakdown is not None else []
     peaks = {p: 0 for p in PHASES}
     fake = FakeTensorMode(allow_non_fake_inputs=True)  # the meta model moves in
     Track = _mode_class(torch)
@@ -243,6 +282,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
                     opt.zero_grad(set_to_none=True)
                     live.start_phase()
                     live.watch_largest = True
+                    live.label = ("input", "")
                     x = make_input(batch_size)
                     kw = {} if labels is None else {"labels": labels(batch_size)}
                     with amp:
@@ -258,13 +298,19 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
                         out = loss = None
                         out = new_out
                         del new_out
+                        live.label = ("loss", "")
                         loss = _loss_of(torch, out)
                     peaks["forward"] = max(peaks["forward"], live.peak)
+                    if breakdown is not None:
+                        breakdown.clear()
+                        breakdown.update(live.breakdown())
+                    live.label = ("backward", "")
                     live.start_phase()
                     loss.backward()
                     peaks["backward"] = max(peaks["backward"], live.peak)
                     live.watch_largest = False
                     live.start_phase()
+                    live.label = ("optimizer state", "")
                     opt.step()
                     peaks["optimizerStep"] = max(peaks["optimizerStep"], live.peak)
     except ProfileError:
@@ -273,6 +319,8 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
         raise ProfileError(f"tracing a training step with batch {batch_size} failed: "
                            f"{type(e).__name__}: {e}") from e
     finally:
+        for h in hooks:
+            h.remove()
         torch.nn.functional.scaled_dot_product_attention = original_sdpa
         torch.nn.functional.dropout = original_dropout
     return {
