@@ -318,7 +318,9 @@ pub fn detailed_bound_for(
 /// in-place ReLU shares its input's storage, one that is not in place keeps a tensor
 /// of its own), and the largest row. Containers' rows count in full: a block's output
 /// is sometimes its last layer's tensor, sometimes a new one (a concatenation, an
-/// out-of-place residual sum).
+/// out-of-place residual sum). In a torchsummary table, a batch-norm row whose shape differs
+/// from the row before it reads a tensor no row shows (DenseNet's concatenation of earlier
+/// feature maps), which it saves: that input counts once more.
 pub fn summary_values(
     text: &str,
     family: Family,

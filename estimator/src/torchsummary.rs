@@ -124,6 +124,8 @@ pub(crate) fn parse_torchsummary_values(
     // saved values in halves: activation-function rows count one half
     let mut saved_halves: u128 = 0;
     let mut largest: u64 = 0;
+    // the output shape of the row before, to tell which rows read a tensor no row shows
+    let mut prev_shape: Option<&str> = None;
     let mut in_table = true;
     for (i, raw) in lines.iter().enumerate().skip(header + 1) {
         let line_no = i + 1;
@@ -178,6 +180,13 @@ pub(crate) fn parse_torchsummary_values(
                 .any(|a| a.eq_ignore_ascii_case(kind));
         let halves = if is_activation { 1 } else { 2 };
         saved_halves = saved_halves.saturating_add(halves * u128::from(per_sample));
+        // A batch norm keeps its output's shape, so one whose input is not the row before it
+        // normalises a tensor no row shows: a concatenation (DenseNet's dense layers), which
+        // it saves for backward.
+        if kind.starts_with("BatchNorm") && prev_shape.is_some_and(|s| s != shape) {
+            saved_halves = saved_halves.saturating_add(2 * u128::from(per_sample));
+        }
+        prev_shape = Some(shape);
         largest = largest.max(per_sample);
         rows += 1;
     }
@@ -351,6 +360,32 @@ mod tests {
         assert!(per_sample_size("[-1, -3]").is_err());
         assert!(per_sample_size("[]").is_err());
         assert!(per_sample_size("[-1, 99999999999, 99999999999]").is_err());
+    }
+
+    #[test]
+    fn a_batch_norm_of_a_concatenation_keeps_it() {
+        let table = |bn_channels: u32| {
+            format!(
+                "Layer (type)   Output Shape   Param #\n====\n\
+                 Conv2d-1  [-1, 32, 8, 8]  864\n\
+                 _DenseLayer-2  [-1, 32, 8, 8]  0\n\
+                 BatchNorm2d-3  [-1, {bn_channels}, 8, 8]  {}\n\
+                 ====\nTotal params: {}\n",
+                2 * bn_channels,
+                864 + 2 * bn_channels
+            )
+        };
+        let saved = |text: &str| {
+            parse_torchsummary_values(text, Family::Cnn, 1)
+                .unwrap()
+                .1
+                .saved
+        };
+        // a 96-channel norm after a 32-channel row reads a concatenation no row shows: one more
+        // 96 × 8 × 8 tensor beside the rows (2 × 32 + 96 channels)
+        assert_eq!(saved(&table(96)), (2 * 32 + 96 + 96) * 64);
+        // a norm of the row before it reads that row's output
+        assert_eq!(saved(&table(32)), 3 * 32 * 64);
     }
 
     #[test]
