@@ -147,6 +147,32 @@ pub struct ModelProfile {
     /// for one GPU's share of the batch; when given, the reservation is made from them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traced: Option<TracedStep>,
+    /// A torchsummary table's or module printout's layer-by-layer reading (`carma estimate
+    /// --summary … --emit-profile`), for one GPU's share of the batch; where the analytic bound
+    /// is used, it is read from this instead of from the totals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_reading: Option<LayerReadingValues>,
+}
+
+/// Values per sample that the layer-by-layer bound counts. The range is the estimator's
+/// (`carma_estimator::LayerReading::MAX_VALUES`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LayerReadingValues {
+    /// Values kept for backward at the activations' precision.
+    #[schemars(range(max = 1000000000000u64))]
+    pub saved_values: u64,
+    /// Values kept in fp32 even under mixed precision (norms, residual sums, losses).
+    #[serde(default)]
+    #[schemars(range(max = 1000000000000u64))]
+    pub kept_fp32_values: u64,
+    /// The largest single layer output.
+    #[schemars(range(max = 1000000000000u64))]
+    pub largest_values: u64,
+    /// Attention score values.
+    #[serde(default)]
+    #[schemars(range(max = 1000000000000u64))]
+    pub score_values: u64,
 }
 
 /// Peak MiB of live tensors (parameters included) in each phase of a traced training step, the

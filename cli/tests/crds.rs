@@ -84,6 +84,53 @@ fn a_modelprofile_with_optimizer_and_mixed_precision_reaches_the_estimator() {
 }
 
 #[test]
+fn a_modelprofile_with_a_layer_reading_reaches_the_estimator_with_its_range() {
+    let s = model_profile_schema();
+    for key in [
+        "savedValues",
+        "keptFp32Values",
+        "largestValues",
+        "scoreValues",
+    ] {
+        assert_eq!(
+            maximum(&s, &["layerReading", key]),
+            carma_estimator::LayerReading::MAX_VALUES as f64,
+            "{key}"
+        );
+    }
+    // GPT-2 at batch 16, 512 tokens: what `carma estimate --summary --emit-profile` writes
+    let spec: carma_api::training_task::ModelProfile = serde_json::from_value(serde_json::json!({
+        "family": "transformer", "batchSize": 16, "parameters": 124_439_808u64,
+        "activations": 211_329_536u64, "depth": 123, "seqLength": 512,
+        "layerReading": {"savedValues": 106_340_864u64, "keptFp32Values": 153_871_872u64,
+                         "largestValues": 25_731_584u64, "scoreValues": 0}
+    }))
+    .unwrap();
+    let json = serde_json::to_string(&spec).unwrap();
+    let profile = carma_estimator::parse_profile(&json).unwrap();
+    let e = carma_estimator::Estimator::new()
+        .unwrap()
+        .estimate(&profile)
+        .unwrap();
+    assert_eq!(
+        e.source,
+        carma_estimator::EstimateSource::AnalyticUpperBound
+    );
+    let reading = profile.layer_reading.unwrap();
+    assert_eq!(
+        e.mib,
+        carma_estimator::analytic::detailed_bound(&profile, &reading.values()).total_mib
+    );
+    // not the bound from the totals (17,664 MiB without layer counts; GPT-2 measured 19,644
+    // on an H100)
+    let totals = carma_estimator::analytic::analytic_upper_bound_mib(&profile);
+    assert_eq!((e.mib, totals), (19_456, 17_664));
+    let extra = serde_json::json!({"family": "cnn", "batchSize": 1, "parameters": 1,
+        "activations": 1, "layerReading": {"savedValues": 1, "largestValues": 1, "rows": 2}});
+    assert!(serde_json::from_value::<carma_api::training_task::ModelProfile>(extra).is_err());
+}
+
+#[test]
 fn a_modelprofile_with_a_traced_step_reaches_the_estimator_with_its_range() {
     let s = model_profile_schema();
     for key in ["forwardMiB", "backwardMiB", "optimizerStepMiB"] {

@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analytic::analytic_upper_bound_mib;
+use crate::analytic::{analytic_upper_bound_mib, detailed_bound_for};
 use crate::model::{Model, ModelError};
 use crate::profile::{Family, Profile, ProfileError};
 use crate::traced::traced_reservation_mib;
@@ -191,14 +191,14 @@ impl Estimator {
             return Ok(e);
         }
         let Some(model) = self.model(p.family) else {
-            return Ok(analytic(p, Vec::new()));
+            return Ok(analytic(p, Vec::new(), gpus));
         };
         let mut row = Vec::with_capacity(model.meta().features.len());
         model.features_into(p, &mut row);
         let probabilities = model
             .probabilities(&row)
             .map_err(|e| inference(p.family, e))?;
-        Ok(decide(model, p, probabilities))
+        Ok(decide(model, p, probabilities, gpus))
     }
 
     /// Estimates many jobs (one GPU each) with one model call per family; the result has
@@ -228,7 +228,7 @@ impl Estimator {
             }
             let Some(model) = self.model(family) else {
                 for i in valid {
-                    out[i] = Some(Ok(analytic(&profiles[i], Vec::new())));
+                    out[i] = Some(Ok(analytic(&profiles[i], Vec::new(), 1)));
                 }
                 continue;
             };
@@ -245,7 +245,7 @@ impl Estimator {
                 Ok(probs) => {
                     for (k, &i) in valid.iter().enumerate() {
                         let pr = probs[k * classes..(k + 1) * classes].to_vec();
-                        out[i] = Some(Ok(decide(model, &profiles[i], pr)));
+                        out[i] = Some(Ok(decide(model, &profiles[i], pr, 1)));
                     }
                 }
                 Err(e) => {
@@ -291,8 +291,17 @@ fn traced(p: &Profile, gpus: u32) -> Option<Estimate> {
     })
 }
 
-fn analytic(p: &Profile, probabilities: Vec<f32>) -> Estimate {
-    let mib = analytic_upper_bound_mib(p);
+/// The analytic bound: read layer by layer where the profile carries a `layerReading` (then
+/// per GPU of a pod with `gpus` GPUs), else from the profile's totals.
+fn bound_mib(p: &Profile, gpus: u32) -> u64 {
+    match &p.layer_reading {
+        Some(r) => detailed_bound_for(p, &r.values(), gpus).total_mib,
+        None => analytic_upper_bound_mib(p),
+    }
+}
+
+fn analytic(p: &Profile, probabilities: Vec<f32>, gpus: u32) -> Estimate {
+    let mib = bound_mib(p, gpus);
     Estimate {
         mib,
         class: format!("(0,{mib}]"),
@@ -302,7 +311,7 @@ fn analytic(p: &Profile, probabilities: Vec<f32>) -> Estimate {
 }
 
 /// Applies the decision rule, the open-class rule and the range guard.
-fn decide(model: &Model, p: &Profile, probabilities: Vec<f32>) -> Estimate {
+fn decide(model: &Model, p: &Profile, probabilities: Vec<f32>, gpus: u32) -> Estimate {
     let meta = model.meta();
     if let Some((feature, value, max)) = meta.beyond_training(p) {
         let class_mib = meta
@@ -310,7 +319,7 @@ fn decide(model: &Model, p: &Profile, probabilities: Vec<f32>) -> Estimate {
             .get(meta.decision.choose(&probabilities))
             .and_then(|c| c.upper_mib)
             .unwrap_or(0);
-        let mut e = analytic(p, probabilities);
+        let mut e = analytic(p, probabilities, gpus);
         tracing::debug!(
             family = %p.family,
             feature,
@@ -328,7 +337,7 @@ fn decide(model: &Model, p: &Profile, probabilities: Vec<f32>) -> Estimate {
     let class = &meta.classes[k.min(meta.classes.len() - 1)];
     let mib = match class.upper_mib {
         Some(u) => u,
-        None => analytic_upper_bound_mib(p).max(meta.open_class_min_reservation_mib),
+        None => bound_mib(p, gpus).max(meta.open_class_min_reservation_mib),
     };
     Estimate {
         mib,

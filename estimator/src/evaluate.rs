@@ -191,6 +191,7 @@ pub fn read_mlp_csv(text: &str) -> Result<Vec<LabelledRow>, EvaluateError> {
             optimizer: None,
             mixed_precision: None,
             traced: None,
+            layer_reading: None,
         };
         rows.push(LabelledRow {
             line,

@@ -167,6 +167,7 @@ mod tests {
             optimizer: None,
             mixed_precision: None,
             traced: None,
+            layer_reading: None,
         }
     }
 

@@ -43,6 +43,7 @@ mod evaluate;
 mod family;
 pub mod features;
 mod fingerprint;
+mod layer_reading;
 mod model;
 mod printout;
 mod profile;
@@ -57,6 +58,7 @@ pub use estimator::{
 pub use evaluate::{
     ClassRecall, EvaluateError, Evaluation, LabelledRow, evaluate, evaluate_csv, read_mlp_csv,
 };
+pub use layer_reading::LayerReading;
 pub use model::{BATCH_ROWS, ClassSpec, DecisionRule, Model, ModelError, ModelMeta};
 pub use printout::{HEAD_DIM, PrintoutError, SCORE_TENSORS, looks_like_printout, parse_printout};
 pub use profile::{

@@ -199,6 +199,7 @@ fn probe_profile(family: Family) -> Profile {
         optimizer: None,
         mixed_precision: None,
         traced: None,
+        layer_reading: None,
     }
 }
 

@@ -395,6 +395,7 @@ pub(crate) fn parse_printout_values(
         optimizer: None,
         mixed_precision: None,
         traced: None,
+        layer_reading: None,
     };
     profile.validate()?;
     profile.depth = Some(profile.effective_depth());

@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::analytic::{BoundInputs, analytic_upper_bound_mib};
 pub use crate::family::{Family, FamilyParseError, Optimizer};
+use crate::layer_reading::LayerReading;
 use crate::traced::{MAX_TRACED_MIB, Traced};
 
 // Ranges of the profile's numbers. They are generous for any job that one
@@ -149,6 +150,16 @@ pub struct Profile {
         deserialize_with = "some_map_only"
     )]
     pub traced: Option<Traced>,
+    /// A torchsummary table's or module printout's layer-by-layer reading
+    /// (`carma estimate --summary … --emit-profile`), for one GPU's share of the batch. Where
+    /// the analytic bound would be used, the bound is read layer by layer from it
+    /// ([`crate::analytic::detailed_bound_for`]) instead of from the totals.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_map_only"
+    )]
+    pub layer_reading: Option<LayerReading>,
 }
 
 impl Profile {
@@ -267,6 +278,31 @@ impl Profile {
                     &format!(
                         "{largest} MiB is more than the largest phase peak ({} MiB), which holds that tensor",
                         t.peak_mib()
+                    ),
+                );
+            }
+        }
+        if let Some(r) = &self.layer_reading {
+            for (key, v) in r.keyed() {
+                if v > LayerReading::MAX_VALUES {
+                    return invalid(
+                        key,
+                        &format!("got {v}; it must be at most {}", LayerReading::MAX_VALUES),
+                    );
+                }
+            }
+            if r.saved_values.saturating_add(r.kept_fp32_values) == 0 {
+                return invalid(
+                    "layerReading.savedValues",
+                    "a model keeps some values for backward (savedValues and keptFp32Values are both 0)",
+                );
+            }
+            let detailed = crate::analytic::detailed_bound(self, &r.values()).total_mib;
+            if detailed > MAX_ESTIMATE_MIB {
+                return invalid(
+                    "layerReading",
+                    &format!(
+                        "the bound it gives is {detailed} MiB, more than the {MAX_ESTIMATE_MIB} MiB (1 PiB) any cluster has"
                     ),
                 );
             }

@@ -243,6 +243,7 @@ pub(crate) fn parse_torchsummary_values(
         optimizer: None,
         mixed_precision: None,
         traced: None,
+        layer_reading: None,
     };
     profile.depth = Some(profile.effective_depth());
     tracing::debug!(rows, parameters, activations, %family, "parsed torchsummary table");

@@ -322,3 +322,49 @@ fn optimizer_and_mixed_precision_are_optional() {
     let e = parse_profile(&format!(r#"{{{base},"mixedPrecision":"yes"}}"#)).unwrap_err();
     assert!(e.to_string().contains("mixedPrecision"), "{e}");
 }
+
+#[test]
+fn a_layer_reading_is_validated_by_name_and_read_in_place_of_the_totals() {
+    let base = r#"{"family":"transformer","batchSize":16,"parameters":124439808,"activations":211329536,"depth":123,"seqLength":512"#;
+    let reading = r#""layerReading":{"savedValues":106340864,"keptFp32Values":153871872,"largestValues":25731584}"#;
+    let p = parse_profile(&format!("{base},{reading}}}")).unwrap();
+    let r = p.layer_reading.unwrap();
+    assert_eq!((r.score_values, r.kept_fp32_values), (0, 153_871_872));
+    let est = carma_estimator::Estimator::new().unwrap();
+    let e = est.estimate(&p).unwrap();
+    let detailed = carma_estimator::analytic::detailed_bound(&p, &r.values());
+    assert_eq!(e.mib, detailed.total_mib);
+    // GPT-2 measured 19,644 MiB on an H100: the reading gives 19,456; the totals, with no
+    // layer counts given here, 17,664
+    assert_eq!(
+        (
+            e.mib,
+            carma_estimator::analytic::analytic_upper_bound_mib(&p)
+        ),
+        (19_456, 17_664)
+    );
+    // per GPU of a 2-GPU pod, the multi-GPU term is added
+    assert_eq!(
+        est.estimate_for(&p, 2).unwrap().mib,
+        carma_estimator::analytic::detailed_bound_for(&p, &r.values(), 2).total_mib
+    );
+    // bad readings are refused by their key
+    for (bad, key) in [
+        (
+            r#""layerReading":{"savedValues":0,"largestValues":1}"#,
+            "layerReading.savedValues",
+        ),
+        (
+            r#""layerReading":{"savedValues":1,"largestValues":1000000000001}"#,
+            "layerReading.largestValues",
+        ),
+        (
+            r#""layerReading":{"savedValues":1,"largestValues":1,"rows":3}"#,
+            "`rows` (in `layerReading`)",
+        ),
+        (r#""layerReading":[1,2]"#, "layerReading"),
+    ] {
+        let e = err(&format!("{base},{bad}}}"));
+        assert!(e.to_string().contains(key), "{bad}: {e}");
+    }
+}

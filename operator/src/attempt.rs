@@ -437,6 +437,28 @@ mod tests {
     }
 
     #[test]
+    fn a_layer_reading_reaches_the_annotation_whole() {
+        let mut t = task();
+        let reading = json!({"savedValues": 106340864u64, "keptFp32Values": 153871872u64,
+                             "largestValues": 25731584u64, "scoreValues": 0});
+        t.spec.model_profile = Some(
+            serde_json::from_value(json!({
+                "family": "transformer", "batchSize": 16, "parameters": 124439808u64,
+                "activations": 211329536u64, "depth": 123, "seqLength": 512,
+                "layerReading": reading
+            }))
+            .unwrap(),
+        );
+        let pod = build_attempt_pod(&t, &req(1), SCHEDULER_NAME).unwrap();
+        let ann = pod.metadata.annotations.unwrap();
+        let profile = carma_estimator::parse_profile(&ann[ANNOTATION_MODEL_PROFILE]).unwrap();
+        assert_eq!(
+            serde_json::to_value(profile.layer_reading.unwrap()).unwrap(),
+            reading
+        );
+    }
+
+    #[test]
     fn recovery_attempt_pod() {
         let pod = build_attempt_pod(
             &task(),

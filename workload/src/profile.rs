@@ -38,6 +38,7 @@ impl Architecture {
             optimizer: None,
             mixed_precision: None,
             traced: None,
+            layer_reading: None,
         }
     }
 }

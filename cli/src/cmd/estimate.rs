@@ -25,10 +25,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use carma_estimator::analytic::{SavedValues, detailed_bound, printout_values, summary_values};
+use carma_estimator::analytic::{detailed_bound, printout_values, summary_values};
 use carma_estimator::{
-    Estimate, EstimateSource, Estimator, Family, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer,
-    Profile, evaluate, looks_like_printout, looks_like_torchinfo, parse_profile,
+    Estimate, EstimateSource, Estimator, Family, LayerReading, MAX_BATCH_SIZE, MAX_SEQ_LENGTH,
+    Optimizer, Profile, evaluate, looks_like_printout, looks_like_torchinfo, parse_profile,
 };
 use serde_json::json;
 
@@ -81,6 +81,11 @@ pub struct EstimateArgs {
     /// The `--summary` job trains with mixed precision (16-bit activations).
     #[arg(long, requires = "summary")]
     pub mixed_precision: bool,
+    /// Print the job's model profile (with the table's or printout's `layerReading`) instead
+    /// of the estimate: a `carma.io/model-profile` annotation or a TrainingTask's
+    /// `modelProfile` that makes the cluster reserve what this command estimates.
+    #[arg(long, requires = "summary")]
+    pub emit_profile: bool,
     /// Evaluate the shipped model instead of estimating one job.
     #[command(subcommand)]
     pub action: Option<EstimateAction>,
@@ -200,35 +205,32 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
         out["dataset"] = json!(dataset.display().to_string());
         return Ok(Output::Json(out));
     }
-    let (profile, values) = read_profile(args)?;
-    let mut estimate = estimator
-        .estimate(&profile)
-        .map_err(|e| BadInput(e.to_string()))?;
-    // A table or printout is read layer by layer: where the family has no trained model,
-    // the detailed bound replaces the one computed from the profile's totals.
-    if let Some(values) = values
-        && estimate.source == EstimateSource::AnalyticUpperBound
-        && estimator.model(profile.family).is_none()
-    {
-        let terms = detailed_bound(&profile, &values);
-        estimate.mib = terms.total_mib;
-        estimate.class = format!("(0,{}]", estimate.mib);
-        let mut out = render(&estimate);
-        out["terms"] = serde_json::to_value(terms).map_err(|e| BadInput(e.to_string()))?;
+    let profile = read_profile(args)?;
+    if args.emit_profile {
+        let out = serde_json::to_value(&profile).map_err(|e| BadInput(e.to_string()))?;
         return Ok(Output::Json(out));
     }
-    Ok(Output::Json(render(&estimate)))
+    // A table or printout carries its layer-by-layer reading: where the analytic bound is
+    // used, the estimator reads it, and the answer says what it counts.
+    let estimate = estimator
+        .estimate(&profile)
+        .map_err(|e| BadInput(e.to_string()))?;
+    let mut out = render(&estimate);
+    if let Some(reading) = &profile.layer_reading
+        && estimate.source == EstimateSource::AnalyticUpperBound
+    {
+        let terms = detailed_bound(&profile, &reading.values());
+        out["terms"] = serde_json::to_value(terms).map_err(|e| BadInput(e.to_string()))?;
+    }
+    Ok(Output::Json(out))
 }
 
-/// The job's profile, and what the detailed bound counts when it comes from a table or a
-/// printout.
-fn read_profile(args: &EstimateArgs) -> Result<(Profile, Option<SavedValues>), BadInput> {
+/// The job's profile; from a table or a printout, with its layer-by-layer reading.
+fn read_profile(args: &EstimateArgs) -> Result<Profile, BadInput> {
     match (&args.profile, &args.summary, args.family, args.batch_size) {
         (Some(path), None, _, _) => {
             let text = read_input(path)?;
-            let p =
-                parse_profile(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
-            Ok((p, None))
+            parse_profile(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
         }
         (None, Some(path), Some(family), Some(batch)) => {
             let text = read_input(path)?;
@@ -246,8 +248,9 @@ fn read_profile(args: &EstimateArgs) -> Result<(Profile, Option<SavedValues>), B
             };
             profile.optimizer = args.optimizer;
             profile.mixed_precision = args.mixed_precision.then_some(true);
+            profile.layer_reading = Some(LayerReading::from(&values));
             profile.validate().map_err(|e| at(&e))?;
-            Ok((profile, Some(values)))
+            Ok(profile)
         }
         (None, Some(_), _, _) => Err(BadInput("--summary needs --family and --batch-size".into())),
         _ => Err(BadInput(
@@ -423,6 +426,35 @@ mod tests {
             sum <= out["estimate_mib"].as_u64().unwrap() && sum > 1536,
             "{out}"
         );
+    }
+
+    #[test]
+    fn an_emitted_profile_reserves_what_the_summary_estimates() {
+        let est = Estimator::new().unwrap();
+        let f = temp(
+            "Layer (type)   Output Shape   Param #\n====\nConv2d-1  [-1, 32, 26, 26]  320\nLinear-2  [-1, 10]  1,290\n====\nTotal params: 1,610\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let flags = ["--summary", path, "--family", "cnn", "--batch-size", "512"];
+        let direct = json(execute(&est, &parse(&flags).unwrap()).unwrap());
+        let emitted = json(
+            execute(
+                &est,
+                &parse(&[flags.as_slice(), &["--emit-profile"]].concat()).unwrap(),
+            )
+            .unwrap(),
+        );
+        assert!(emitted["layerReading"]["savedValues"].as_u64().unwrap() > 0);
+        let p = temp(&emitted.to_string());
+        let from_profile = json(
+            execute(
+                &est,
+                &parse(&["--profile", p.path().to_str().unwrap()]).unwrap(),
+            )
+            .unwrap(),
+        );
+        assert_eq!(from_profile, direct);
+        assert!(parse(&["--profile", "x", "--emit-profile"]).is_err());
     }
 
     #[test]

@@ -464,9 +464,10 @@ mod tests {
             "{table}"
         );
         // The detailed bound's goals on tables and printouts: never under, a mean
-        // over-reservation within 2 GiB for CNNs and for Transformers (the goal is 4 GiB; fused
-        // attention without score tensors, composite GELUs, the LM loss and the multi-GPU term
-        // brought the Transformer mean from 2,246 to 1,734 MiB).
+        // over-reservation within 2 GiB for CNNs and 4 GiB for Transformers. Fused attention
+        // without score tensors, composite GELUs, the LM loss and the multi-GPU term brought the
+        // Transformer mean from 2,246 to 1,734 MiB; counting what no module outputs (contexts,
+        // residual sums), which models of other architectures need, took it to 2,843.
         let detailed = |family: Family| {
             r.by_source
                 .iter()
@@ -474,7 +475,7 @@ mod tests {
                 .and_then(|s| s.tally)
                 .unwrap_or_else(|| panic!("no {family} tally\n{table}"))
         };
-        for (family, goal) in [(Family::Cnn, 2048.0), (Family::Transformer, 2048.0)] {
+        for (family, goal) in [(Family::Cnn, 2048.0), (Family::Transformer, 4096.0)] {
             let t = detailed(family);
             assert_eq!(t.underestimates, 0, "{family}\n{table}");
             assert!(t.mean_over_reservation_mib <= goal, "{family}\n{table}");
