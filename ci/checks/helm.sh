@@ -147,6 +147,35 @@ print("\n".join(bad) if bad else "checked RBAC rules, container resources and se
 sys.exit(1 if bad else 0)
 PY
 
+step "with dra.enabled the device plugin stays off the DRA nodes (one GPU path per node)"
+if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 --set dra.enabled=true > "$tmp/dra-default.yaml"; then
+  run "device plugin affinity: devicePlugin.affinity's terms, each with one dra.nodeSelector label NotIn its value" \
+    "$PY" - "$tmp/dra-default.yaml" "$tmp/nondefault-dra.yaml" "$tmp/default.yaml" "$NONDEFAULT" <<'PY'
+import sys, yaml
+dra_default, nondefault_dra, default, values = sys.argv[1:]
+def plugin(path):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    ds = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith("-device-plugin")]
+    return ds[0]["spec"]["template"]["spec"]
+def terms(spec):
+    return spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+bad = []
+off = {"key": "carma.io/gpu-path", "operator": "NotIn", "values": ["dra"]}
+if terms(plugin(dra_default)) != [{"matchExpressions": [off]}]:
+    bad.append(f"dra.enabled alone: {terms(plugin(dra_default))}")
+v = yaml.safe_load(open(values))
+user = v["devicePlugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+want = [{"matchExpressions": t["matchExpressions"] + [{"key": k, "operator": "NotIn", "values": [str(val)]}]}
+        for t in user for k, val in sorted(v["dra"]["nodeSelector"].items())]  # helm ranges over keys in order
+if terms(plugin(nondefault_dra)) != want:
+    bad.append(f"non-default: {terms(plugin(nondefault_dra))} != {want}")
+if "affinity" in plugin(default):
+    bad.append(f"default render has a device plugin affinity: {plugin(default)['affinity']}")
+print("\n".join(bad) if bad else "device plugin kept off DRA nodes; user terms kept; default unchanged")
+sys.exit(1 if bad else 0)
+PY
+else failures+=("helm template dra.enabled"); echo "FAIL: helm template --set dra.enabled=true"; fi
+
 step "the carma binary accepts every argument the chart passes (default + non-default values)"
 CARMA_BIN="${CARMA_BIN:-target/debug/carma}"
 if [[ -x "$CARMA_BIN" ]]; then

@@ -10,7 +10,7 @@
 #
 # Steps, every figure read from the API server (pods, ResourceClaims, ResourceSlices) or the kubelets' logs:
 #   1. helm install charts/carma with dra.enabled=true on nodes labelled carma.io/gpu-path=dra, the device
-#      plugin kept off them by the chart README's affinity, simulated GPUs (DRA_GPUS per node); wait for
+#      plugin kept off them by the chart (0 of its pods scheduled), simulated GPUs (DRA_GPUS per node); wait for
 #      each node's ResourceSlice of gpu.carma.io without taints (the activity windows filled) and for the
 #      kubelet's "Registered DRA plugin" (its DRA plugin manager, logged at -v 3 for that file).
 #   2. DRA_SHARERS pods, each with a claim of DRA_SHARE memory from a ResourceClaimTemplate (the chart
@@ -73,7 +73,6 @@ dra_install() {
     --set dra.enabled=true --set devicePlugin.simulatedGpus="$DRA_GPUS" \
     --set admissionPolicy.enabled="$([[ "${CARMA_RN_PLANT:-}" == dra-any-node ]] && echo false || echo true)" \
     --set extender.enabled=false --set scheduler.enabled=false --set operator.enabled=true --set operator.gpuClaims=dra \
-    --set-json 'devicePlugin.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"carma.io/gpu-path","operator":"NotIn","values":["dra"]}]}]}}}' \
     >"$WORK/logs/helm-dra.log" 2>&1 || die "helm install (dra): $(tail -n 5 "$WORK/logs/helm-dra.log")"
   k -n "$DRA_NS" rollout status daemonset/carma-dra-driver --timeout 180s >/dev/null || {
     k -n "$DRA_NS" get pods -o wide >&2; k -n "$DRA_NS" describe daemonset carma-dra-driver >&2
@@ -81,6 +80,10 @@ dra_install() {
     die "the DRA driver pods are not Ready"; }
   k -n "$DRA_NS" rollout status deployment/carma-operator --timeout 180s >/dev/null || {
     k -n "$DRA_NS" get pods -o wide >&2; die "the operator (operator.gpuClaims=dra) is not Ready"; }
+  # One GPU path per node: the chart keeps the device plugin off the DRA nodes by itself, though
+  # they carry its nodeSelector's label too.
+  DRA_PLUGIN_PODS=$(k -n "$DRA_NS" get daemonset carma-device-plugin -o jsonpath='{.status.desiredNumberScheduled}')
+  [[ "$DRA_PLUGIN_PODS" == 0 ]] || die "the device plugin is scheduled on $DRA_PLUGIN_PODS DRA node(s)"
   DRA_READY_S=$(( $(date +%s) - t0 ))
   # Each node's slice, with every device untainted: the driver's activity windows have filled (30
   # samples) and the kubelet's startup wipe, if any, has been re-applied over.
@@ -324,10 +327,10 @@ dra_cleanup() {
 dra_summary() {
   python3 - "$WORK" "$DRA_DRIVER" "$DRA_SMALL" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
     "$DRA_SLICES_S" "${DRA_TAINT_WAIT:-}" "$DRA_CDI_LEFT" "$DRA_CLAIMS_LEFT" "$DRA_CDI_PREPARED" "$DRA_ENV" \
-    "$DRA_OWN_NODE" "$DRA_CLUSTER" "$DRA_TASK" "${DRA_RECOVER_S:-}" <<'PY'
+    "$DRA_OWN_NODE" "$DRA_CLUSTER" "$DRA_TASK" "${DRA_RECOVER_S:-}" "${DRA_PLUGIN_PODS:-}" <<'PY'
 import datetime, json, os, re, sys
 (work, driver, small_size, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
- cdi_prepared, share_env, own_node, cluster, task_name, recover_s) = sys.argv[1:]
+ cdi_prepared, share_env, own_node, cluster, task_name, recover_s, plugin_pods) = sys.argv[1:]
 snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "recover-a1", "recover-a2",
                      "recover-a3") + tuple(f"burst-{i}" for i in range(1, 1000)) + ("planted",)
          if os.path.exists(f"{work}/dra-{s}-claims.json")]
@@ -486,6 +489,7 @@ if bsnaps:
 _, si = load("installed")
 devs_installed = devices(si)
 print(f"dra detail: {cluster}; driver pods Ready {ready_s} s after helm install, "
+      f"device plugin pods on the DRA nodes {plugin_pods if plugin_pods else 'not run'}, "
       f"untainted slices after {slices_s} s: {len(devs_installed)} devices in {len({k[0] for k in devs_installed})} pools; "
       f"{registered} of {nodes} kubelets logged 'Registered DRA plugin' for {driver}; "
       f"{len(running)} of {sharers} sharer pods Running; bookings {{{', '.join(f'{k[1]}@{k[0]}: ' + str(len(v)) for k, v in sorted(b.items()))}}}; "

@@ -212,3 +212,33 @@ missing CA replaces everything.
 checksum/extender-ca: {{ (index (include "carma.extenderHelmCerts" . | fromJson) "ca" "data" "tls.crt") | sha256sum }}
 {{- end }}
 {{- end }}
+
+{{/*
+The device plugin's affinity: devicePlugin.affinity, and with dra.enabled also off the nodes the DRA
+driver runs on (one GPU path per node: both would hand out the same GPUs). A node is a DRA node when it
+carries every label of dra.nodeSelector, so it is excluded by any one of them being different: each
+required term of devicePlugin.affinity (or an empty one) becomes one term per dra.nodeSelector label,
+with that label NotIn its value.
+*/}}
+{{- define "carma.devicePluginAffinity" -}}
+{{- $affinity := deepCopy (.Values.devicePlugin.affinity | default dict) -}}
+{{- if and .Values.dra.enabled .Values.dra.nodeSelector -}}
+{{- $node := deepCopy (get $affinity "nodeAffinity" | default dict) -}}
+{{- $required := deepCopy (get $node "requiredDuringSchedulingIgnoredDuringExecution" | default dict) -}}
+{{- $terms := get $required "nodeSelectorTerms" | default (list dict) -}}
+{{- $merged := list -}}
+{{- range $term := $terms -}}
+{{- range $key, $value := $.Values.dra.nodeSelector -}}
+{{- $off := dict "key" $key "operator" "NotIn" "values" (list (toString $value)) -}}
+{{- $expressions := append (get $term "matchExpressions" | default list) $off -}}
+{{- $merged = append $merged (set (deepCopy $term) "matchExpressions" $expressions) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" $merged -}}
+{{- $_ := set $node "requiredDuringSchedulingIgnoredDuringExecution" $required -}}
+{{- $_ := set $affinity "nodeAffinity" $node -}}
+{{- end -}}
+{{- if $affinity -}}
+{{ toYaml $affinity }}
+{{- end -}}
+{{- end }}
