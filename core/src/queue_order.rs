@@ -113,6 +113,30 @@ impl QueueOrder {
     }
 }
 
+/// The priority of a pod promoted by [`QueueOrder::aged_priority`]: above every declared
+/// priority, under 2^31.
+pub const PROMOTED: i64 = 2_000_000_000;
+
+impl QueueOrder {
+    /// The priority of a pod that declares `d` and has waited `waited_ms` in the queue: its
+    /// [`priority`](Self::priority) until it has waited `promote_after_ms`, then [`PROMOTED`],
+    /// ahead of every pod not yet promoted (among promoted pods, the earlier promoted first). A
+    /// static priority keeps a long task behind every short one that arrives while it waits;
+    /// this bounds that wait. kube-scheduler never changes a pod's priority, so an operator would
+    /// have to replace the pending pod with one of a higher priority class; `None`: never.
+    pub fn aged_priority(
+        self,
+        d: &Declared,
+        waited_ms: Millis,
+        promote_after_ms: Option<Millis>,
+    ) -> i64 {
+        match promote_after_ms {
+            Some(after) if waited_ms >= after => PROMOTED,
+            _ => self.priority(d),
+        }
+    }
+}
+
 /// `short-then-longest` with its threshold in minutes when it is not the default.
 impl fmt::Display for QueueOrder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

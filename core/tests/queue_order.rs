@@ -109,3 +109,18 @@ fn short_then_longest_runs_short_tasks_shortest_first_then_long_ones_longest_fir
         assert!(bad.parse::<QueueOrder>().is_err(), "{bad}");
     }
 }
+
+#[test]
+fn a_long_wait_promotes_a_task_ahead_of_every_declared_priority() {
+    let order = QueueOrder::ALL[3];
+    let long = declared(60, 1);
+    let short = declared(1, 1);
+    let hour = Some(3_600_000);
+    assert!(order.aged_priority(&long, 0, hour) < order.aged_priority(&short, 0, hour));
+    assert!(order.aged_priority(&long, 3_600_000, hour) > order.aged_priority(&short, 0, hour));
+    assert_eq!(
+        order.aged_priority(&long, u64::MAX, None),
+        order.priority(&long)
+    );
+    assert!(i32::try_from(carma_core::queue_order::PROMOTED).is_ok());
+}

@@ -6,7 +6,7 @@
 //! between `1/error` and `error` (seeded, one draw per task), to see how much of an ordering's
 //! effect survives estimates that are off by that much.
 
-use carma_core::{Declared, QueueOrder};
+use carma_core::{Declared, Millis, QueueOrder};
 
 use crate::error::SimError;
 use crate::task::Task;
@@ -20,6 +20,10 @@ pub struct QueueOrdering {
     pub error: f64,
     /// Seed of the declarations' errors.
     pub seed: u64,
+    /// A task that has waited this long in the queue goes ahead of every task not yet promoted
+    /// ([`carma_core::QueueOrder::aged_priority`]); `None`: never. Only under an order other
+    /// than arrival.
+    pub promote_after_ms: Option<Millis>,
 }
 
 impl Default for QueueOrdering {
@@ -28,6 +32,7 @@ impl Default for QueueOrdering {
             order: QueueOrder::Arrival,
             error: 1.0,
             seed: 1,
+            promote_after_ms: None,
         }
     }
 }
@@ -122,6 +127,7 @@ mod tests {
             order: QueueOrder::ShortestFirst,
             error: 2.0,
             seed: 7,
+            promote_after_ms: None,
         };
         let d = noisy.declared(&tasks);
         let mut moved = 0;

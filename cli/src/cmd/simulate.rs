@@ -81,6 +81,11 @@ pub struct SimulateArgs {
     /// Seed of the declared durations' errors.
     #[arg(long, default_value_t = 1)]
     pub declared_duration_seed: u64,
+    /// With a --queue-order other than arrival: a task that has waited this long in the queue
+    /// goes ahead of every task not yet promoted (seconds, e.g. 7200 or 120m; at most a day).
+    /// Off by default.
+    #[arg(long, value_parser = parse_seconds)]
+    pub queue_promote_after: Option<u64>,
     /// Where reservations come from: gpumemnet (carma's estimator), oracle (true peak),
     /// recorded (the estimate in the .rad file), none (CARMA's OR-* rule).
     #[arg(long, default_value = "gpumemnet", value_parser = parse_estimator)]
@@ -315,6 +320,7 @@ impl SimulateArgs {
             order: self.queue_order,
             error: self.declared_duration_error,
             seed: self.declared_duration_seed,
+            promote_after_ms: self.queue_promote_after,
         }
     }
 

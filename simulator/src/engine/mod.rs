@@ -42,7 +42,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use carma_core::{
-    AttemptRecord, Gpu, Ledger, Millis, Node, PlacementConfig, Policy, QueueOrder, Reservation,
+    AttemptRecord, Declared, Gpu, Ledger, Millis, Node, PlacementConfig, Policy, QueueOrder,
+    Reservation,
 };
 
 use crate::config::{QueueDiscipline, SimConfig};
@@ -99,7 +100,9 @@ pub fn simulate_ordered(
     }
     let mut engine = Engine::new(tasks, reservations, policy, cfg);
     if ordering.order != QueueOrder::Arrival {
+        engine.declared = ordering.declared(tasks);
         engine.priority = ordering.priorities(tasks);
+        engine.ordering = *ordering;
     }
     engine.run();
     engine.within_horizon()?;
@@ -185,8 +188,11 @@ struct Engine<'a> {
     memo: Vec<Vec<Memo>>,
     main_q: VecDeque<usize>,
     recovery_q: VecDeque<usize>,
-    /// Each task's queue priority ([`QueueOrdering`]); empty: arrival order.
+    /// Each task's queue priority now ([`QueueOrdering`]); empty: arrival order.
     priority: Vec<i64>,
+    /// What each task declares, and the ordering (when `priority` is not empty).
+    declared: Vec<Declared>,
+    ordering: QueueOrdering,
     heap: BinaryHeap<Reverse<(Millis, u64, Event)>>,
     seq: u64,
     now: Millis,
@@ -287,6 +293,8 @@ impl<'a> Engine<'a> {
             main_q: VecDeque::new(),
             recovery_q: VecDeque::new(),
             priority: Vec::new(),
+            declared: Vec::new(),
+            ordering: QueueOrdering::default(),
             heap: BinaryHeap::new(),
             seq: 0,
             now: 0,
@@ -372,6 +380,10 @@ impl<'a> Engine<'a> {
                 // The next attempt is a new pod: no back-off carried over.
                 let s = &mut self.state[task];
                 (s.ready_at, s.unschedulable, s.retry_at) = (self.now, 0, 0);
+                // A new attempt waits anew: a promotion does not carry over.
+                if let (Some(p), Some(d)) = (self.priority.get_mut(task), self.declared.get(task)) {
+                    *p = self.ordering.order.priority(d);
+                }
                 self.enqueue(task, recovery);
                 self.request_tick(self.now);
             }

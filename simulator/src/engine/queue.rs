@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use carma_core::queue_order::insert_position;
+use carma_core::queue_order::{PROMOTED, insert_position};
 use carma_core::{Millis, place_on_node};
 
 use super::place::TryPlace;
@@ -19,6 +19,7 @@ impl Engine<'_> {
         self.next_tick = None;
         self.ticks += 1;
         self.refresh_risk();
+        self.promote();
         let wake = earliest(self.drain(true), self.drain(false));
         if let Some(w) = wake {
             self.request_tick(w);
@@ -92,6 +93,46 @@ impl Engine<'_> {
         };
         self.queue_mut(recovery).insert(at, id);
         at
+    }
+
+    /// Move the tasks that have waited long enough ahead
+    /// ([`crate::declared::QueueOrdering::promote_after_ms`]),
+    /// and ask for a pass when the next one will have.
+    fn promote(&mut self) {
+        let Some(after) = self.ordering.promote_after_ms else {
+            return;
+        };
+        if self.priority.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let mut next: Option<Millis> = None;
+        for recovery in [true, false] {
+            let q = if recovery {
+                &self.recovery_q
+            } else {
+                &self.main_q
+            };
+            let mut due = Vec::new();
+            for &id in q {
+                let order = self.ordering.order;
+                let waited = now.saturating_sub(self.state[id].ready_at);
+                let aged = order.aged_priority(&self.declared[id], waited, Some(after));
+                if aged == PROMOTED && self.priority[id] != PROMOTED {
+                    due.push(id);
+                } else if aged != PROMOTED {
+                    next = earliest(next, Some(self.state[id].ready_at.saturating_add(after)));
+                }
+            }
+            for id in due {
+                self.queue_mut(recovery).retain(|&t| t != id);
+                self.priority[id] = PROMOTED;
+                self.enqueue(id, recovery);
+            }
+        }
+        if let Some(t) = next {
+            self.request_tick(t);
+        }
     }
 
     /// The recovery queue or the main queue.
