@@ -67,7 +67,7 @@ pub struct SimulateArgs {
     /// Order of each queue by a priority from the duration and GPUs a task declares, then
     /// arrival: arrival (no priority, today's queue), shortest-first (the shortest declared
     /// duration first), longest-first (the most declared GPU time, duration × GPUs, first) or
-    /// short-then-longest[:MINUTES] (tasks declared shorter than MINUTES, default 30, shortest
+    /// `short-then-longest[:MINUTES]` (tasks declared shorter than MINUTES, default 30, shortest
     /// first, then the rest longest-first). A
     /// task declares its exclusive run time from the trace: perfect information, which no user
     /// has (--declared-duration-error). Under --queue carma the queue stays strict but is then a
