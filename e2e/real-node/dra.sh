@@ -325,10 +325,10 @@ dra_cleanup() {
 }
 
 dra_summary() {
-  python3 - "$WORK" "$DRA_DRIVER" "$DRA_SMALL" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
+  PYTHONPATH="$HERE" python3 - "$WORK" "$DRA_DRIVER" "$DRA_SMALL" "$DRA_SHARERS" "$NODES" "$DRA_REGISTERED" "$DRA_READY_S" \
     "$DRA_SLICES_S" "${DRA_TAINT_WAIT:-}" "$DRA_CDI_LEFT" "$DRA_CLAIMS_LEFT" "$DRA_CDI_PREPARED" "$DRA_ENV" \
     "$DRA_OWN_NODE" "$DRA_CLUSTER" "$DRA_TASK" "${DRA_RECOVER_S:-}" "${DRA_PLUGIN_PODS:-}" <<'PY'
-import datetime, json, os, re, sys
+import json, os, re, sys
 (work, driver, small_size, sharers, nodes, registered, ready_s, slices_s, taint_wait, cdi_left, claims_left,
  cdi_prepared, share_env, own_node, cluster, task_name, recover_s, plugin_pods) = sys.argv[1:]
 snaps = [s for s in ("installed", "shared", "refused", "taint-before", "tainted", "recover-a1", "recover-a2",
@@ -443,18 +443,11 @@ if os.path.exists(f"{work}/dra-recover-task.json"):
                      if prev.get("outcome") == "GpuOutOfMemory" and st.get("phase") == "Succeeded"
                      and mib(nxt) > mib(prev) > 0)
     # Recovery latency: the crashed container's finishedAt to the next attempt's container startedAt.
-    started, finished = {}, {}
-    for p in json.load(open(f"{work}/dra-recover-pods.json"))["items"]:
-        for cs in p["status"].get("containerStatuses", []):
-            state = cs.get("state", {})
-            t = state.get("running") or state.get("terminated") or {}
-            started[p["metadata"]["name"]] = t.get("startedAt")
-            finished[p["metadata"]["name"]] = (state.get("terminated") or {}).get("finishedAt")
-    ts = lambda v: datetime.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp() if v else None
-    lat = [ts(started.get(n["pod"])) - ts(finished.get(p["pod"])) for p, n in zip(atts, atts[1:])
-           if ts(started.get(n["pod"])) and ts(finished.get(p["pod"]))]
+    from recovery import describe, restart_latencies
+    pods = {p["metadata"]["name"]: p for p in json.load(open(f"{work}/dra-recover-pods.json"))["items"]}
+    lat = restart_latencies(atts, pods)
     recover_note = (f"{task_name} {st.get('phase')} after {recover_s} s, crash to the next attempt's container "
-                    f"start {', '.join(f'{x:.0f} s' for x in lat) or 'not observed'}; " + "; ".join(
+                    f"start {describe(lat)}; " + "; ".join(
         f"a{a.get('index')} booked {mib(a) // 2**20} Mi on {booked_by_pod.get(a.get('pod', ''), (0, 'no device'))[1]}"
         f" (status reservedMiB {a.get('reservedMiB')}), {a.get('outcome', 'no outcome')}" for a in atts))
 

@@ -87,8 +87,9 @@ echo "step 0 loss 2.30"; exit 0' 'exclusiveAfterOoms: 2'
   for n in $(k get pods -n default -l carma.io/attempt -o name); do
     k logs -n default "$n" >"$WORK/tasks-logs/${n#pod/}.log" 2>&1 || true
   done
-  python3 - "$WORK/tasks-state.json" "$TASKS_S" "$WORK/tasks-logs" <<'PY'
-import datetime, json, os, re, sys
+  PYTHONPATH="$HERE" python3 - "$WORK/tasks-state.json" "$TASKS_S" "$WORK/tasks-logs" <<'PY'
+import json, os, re, sys
+from recovery import describe, restart_latencies
 state, secs, logdir = sys.argv[1:]
 items = json.load(open(state))["items"]
 tts = {i["metadata"]["name"]: i for i in items if i["kind"] == "TrainingTask"}
@@ -131,20 +132,8 @@ for name, tt in sorted(tts.items()):
             and "GpuOutOfMemory" not in outs and len(set(res)) == 1):
         host_oom.append(name)
 # Recovery latency of tt-gpuoom: attempt 1's container finishedAt to attempt 2's container startedAt.
-def container_time(pod_name, state_key, field):
-    p = pods.get(pod_name, {})
-    for c in p.get("status", {}).get("containerStatuses", []):
-        v = (c.get("state", {}).get(state_key) or {}).get(field)
-        if v:
-            return datetime.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-    return None
-latency = "not observed"
 oom_att = tts.get("tt-gpuoom", {}).get("status", {}).get("attempts", [])
-if len(oom_att) >= 2:
-    crashed = container_time(oom_att[0]["pod"], "terminated", "finishedAt")
-    nxt = container_time(oom_att[1]["pod"], "terminated", "startedAt") or container_time(oom_att[1]["pod"], "running", "startedAt")
-    if crashed and nxt:
-        latency = f"{nxt - crashed:.0f} s"
+latency = describe(restart_latencies(oom_att[:2], pods))
 detail.append(f"tt-gpuoom crash to the next attempt's container start {latency}")
 print(f"real-node tasks: {len(tts)} TrainingTasks run ({len(succeeded)} succeeded, {len(recovered)} GPU-OOM recovered, "
       f"{len(host_oom)} kernel OOMKilled not read as GPU OOM) in {secs} s; " + "; ".join(detail))
