@@ -24,6 +24,10 @@ pub struct QueueOrdering {
     /// ([`carma_core::QueueOrder::aged_priority`]); `None`: never. Only under an order other
     /// than arrival.
     pub promote_after_ms: Option<Millis>,
+    /// `pack` only: once a task needing several GPUs has waited this long, keep the idle GPUs it
+    /// could use next from every task queued behind it until it is placed
+    /// ([`carma_core::placement::hold`]); `None`: never. Any queue order.
+    pub hold_for_multi_gpu_ms: Option<Millis>,
 }
 
 impl Default for QueueOrdering {
@@ -33,6 +37,7 @@ impl Default for QueueOrdering {
             error: 1.0,
             seed: 1,
             promote_after_ms: None,
+            hold_for_multi_gpu_ms: None,
         }
     }
 }
@@ -128,6 +133,7 @@ mod tests {
             error: 2.0,
             seed: 7,
             promote_after_ms: None,
+            hold_for_multi_gpu_ms: None,
         };
         let d = noisy.declared(&tasks);
         let mut moved = 0;

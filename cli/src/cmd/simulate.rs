@@ -180,6 +180,11 @@ pub struct SimulateArgs {
     /// Policy pack: take idle GPUs before complementary busy ones, sharing only when none fits.
     #[arg(long, help_heading = "Placement and recovery")]
     pub pack_idle_first: bool,
+    /// Policy pack: once a task needing several GPUs has waited this many minutes (1 to 1440),
+    /// keep the idle GPUs it could use next (on the node where the fewest of them are busy) from
+    /// every task queued behind it until it is placed. Off by default.
+    #[arg(long, value_name = "MINUTES", value_parser = clap::value_parser!(u64).range(1..=1440), help_heading = "Placement and recovery")]
+    pub pack_hold_for_multi_gpu: Option<u64>,
     /// Policy pack: judge busy GPUs by the throughput the simulator's slowdown model predicts a
     /// placement adds (sum of the GPU's task rates after minus before; 1 = free sharing), crowding
     /// only where it is at least this (0 to 1) instead of by the crowding limit.
@@ -321,6 +326,7 @@ impl SimulateArgs {
             error: self.declared_duration_error,
             seed: self.declared_duration_seed,
             promote_after_ms: self.queue_promote_after,
+            hold_for_multi_gpu_ms: self.pack_hold_for_multi_gpu.map(|m| m * 60_000),
         }
     }
 

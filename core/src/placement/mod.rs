@@ -13,6 +13,7 @@
 //! allocation-free [`quick_score`] are one implementation.
 
 pub mod gain;
+pub mod hold;
 mod judge;
 pub mod pack;
 mod summary;

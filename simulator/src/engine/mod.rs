@@ -104,6 +104,9 @@ pub fn simulate_ordered(
         engine.priority = ordering.priorities(tasks);
         engine.ordering = *ordering;
     }
+    engine.hold_after_ms = ordering
+        .hold_for_multi_gpu_ms
+        .filter(|_| policy == Policy::Pack);
     engine.run();
     engine.within_horizon()?;
     Ok(engine.finish(estimator))
@@ -193,6 +196,9 @@ struct Engine<'a> {
     /// What each task declares, and the ordering (when `priority` is not empty).
     declared: Vec<Declared>,
     ordering: QueueOrdering,
+    /// `pack` only: keep GPUs for a multi-GPU task that has waited this long
+    /// ([`QueueOrdering::hold_for_multi_gpu_ms`]); `None`: never.
+    hold_after_ms: Option<Millis>,
     heap: BinaryHeap<Reverse<(Millis, u64, Event)>>,
     seq: u64,
     now: Millis,
@@ -295,6 +301,7 @@ impl<'a> Engine<'a> {
             priority: Vec::new(),
             declared: Vec::new(),
             ordering: QueueOrdering::default(),
+            hold_after_ms: None,
             heap: BinaryHeap::new(),
             seq: 0,
             now: 0,

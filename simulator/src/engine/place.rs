@@ -2,6 +2,7 @@
 //! until the node changes or a warm-up lock lifts), the best node chosen, the placement booked
 //! in the ledger as in flight, and the attempt started.
 
+use carma_core::placement::hold::{Hold, hold_for, starving, without_held};
 use carma_core::placement::{DemandKey, recovery_first, verdict_expiry};
 use carma_core::{
     Demand, GpuRejection, Millis, NodePlacement, NodeRejection, Policy, Reservation, place_on_node,
@@ -78,8 +79,13 @@ impl Engine<'_> {
         let mut best: Option<(usize, NodePlacement)> = None;
         let mut wake: Option<Millis> = None;
         let mut too_few = 0;
+        let hold = self.hold_against(id);
         for n in 0..self.nodes.len() {
-            match self.outcome_on(n, key, &demand) {
+            let outcome = match &hold {
+                Some(h) if h.node == n => self.outcome_held(n, &demand, h),
+                _ => self.outcome_on(n, key, &demand),
+            };
+            match outcome {
                 Outcome::Accept(p) => {
                     if choose::better(&p, best.as_ref().map(|(_, b)| b)) {
                         let top = p.score >= 10;
@@ -115,6 +121,46 @@ impl Engine<'_> {
                 });
                 TryPlace::Blocked(earliest(wake, ages_at))
             }
+        }
+    }
+
+    /// The GPUs kept from task `id` (`--pack-hold-for-multi-gpu`): those of the multi-GPU task
+    /// that has waited longest, once it has waited the configured time, when `id` is queued
+    /// behind it (the recovery queue first, then the main queue) — the hold stops tasks passing
+    /// it, never one ahead of it.
+    fn hold_against(&self, id: usize) -> Option<Hold> {
+        let after = self.hold_after_ms?;
+        let queued = || self.recovery_q.iter().chain(self.main_q.iter()).copied();
+        let waiting = queued().map(|t| {
+            let waited = self.now.saturating_sub(self.state[t].ready_at);
+            (self.tasks[t].gpus, waited)
+        });
+        let i = starving(waiting, after)?;
+        let behind = queued().position(|t| t == id).is_some_and(|at| at > i);
+        if !behind {
+            return None;
+        }
+        let holder = queued().nth(i)?;
+        hold_for(&self.nodes, &self.ledger, i, self.tasks[holder].gpus)
+    }
+
+    /// `place_on_node` for node `n` without the GPUs `hold` keeps (not remembered: the hold
+    /// changes with the queue). Too few GPUs left is not final: the hold ends.
+    fn outcome_held(&self, n: usize, demand: &Demand, hold: &Hold) -> Outcome {
+        let view = without_held(&self.nodes[n], hold);
+        match place_on_node(
+            &view,
+            &self.ledger,
+            demand,
+            &self.pcfg,
+            self.now,
+            self.rr_cursor[n],
+        ) {
+            Ok(p) => Outcome::Accept(p),
+            Err(rejection) => Outcome::Reject {
+                wake: self.wake_for(&rejection),
+                too_few: false,
+            },
         }
     }
 
