@@ -43,6 +43,7 @@ autocast's list of operators it runs in fp32 (norms, softmax, `pow`, `exp`, loss
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Callable
 
@@ -262,8 +263,13 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
     peaks = {p: 0 for p in PHASES}
     fake = FakeTensorMode(allow_non_fake_inputs=True)  # the meta model moves in
     Track = _mode_class(torch)
-    amp = (_Both(torch.autocast("cpu", dtype=torch.bfloat16), cuda_autocast_lists(torch))
-           if mixed_precision else _Nothing())
+    def amp():
+        """A fresh context per step: CPU autocast with CUDA's fp32 list on top, or nothing."""
+        stack = contextlib.ExitStack()
+        if mixed_precision:
+            stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+            stack.enter_context(cuda_autocast_lists(torch))
+        return stack
     original_sdpa, fused_sdpa = _fused_sdpa(torch)
     original_dropout, cuda_dropout = gpu_dropout(torch)
     torch.nn.functional.scaled_dot_product_attention = fused_sdpa
@@ -285,7 +291,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
                     live.label = ("input", "")
                     x = make_input(batch_size)
                     kw = {} if labels is None else {"labels": labels(batch_size)}
-                    with amp:
+                    with amp():
                         # As in `out = model(x)` in a training loop, the last step's
                         # output (an LM's logits can be gigabytes) lives until the new
                         # one is assigned.
@@ -356,34 +362,3 @@ def _fused_sdpa(torch):
         return out[0]
 
     return original, sdpa
-
-
-class _Both:
-    """Two context managers entered in order and left in reverse."""
-
-    def __init__(self, first, second) -> None:
-        self._first, self._second = first, second
-
-    def __enter__(self):
-        self._first.__enter__()
-        try:
-            self._second.__enter__()
-        except BaseException:
-            self._first.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self._second.__exit__(*exc)
-        finally:
-            self._first.__exit__(*exc)
-        return False
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
