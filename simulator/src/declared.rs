@@ -7,6 +7,8 @@
 //! effect survives estimates that are off by that much.
 
 use carma_core::{Declared, Millis, QueueOrder};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::error::SimError;
 use crate::task::Task;
@@ -59,11 +61,12 @@ impl QueueOrdering {
 
     /// What each task declares: its exclusive run time, off by the drawn factor.
     pub fn declared(&self, tasks: &[Task]) -> Vec<Declared> {
+        let mut rng = StdRng::seed_from_u64(self.seed);
         tasks
             .iter()
             .map(|t| {
                 let factor = if self.error > 1.0 {
-                    self.error.powf(2.0 * unit(self.seed, t.id as u64) - 1.0)
+                    self.error.powf(2.0 * rng.random::<f64>() - 1.0)
                 } else {
                     1.0
                 };
@@ -82,17 +85,6 @@ impl QueueOrdering {
             .map(|d| self.order.priority(d))
             .collect()
     }
-}
-
-/// A number in [0, 1) from `seed` and `id` (SplitMix64: no dependency, the same on every platform).
-fn unit(seed: u64, id: u64) -> f64 {
-    let mut z = seed
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(id.wrapping_add(1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
