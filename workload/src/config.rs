@@ -212,8 +212,18 @@ impl SimConfig {
     /// Hence for every tick `T`, the tasks with `tick(a) ≥ T` cannot be done before their rate
     /// cap, `min(GPUs·M_A, Σ s·g over those whose tick(a) + lag has passed)`, integrated from
     /// `T + lag`, reaches their total work (at the first tick: all the work over the whole
-    /// cluster, after one lag). The bound is the latest of these and of `tick(a) + x` over tasks,
-    /// less `S`.
+    /// cluster, after one lag).
+    ///
+    /// Memory gives a second such bound. A task shows its true peak `p` on each of its GPUs
+    /// from `lag` after its dispatch until it ends, and one whose peak does not fit beside the
+    /// shown peaks of a GPU crashes when it shows, so the shown peaks on a GPU never sum past
+    /// its memory `m`. The attempt that finishes is shown for at least `(x − lag)⁺` (its rate
+    /// is at most 1), so the tasks released at `T` or later hold `Σ p·g·(x − lag)⁺`
+    /// MiB-seconds, none before `T + lag`, at most `min(GPUs·m, Σ p·g of those released)` per
+    /// second. Where reservations are generous this one is the longer: every task holds its
+    /// memory however little SM activity it has.
+    ///
+    /// The bound is the latest of both and of `tick(a) + x` over tasks, less `S`.
     pub fn makespan_bound_s(&self, tasks: &[crate::task::Task]) -> Option<f64> {
         let floor = match &self.slowdown.time_slicing {
             None if self.slowdown.exponent < 1.0 => return None,
@@ -234,8 +244,10 @@ impl SimConfig {
             .iter()
             .map(|t| secs(tick(t.arrival_ms).saturating_add(t.exclusive_ms)))
             .fold(0.0, f64::max);
-        // Tasks by the tick they may first start at, earliest first.
+        // Tasks by the tick they may first start at, earliest first: SM-activity work and
+        // memory-time, each with what the released tasks can do per second.
         let mut releases: Vec<Release> = Vec::new();
+        let mut memory: Vec<Release> = Vec::new();
         let mut by_tick: Vec<(Millis, &crate::task::Task)> =
             placeable.iter().map(|t| (tick(t.arrival_ms), *t)).collect();
         by_tick.sort_by_key(|(at, _)| *at);
@@ -243,19 +255,9 @@ impl SimConfig {
             let s = t.activity.scaled(self.activity_scale).sm_activity;
             let g = f64::from(t.gpus);
             let shown_s = t.exclusive_ms.saturating_sub(lag) as f64 / 1000.0;
-            if releases.last().is_none_or(|r| r.at != at) {
-                releases.push(Release {
-                    at,
-                    work: 0.0,
-                    rate: 0.0,
-                    activity: 0.0,
-                });
-            }
-            if let Some(r) = releases.last_mut() {
-                r.work += s * g * shown_s;
-                r.rate += s * g;
-                r.activity = r.activity.max(s);
-            }
+            let p = t.peak_mib as f64;
+            Release::add(&mut releases, at, s * g * shown_s, s * g, s);
+            Release::add(&mut memory, at, p * g * shown_s, p * g, 0.0);
         }
         let gpus = f64::from(self.cluster.nodes) * f64::from(self.cluster.gpus_per_node);
         let (mut work, mut activity) = (0.0, floor);
@@ -266,6 +268,16 @@ impl SimConfig {
             if work > 0.0 {
                 let from = secs(releases[first].at.saturating_add(lag));
                 let took = drain_s(&releases[first..], work, gpus * activity);
+                released = f64::max(released, from + took);
+            }
+        }
+        let capacity_mib = gpus * self.cluster.gpu_memory_mib as f64;
+        let mut held = 0.0;
+        for first in (0..memory.len()).rev() {
+            held += memory[first].work;
+            if held > 0.0 {
+                let from = secs(memory[first].at.saturating_add(lag));
+                let took = drain_s(&memory[first..], held, capacity_mib);
                 released = f64::max(released, from + took);
             }
         }
@@ -407,16 +419,36 @@ impl SimConfig {
 /// cost at most this many steps per group.
 const RAMP_STEPS: usize = 1024;
 
-/// The tasks that may first start at one scheduler tick, for [`SimConfig::makespan_bound_s`].
+/// The tasks that may first start at one scheduler tick, for [`SimConfig::makespan_bound_s`]:
+/// of one resource, SM activity or memory.
 struct Release {
     /// The tick.
     at: Millis,
-    /// Their work once shown, SM-activity-seconds.
+    /// Their work once shown: SM-activity-seconds, or MiB-seconds of memory held.
     work: f64,
     /// The most work per second they can do together (each at most its own speed).
     rate: f64,
-    /// Their largest SM activity.
+    /// Their largest SM activity (0 for memory).
     activity: f64,
+}
+
+impl Release {
+    /// Add one task to the group of tick `at`, the last of `groups` or a new one after it.
+    fn add(groups: &mut Vec<Release>, at: Millis, work: f64, rate: f64, activity: f64) {
+        match groups.last_mut() {
+            Some(r) if r.at == at => {
+                r.work += work;
+                r.rate += rate;
+                r.activity = r.activity.max(activity);
+            }
+            _ => groups.push(Release {
+                at,
+                work,
+                rate,
+                activity,
+            }),
+        }
+    }
 }
 
 /// Seconds after `releases[0].at` (each shifted by the same lag) until `work` can be done at a

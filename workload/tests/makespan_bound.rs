@@ -142,3 +142,27 @@ fn a_threshold_below_the_models_floor_is_read_as_the_model_reads_it() {
     let bound = cfg.makespan_bound_s(&tasks).unwrap();
     assert!(close(bound, 3_600.0), "{bound}");
 }
+
+#[test]
+fn memory_held_binds_where_tasks_are_light_but_large() {
+    // 1 × 1 GPU of 40 GiB, lag 15 s. Two tasks at 0 of activity 0.1 that each hold 30 GiB for
+    // 1,000 s: their SM-activity work takes 2 × 0.1 × 985 / 0.8 = 246 s, but 30 + 30 GiB do not
+    // fit on one GPU, and they hold 2 × 30,720 MiB × 985 s, which 40,960 MiB take 1,477.5 s to
+    // hold, after the first lag.
+    let mut cfg = SimConfig::default();
+    cfg.cluster.gpus_per_node = 1;
+    let mut tasks = [task(0, 0, 1_000_000, 0.1), task(1, 0, 1_000_000, 0.1)];
+    for t in &mut tasks {
+        t.peak_mib = 30 * 1024;
+    }
+    let bound = cfg.makespan_bound_s(&tasks).unwrap();
+    assert!(
+        close(bound, 15.0 + 2.0 * 30_720.0 * 985.0 / 40_960.0),
+        "{bound}"
+    );
+    // At 10 GiB each they fit together, and a task alone (1,000 s) binds again.
+    for t in &mut tasks {
+        t.peak_mib = 10 * 1024;
+    }
+    assert!(close(cfg.makespan_bound_s(&tasks).unwrap(), 1_000.0));
+}
