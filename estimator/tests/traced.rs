@@ -195,16 +195,17 @@ fn no_job_of_the_fitting_set_is_underestimated_and_the_constants_are_tight() {
     let under = underestimated(&all);
     assert!(under.is_empty(), "underestimated:\n{}", under.join("\n"));
     // docs/traced-estimate.md: the CNN mean within the 1 GiB goal; the Transformer mean above
-    // it, because CARMA's A100 jobs carry the H100's larger context and the multi-GPU term
-    // is set by XLNet-large, which over-reserves GPT-2 large by 5 GiB (on the H100 rows
-    // alone it is within it).
+    // it, because CARMA's A100 jobs carry the H100's larger context, the multi-GPU term is set
+    // by XLNet-large, which over-reserves GPT-2 large by 4.6 GiB, and the largest-tensor factor
+    // (1.08) by BERT-large on the H100, 514 MiB above its trace, which the other BERT rows are
+    // not. (1.6 GiB while the trace counted a tied LM head twice and the factor was 0.34.)
     assert!(
         mean_over(&all, Family::Cnn) <= 1024,
         "CNN mean over {} MiB",
         mean_over(&all, Family::Cnn)
     );
     assert!(
-        mean_over(&all, Family::Transformer) <= 1600,
+        mean_over(&all, Family::Transformer) <= 1900,
         "Transformer mean over {} MiB",
         mean_over(&all, Family::Transformer)
     );

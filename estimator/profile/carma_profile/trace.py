@@ -162,6 +162,24 @@ def _module_labels(torch, live: _LiveBytes) -> list:
             torch.nn.modules.module.register_module_forward_hook(leave, always_call=True)]
 
 
+def _to_empty_keeping_ties(model, device: str) -> None:
+    """`model.to_empty(device=device)` with every parameter and buffer that several modules share
+    still shared afterwards. `to_empty` gives each module a new tensor of its own, so a weight
+    tied in two places (an LM head on its embedding; T5's encoder, decoder and head on one) would
+    be traced twice, with two gradients and two sets of optimizer state, where the GPU keeps one."""
+    places: dict[int, list] = {}
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, t in table.items():
+                if t is not None:
+                    places.setdefault(id(t), []).append((table, name))
+    model.to_empty(device=device)
+    for shared in places.values():
+        first_table, first_name = shared[0]
+        for table, name in shared[1:]:
+            table[name] = first_table[first_name]
+
+
 def _loss_of(torch, out):
     """A scalar loss from the model's output: Hugging Face's `loss` when the model computed
     one (labels were given), else the sum of the first floating-point output tensor (whose
@@ -277,7 +295,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
     try:
         with fake:
             # Parameters and buffers: fake CPU tensors with no data behind them.
-            model.to_empty(device="cpu")
+            _to_empty_keeping_ties(model, "cpu")
             model.train()
             for t in [*model.parameters(), *model.buffers()]:
                 live.add_tensor(t)

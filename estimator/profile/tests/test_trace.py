@@ -102,3 +102,30 @@ def test_trace_flag_output_is_accepted_by_the_rust_estimator(carma_bin):
     out = json.loads(est.stdout)
     assert out["source"] == "traced", out
     assert out["estimate_mib"] > max(profile["traced"].values())
+
+
+def test_a_tied_weight_is_traced_once():
+    """An LM head tied to its embedding holds one weight, one gradient and one optimizer state."""
+    torch = pytest.importorskip("torch")
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(4096, 256)
+            self.head = torch.nn.Linear(256, 4096, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, x):
+            return self.head(self.embed(x))
+
+    def untied():
+        m = Tied()
+        m.head.weight = torch.nn.Parameter(torch.empty(4096, 256))
+        return m
+
+    tied = trace_step(Tied, 1, make_input=lambda b: torch.zeros((b, 1), dtype=torch.long), optimizer="sgd")
+    two = trace_step(untied, 1, make_input=lambda b: torch.zeros((b, 1), dtype=torch.long), optimizer="sgd")
+    weight_mib = 4096 * 256 * 4 / (1 << 20)  # 4 MiB
+    # the step with two weights holds a weight and a gradient more
+    assert two["optimizerStepMiB"] - tied["optimizerStepMiB"] == pytest.approx(2 * weight_mib, abs=1), (tied, two)
+    assert tied["optimizerStepMiB"] <= 2 * weight_mib + 1, tied
