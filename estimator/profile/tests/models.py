@@ -20,3 +20,15 @@ def broken():
 
 def not_a_module():
     return 42
+
+
+class ResidualBlock(nn.Module):
+    """A residual block: the sum is no module's output, and the norm after it saves it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(256, 256)
+        self.norm = nn.LayerNorm(256)
+
+    def forward(self, x):
+        return self.norm(x + self.linear(x))

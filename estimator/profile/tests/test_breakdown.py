@@ -8,24 +8,14 @@ from carma_profile.trace import trace_step
 
 torch = pytest.importorskip("torch")
 
-
-class Block(torch.nn.Module):
-    """A residual block: the sum is no module's output, and the norm after it saves it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(256, 256)
-        self.norm = torch.nn.LayerNorm(256)
-
-    def forward(self, x):
-        return self.norm(x + self.linear(x))
+from models import ResidualBlock  # noqa: E402
 
 
 def test_the_residual_sum_is_kept_and_named_by_its_block():
     kept: dict = {}
-    trace_step(Block, 1024, input_size=(256,), optimizer="sgd", breakdown=kept)
+    trace_step(ResidualBlock, 1024, input_size=(256,), optimizer="sgd", breakdown=kept)
     one = 1024 * 256 * 4  # one fp32 activation: 1 MiB
-    assert kept[("Block", "add")] == one, kept
+    assert kept[("ResidualBlock", "add")] == one, kept
     # the linear's output only feeds the sum, which saves nothing: it is gone
     assert ("Linear", "addmm") not in kept, kept
     assert kept[("input", "zeros")] == one, kept  # the linear saves its input

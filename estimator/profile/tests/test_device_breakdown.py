@@ -7,23 +7,13 @@ from carma_profile.trace import trace_step
 
 torch = pytest.importorskip("torch")
 
-
-class Block(torch.nn.Module):
-    """A residual block: the sum is no module's output, and the norm after it saves it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(256, 256)
-        self.norm = torch.nn.LayerNorm(256)
-
-    def forward(self, x):
-        return self.norm(x + self.linear(x))
+from models import ResidualBlock  # noqa: E402
 
 
 def test_real_tensors_keep_what_fake_ones_do():
     traced: dict = {}
-    figures = trace_step(Block, 512, input_size=(256,), optimizer="adam", breakdown=traced)
-    real = device_step(Block, 512, device="cpu", input_size=(256,))
+    figures = trace_step(ResidualBlock, 512, input_size=(256,), optimizer="adam", breakdown=traced)
+    real = device_step(ResidualBlock, 512, device="cpu", input_size=(256,))
     assert real["kept"] == traced, (real["kept"], traced)
     # the same phase peaks as the trace, from the same storages
     assert real["phases"]["forward"]["storagesMiB"] == pytest.approx(figures["forwardMiB"], abs=1)
