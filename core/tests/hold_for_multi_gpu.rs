@@ -58,7 +58,7 @@ fn a_small_pod_is_refused_the_gpus_a_long_waiting_two_gpu_pod_needs() {
     let waiting = [(1, 5 * HOUR_MS), (2, 2 * HOUR_MS), (2, HOUR_MS / 2)];
     let holder = starving(waiting, HOUR_MS).expect("the 2-GPU pod has waited past the hold");
     assert_eq!(holder, 1);
-    let hold = hold_for(&nodes, &ledger, holder, 2).expect("the node has 4 GPUs");
+    let hold = hold_for(&nodes, &ledger, 2).expect("the node has 4 GPUs");
     assert_eq!(hold.node, 0);
     assert_eq!(hold.gpus, ["GPU-2", "GPU-3"], "the idle GPUs are kept");
 
@@ -88,13 +88,13 @@ fn no_hold_before_the_wait_or_for_single_gpu_pods() {
 fn the_hold_keeps_the_idle_gpus_of_the_node_closest_to_free() {
     // One idle GPU (3): it alone is kept; the busy ones go on taking pods that share them.
     let (node, ledger) = node_and_ledger(&[0, 1, 2]);
-    let hold = hold_for(std::slice::from_ref(&node), &ledger, 0, 2).unwrap();
+    let hold = hold_for(std::slice::from_ref(&node), &ledger, 2).unwrap();
     assert_eq!(hold.gpus, ["GPU-3"]);
     let view = without_held(&node, &hold);
     assert_eq!(view.gpus.len(), 3);
     // No idle GPU: nothing is kept.
     let (full, full_ledger) = node_and_ledger(&[0, 1, 2, 3]);
-    assert_eq!(hold_for(&[full], &full_ledger, 0, 2), None);
+    assert_eq!(hold_for(&[full], &full_ledger, 2), None);
     // A node with more idle GPUs is chosen over the first.
     let (other, other_ledger) = node_and_ledger(&[0]);
     let mut both = other_ledger;
@@ -117,9 +117,9 @@ fn the_hold_keeps_the_idle_gpus_of_the_node_closest_to_free() {
             })
             .collect(),
     };
-    let hold = hold_for(&[renamed, other], &both, 0, 2).unwrap();
+    let hold = hold_for(&[renamed, other], &both, 2).unwrap();
     assert_eq!(hold.node, 1);
     assert_eq!(hold.gpus, ["GPU-1", "GPU-2"]);
     // Too few GPUs anywhere: no hold.
-    assert_eq!(hold_for(&[node], &ledger, 0, 5), None);
+    assert_eq!(hold_for(&[node], &ledger, 5), None);
 }

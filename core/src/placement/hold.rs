@@ -24,8 +24,6 @@ use crate::model::Node;
 /// Idle GPUs kept on one node for one waiting pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hold {
-    /// Index of the held-for pod in the list [`starving`] was given.
-    pub holder: usize,
     /// Index of the node in the list [`hold_for`] was given.
     pub node: usize,
     /// UUIDs of the GPUs kept (idle, at most the pod's GPU count), in index order.
@@ -48,12 +46,11 @@ pub fn starving(
     best.map(|(i, _)| i)
 }
 
-/// The node and GPUs to keep for a pod needing `gpus` GPUs (`holder`: its index for
-/// [`Hold::holder`]): on each node with that many healthy GPUs, its `gpus` best GPUs (fewest pods,
+/// The node and GPUs to keep for a pod needing `gpus` GPUs: on each node with that many healthy GPUs, its `gpus` best GPUs (fewest pods,
 /// then least memory booked, then lowest index); the node where the fewest of them are busy, then
 /// with the fewest pods on them, then the first; the idle ones among them are kept. `None` when no
 /// node has that many GPUs, or the chosen node none of them idle.
-pub fn hold_for(nodes: &[Node], ledger: &Ledger, holder: usize, gpus: u32) -> Option<Hold> {
+pub fn hold_for(nodes: &[Node], ledger: &Ledger, gpus: u32) -> Option<Hold> {
     let wanted = gpus.max(1) as usize;
     // (busy GPUs, pods, MiB booked) among the best ones; the node; its idle ones.
     type Choice<'a> = ((usize, usize, u64), usize, Vec<&'a str>);
@@ -89,7 +86,6 @@ pub fn hold_for(nodes: &[Node], ledger: &Ledger, holder: usize, gpus: u32) -> Op
     }
     let (_, node, idle) = best?;
     (!idle.is_empty()).then(|| Hold {
-        holder,
         node,
         gpus: idle.into_iter().map(str::to_string).collect(),
     })

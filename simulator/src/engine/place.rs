@@ -135,13 +135,12 @@ impl Engine<'_> {
             let waited = self.now.saturating_sub(self.state[t].ready_at);
             (self.tasks[t].gpus, waited)
         });
-        let i = starving(waiting, after)?;
-        let behind = queued().position(|t| t == id).is_some_and(|at| at > i);
-        if !behind {
+        let holder = queued().nth(starving(waiting, after)?)?;
+        // Behind: the holder comes first in the queues (and is not `id`).
+        if holder == id || queued().find(|&t| t == holder || t == id) != Some(holder) {
             return None;
         }
-        let holder = queued().nth(i)?;
-        hold_for(&self.nodes, &self.ledger, i, self.tasks[holder].gpus)
+        hold_for(&self.nodes, &self.ledger, self.tasks[holder].gpus)
     }
 
     /// `place_on_node` for node `n` without the GPUs `hold` keeps (not remembered: the hold
