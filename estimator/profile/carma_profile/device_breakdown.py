@@ -134,19 +134,11 @@ def differences(device: dict, traced: dict) -> list[tuple[str, str, int, int]]:
 
 def environment(torch, device: str) -> dict:
     """The GPU, driver, CUDA and torch versions every figure is recorded with."""
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "driver": "",
-           "gpu": torch.cuda.get_device_name(0) if device == "cuda" else "none (CPU run)"}
-    if device != "cuda":
-        return env
-    try:
-        import pynvml
+    from .measure import driver_version
 
-        pynvml.nvmlInit()
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        env["driver"] = driver.decode() if isinstance(driver, bytes) else driver
-    except Exception:  # noqa: BLE001 — NVML missing: the driver stays unrecorded, not guessed
-        pass
-    return env
+    cuda = device == "cuda"
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "driver": driver_version() if cuda else "",
+            "gpu": torch.cuda.get_device_name(0) if cuda else "none (CPU run)"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -156,6 +156,18 @@ def measure_step(torch, factory, batch: int, *, steps: int = 3, **inputs) -> dic
     return result
 
 
+def driver_version() -> str:
+    """The NVIDIA driver's version from NVML; empty when NVML is missing (recorded so, not guessed)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        return driver.decode() if isinstance(driver, bytes) else driver
+    except Exception:  # noqa: BLE001
+        return ""
+
+
 def measure_job(job: tuple, baseline_used: int | None) -> dict:
     """Measures one job in this process (a fresh one: nothing of an earlier job is cached)."""
     import torch
@@ -165,15 +177,7 @@ def measure_job(job: tuple, baseline_used: int | None) -> dict:
     label, family, factory, shape, head, batch, amp = job
     torch.zeros(1, device="cuda")
     props = torch.cuda.get_device_properties(0)
-    driver = ""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
-    except Exception:
-        pass
+    driver = driver_version()
     kw, seq_len = step_inputs(torch, shape, head)
     row = {"job": label, "family": family, "model": label, "batch_size": batch, "seq_len": seq_len,
            "mixed_precision": int(bool(amp)), "gpu": props.name, "driver": driver,
