@@ -92,6 +92,10 @@ pub struct TrainingTaskSpec {
     /// How crashed attempts are retried.
     #[serde(default)]
     pub recovery: RecoverySpec,
+    /// How long the task runs with its GPUs to itself, in seconds, as its user expects. Under the operator's queue order (the chart's queueOrder) the attempt pods get the matching carma-queue-* priority class, so that kube-scheduler tries them before tasks that declare nothing and, under short-then-longest, short tasks before long ones. Trusted as given; unset keeps the pod's priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 31_536_000))]
+    pub expected_duration_seconds: Option<u64>,
 }
 
 fn one() -> u32 {

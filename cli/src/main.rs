@@ -43,6 +43,8 @@ enum Command {
     Local(cmd::local::LocalArgs),
     /// Print the CustomResourceDefinitions (TrainingTask, GpuNode, MemoryHistory) as YAML.
     Crds(cmd::crds::CrdsArgs),
+    /// Print the PriorityClasses through which kube-scheduler applies a queue order of declared durations.
+    QueueClasses(cmd::queue_classes::QueueClassesArgs),
     /// Print version and build information.
     Version,
 }
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Local(args) => cmd::local::run(args),
         Command::Crds(args) => cmd::crds::run(args),
+        Command::QueueClasses(args) => cmd::queue_classes::run(args),
         Command::Version => {
             outln!("carma {}", env!("CARGO_PKG_VERSION")).map(|()| ExitCode::SUCCESS)
         }

@@ -18,6 +18,7 @@
 //! * [`recovery`] — what to do after an attempt ends.
 //! * [`quantity`] — Kubernetes memory quantities in MiB.
 //! * [`queue_order`] — pending pods' order: a priority from a declared duration, then arrival.
+//! * [`queue_class`] — the PriorityClasses through which kube-scheduler applies that order.
 //! * [`history`] — reservations learned from the peaks earlier runs of a model reached.
 //! * [`reservation`] — where a first reservation comes from: override, estimate or history,
 //!   whole GPU.
@@ -31,6 +32,7 @@ pub mod ledger;
 pub mod model;
 pub mod placement;
 pub mod quantity;
+pub mod queue_class;
 pub mod queue_order;
 pub mod reason;
 pub mod recovery;
@@ -51,6 +53,7 @@ pub use history::{
 pub use ledger::{Ledger, LedgerError, PlacementRecord};
 pub use model::{Demand, Gpu, Node, Policy, PolicyParseError, Reservation};
 pub use placement::{NodePlacement, place_on_node, score_node};
+pub use queue_class::{QUEUE_CLASS_BASE, QueueClass};
 pub use queue_order::{Declared, QueueOrder, QueueOrderParseError};
 pub use reason::{GpuRejection, NodeRejection};
 pub use recovery::{AttemptOutcome, AttemptRecord, RecoveryDecision, decide_next};

@@ -124,3 +124,113 @@ fn a_long_wait_promotes_a_task_ahead_of_every_declared_priority() {
     );
     assert!(i32::try_from(carma_core::queue_order::PROMOTED).is_ok());
 }
+
+/// Queue `tasks` by the priority classes a cluster applies; their indices.
+fn queued_by_class(order: QueueOrder, tasks: &[Declared]) -> Vec<usize> {
+    let mut q: Vec<(usize, i64)> = Vec::new();
+    for (i, d) in tasks.iter().enumerate() {
+        let p = order.class_priority(d);
+        let at = insert_position(q.iter().map(|&(_, p)| p), p);
+        q.insert(at, (i, p));
+    }
+    q.into_iter().map(|(i, _)| i).collect()
+}
+
+#[test]
+fn classes_never_reverse_the_exact_order() {
+    // Every pair of declarations the classes order strictly, the exact priority orders the same
+    // way: a class ladder only merges neighbours, it never swaps them.
+    let durations = [
+        0u64, 1, 2, 3, 5, 9, 15, 29, 30, 31, 45, 60, 200, 1_000, 20_000,
+    ];
+    for order in QueueOrder::ALL {
+        let mut ds = Vec::new();
+        for &m in &durations {
+            for gpus in [1, 2, 4, 8] {
+                ds.push(declared(m, gpus));
+            }
+        }
+        ds.push(Declared {
+            duration_ms: None,
+            gpus: 1,
+        });
+        for a in &ds {
+            for b in &ds {
+                let (ca, cb) = (order.class_priority(a), order.class_priority(b));
+                if ca > cb {
+                    assert!(
+                        order.priority(a) > order.priority(b),
+                        "{order}: {a:?} above {b:?} by class, not by exact priority"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn short_then_longest_classes_put_short_tasks_first_then_the_most_gpu_time() {
+    let order: QueueOrder = "short-then-longest".parse().unwrap();
+    // 3 h on 1 GPU, 10 min, undeclared, 2 h on 4 GPUs, 3 min, 40 min on 1 GPU.
+    let tasks = [
+        declared(180, 1),
+        declared(10, 1),
+        Declared {
+            duration_ms: None,
+            gpus: 1,
+        },
+        declared(120, 4),
+        declared(3, 1),
+        declared(40, 1),
+    ];
+    assert_eq!(queued_by_class(order, &tasks), vec![4, 1, 3, 0, 5, 2]);
+    let names: Vec<String> = order.classes().into_iter().map(|c| c.name).collect();
+    assert_eq!(names.first().unwrap(), "carma-queue-stl30-under-1m");
+    assert_eq!(names[5], "carma-queue-stl30-under-30m");
+    assert_eq!(names.last().unwrap(), "carma-queue-stl30-from-30-gpu-min");
+    assert_eq!(
+        order.class(&declared(10, 1)).unwrap().name,
+        "carma-queue-stl30-under-16m"
+    );
+}
+
+#[test]
+fn class_ladders_are_valid_priority_classes() {
+    for order in QueueOrder::ALL {
+        let classes = order.classes();
+        if order == QueueOrder::Arrival {
+            assert!(classes.is_empty());
+            assert_eq!(order.class(&declared(5, 1)), None);
+            continue;
+        }
+        // Distinct values, descending by one, all above pods without a class and below carma's
+        // recovery class; names are DNS subdomains and distinct.
+        for (i, c) in classes.iter().enumerate() {
+            assert_eq!(
+                c.value,
+                carma_core::QUEUE_CLASS_BASE + (classes.len() - 1 - i) as i32
+            );
+            assert!(c.value > 0 && c.value < 1_000_000, "{c:?}");
+            assert!(c.name.len() <= 253, "{}", c.name);
+            assert!(
+                c.name
+                    .chars()
+                    .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-'),
+                "{}",
+                c.name
+            );
+        }
+        let mut names: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), classes.len(), "{order}: duplicate names");
+        // Undeclared tasks get no class; the extremes land in the top and bottom classes.
+        let undeclared = Declared {
+            duration_ms: None,
+            gpus: 1,
+        };
+        assert_eq!(order.class(&undeclared), None);
+        assert!(order.class(&declared(0, 1)).is_some());
+        assert!(order.class(&declared(100_000, 8)).is_some());
+    }
+}

@@ -52,6 +52,10 @@ pub struct AttemptRequest {
     pub exclusive: bool,
     /// Whether it is a recovery attempt (priority class `carma-recovery`).
     pub recovery_priority: bool,
+    /// The queue's priority class for the task's declared duration
+    /// ([`carma_core::QueueOrder::class`]); set unless the recovery class is, and only when the
+    /// template names no priority of its own.
+    pub queue_class: Option<String>,
 }
 
 /// How attempt pods get their GPUs.
@@ -185,6 +189,11 @@ pub fn build_attempt_pod(
         spec.priority_class_name = Some(PRIORITY_CLASS_RECOVERY.to_string());
         // Admission derives the priority from the class; a stale value is rejected.
         spec.priority = None;
+    } else if let Some(class) = &req.queue_class
+        && spec.priority_class_name.is_none()
+        && spec.priority.is_none()
+    {
+        spec.priority_class_name = Some(class.clone());
     }
     let gpus = Quantity(task.spec.gpus.to_string());
     let training = &mut spec.containers[0];
@@ -352,6 +361,7 @@ mod tests {
             gpu_memory_mib: Some(12288),
             exclusive: false,
             recovery_priority: false,
+            queue_class: None,
         }
     }
 
@@ -467,6 +477,7 @@ mod tests {
                 gpu_memory_mib: None,
                 exclusive: true,
                 recovery_priority: true,
+                queue_class: Some("carma-queue-stl30-under-16m".to_string()),
             },
             SCHEDULER_NAME,
         )
@@ -481,6 +492,34 @@ mod tests {
             Some(PRIORITY_CLASS_RECOVERY)
         );
         assert_eq!(spec.priority, None);
+    }
+
+    #[test]
+    fn the_queue_class_names_the_pods_priority_unless_the_template_does() {
+        let queued = AttemptRequest {
+            queue_class: Some("carma-queue-stl30-under-16m".to_string()),
+            ..req(1)
+        };
+        let mut plain = task();
+        plain.spec.template.spec.as_mut().unwrap().priority = None;
+        let pod = build_attempt_pod(&plain, &queued, SCHEDULER_NAME).unwrap();
+        let spec = pod.spec.unwrap();
+        assert_eq!(
+            spec.priority_class_name.as_deref(),
+            Some("carma-queue-stl30-under-16m")
+        );
+        assert_eq!(spec.priority, None);
+        // A template that names a class or a priority keeps it: the user's choice stands.
+        let mut own = plain.clone();
+        own.spec.template.spec.as_mut().unwrap().priority_class_name = Some("team-a".into());
+        let pod = build_attempt_pod(&own, &queued, SCHEDULER_NAME).unwrap();
+        assert_eq!(
+            pod.spec.unwrap().priority_class_name.as_deref(),
+            Some("team-a")
+        );
+        let pod = build_attempt_pod(&task(), &queued, SCHEDULER_NAME).unwrap();
+        let spec = pod.spec.unwrap();
+        assert_eq!((spec.priority_class_name, spec.priority), (None, Some(5)));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tracing::{debug, info, instrument, warn};
 
 use carma_api::names::LABEL_TASK;
 use carma_api::{GpuNode, TrainingTask};
-use carma_core::RecoveryConfig;
+use carma_core::{QueueOrder, RecoveryConfig};
 
 use crate::attempt::{GpuClaims, MANAGER, is_owned_by, task_label_value};
 use crate::classify::{OomPatterns, PodProgress, classify};
@@ -46,6 +46,9 @@ pub struct Settings {
     pub scheduler_name: String,
     /// How attempt pods get their GPUs: the device plugin's resource or a DRA claim.
     pub gpu_claims: GpuClaims,
+    /// The order whose priority classes attempts of tasks that declare a duration get (the
+    /// classes must exist: the chart creates them, `carma queue-classes` prints them).
+    pub queue_order: QueueOrder,
 }
 
 impl Default for Settings {
@@ -58,6 +61,7 @@ impl Default for Settings {
             error_requeue: Duration::from_secs(15),
             scheduler_name: carma_api::names::SCHEDULER_NAME.to_string(),
             gpu_claims: GpuClaims::DevicePlugin,
+            queue_order: QueueOrder::Arrival,
         }
     }
 }
@@ -160,6 +164,7 @@ pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Act
         peak_poll: ctx.settings.peak_poll,
         scheduler_name: &ctx.settings.scheduler_name,
         gpu_claims: &ctx.settings.gpu_claims,
+        queue_order: ctx.settings.queue_order,
         first_estimate: first_estimate.as_ref().map(Option::as_ref),
     });
     debug!(task = name, namespace = ns, ?step, "planned");

@@ -30,6 +30,9 @@ pub struct QueueOrdering {
     /// could use next from every task queued behind it until it is placed
     /// ([`carma_core::placement::hold`]); `None`: never. Any queue order.
     pub hold_for_multi_gpu_ms: Option<Millis>,
+    /// Sort by the priority classes a cluster applies ([`QueueOrder::class_priority`]: buckets
+    /// of doubling bounds, arrival order within one) instead of the exact priority.
+    pub by_class: bool,
 }
 
 impl Default for QueueOrdering {
@@ -40,6 +43,7 @@ impl Default for QueueOrdering {
             seed: 1,
             promote_after_ms: None,
             hold_for_multi_gpu_ms: None,
+            by_class: false,
         }
     }
 }
@@ -82,8 +86,17 @@ impl QueueOrdering {
     pub fn priorities(&self, tasks: &[Task]) -> Vec<i64> {
         self.declared(tasks)
             .iter()
-            .map(|d| self.order.priority(d))
+            .map(|d| self.priority(d))
             .collect()
+    }
+
+    /// The queue priority of a task that declares `d`, exact or by class.
+    pub fn priority(&self, d: &Declared) -> i64 {
+        if self.by_class {
+            self.order.class_priority(d)
+        } else {
+            self.order.priority(d)
+        }
     }
 }
 
@@ -126,6 +139,7 @@ mod tests {
             seed: 7,
             promote_after_ms: None,
             hold_for_multi_gpu_ms: None,
+            by_class: false,
         };
         let d = noisy.declared(&tasks);
         let mut moved = 0;

@@ -27,6 +27,7 @@ pub mod dra_driver;
 pub mod estimate;
 pub mod local;
 pub mod operator;
+pub mod queue_classes;
 pub mod scheduler_extender;
 pub mod simulate;
 

@@ -73,6 +73,12 @@ pub struct OperatorArgs {
     /// The DeviceClass of carma's GPUs that DRA claims name (the chart's dra.deviceClass.name).
     #[arg(long, default_value = carma_api::dra::DEFAULT_DEVICE_CLASS)]
     pub dra_device_class: String,
+    /// Order of pending attempt pods for tasks that declare spec.expectedDurationSeconds, applied
+    /// through priority classes kube-scheduler sorts by: arrival (no class), shortest-first,
+    /// longest-first or `short-then-longest[:MINUTES]`. The classes must exist (`carma
+    /// queue-classes --queue-order ORDER`; the chart creates them).
+    #[arg(long, env = "CARMA_QUEUE_ORDER", default_value = "arrival", value_parser = |s: &str| s.parse::<carma_core::QueueOrder>())]
+    pub queue_order: carma_core::QueueOrder,
 }
 
 /// Values of `--gpu-claims`.
@@ -145,6 +151,7 @@ fn config(args: &OperatorArgs) -> anyhow::Result<OperatorConfig> {
                     device_class: args.dra_device_class.trim().to_string(),
                 },
             },
+            queue_order: args.queue_order,
             ..Settings::default()
         },
     };

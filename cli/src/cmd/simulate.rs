@@ -37,6 +37,15 @@ pub enum Switch {
     Off,
 }
 
+/// Which priority a queue order sorts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QueuePriority {
+    /// The order's exact priority (one per declared duration).
+    Exact,
+    /// The PriorityClass an operator gives the pod.
+    Classes,
+}
+
 /// How tasks sharing a GPU slow each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SlowdownForm {
@@ -86,6 +95,12 @@ pub struct SimulateArgs {
     /// Off by default.
     #[arg(long, value_parser = parse_seconds)]
     pub queue_promote_after: Option<u64>,
+    /// With a --queue-order other than arrival: sort by the exact priority the order computes
+    /// (exact), or by the PriorityClass the operator would give each pod (classes: buckets whose
+    /// bounds double, arrival order within one; what kube-scheduler can apply, `carma
+    /// queue-classes` lists them).
+    #[arg(long, value_enum, default_value_t = QueuePriority::Exact)]
+    pub queue_priority: QueuePriority,
     /// Where reservations come from: gpumemnet (carma's estimator), oracle (true peak),
     /// recorded (the estimate in the .rad file), none (CARMA's OR-* rule).
     #[arg(long, default_value = "gpumemnet", value_parser = parse_estimator)]
@@ -327,6 +342,7 @@ impl SimulateArgs {
             seed: self.declared_duration_seed,
             promote_after_ms: self.queue_promote_after,
             hold_for_multi_gpu_ms: self.pack_hold_for_multi_gpu.map(|m| m * 60_000),
+            by_class: self.queue_priority == QueuePriority::Classes,
         }
     }
 
@@ -402,8 +418,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
             out!("{}", report::render_table(&cmp))?;
             if ordered {
                 outln!(
-                    "  Queue order: {} (declared durations: exclusive run times{})",
+                    "  Queue order: {}{} (declared durations: exclusive run times{})",
                     ordering.order,
+                    if ordering.by_class {
+                        " by priority class"
+                    } else {
+                        ""
+                    },
                     if ordering.error > 1.0 {
                         format!(" off by up to ×{} (seed {})", ordering.error, ordering.seed)
                     } else {
@@ -421,6 +442,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                         "order": ordering.order.as_str(),
                         "declared_duration_error": ordering.error,
                         "declared_duration_seed": ordering.seed,
+                        "by_priority_class": ordering.by_class,
                     }),
                 );
             }

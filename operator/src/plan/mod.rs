@@ -21,7 +21,7 @@ use carma_api::{
     AttemptOutcomeKind, AttemptStatus, EstimateAnnotation, TaskPhase, TrainingTask,
     TrainingTaskStatus,
 };
-use carma_core::RecoveryConfig;
+use carma_core::{QueueOrder, RecoveryConfig};
 
 use crate::attempt::{GpuClaims, InvalidSpec};
 use crate::observe::ObservedAttempt;
@@ -45,6 +45,9 @@ pub struct PlanInput<'a> {
     pub scheduler_name: &'a str,
     /// How attempt pods get their GPUs.
     pub gpu_claims: &'a GpuClaims,
+    /// The queue order whose priority class an attempt of a task that declares its duration
+    /// gets (`spec.expectedDurationSeconds`).
+    pub queue_order: QueueOrder,
     /// For DRA claims: the operator's sizing of the first attempt from the template's
     /// `carma.io/gpu-memory` or the model profile (`Ok(None)`: the whole GPU; `Err`: a profile
     /// the estimator refuses). Device-plugin attempts leave it to the extender.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use carma_api::names::*;
 use carma_api::{AttemptOutcomeKind, AttemptStatus, EstimateAnnotation, EstimateStatus, TaskPhase};
 use carma_core::quantity::parse_mib;
-use carma_core::{AttemptOutcome, AttemptRecord, RecoveryDecision, Reservation};
+use carma_core::{AttemptOutcome, AttemptRecord, Declared, RecoveryDecision, Reservation};
 
 use super::{Observation, Step, describe_reservation};
 use crate::attempt::{
@@ -51,6 +51,7 @@ impl Step<'_, '_> {
             gpu_memory_mib,
             exclusive: spec.exclusive,
             recovery_priority: false,
+            queue_class: self.queue_class(),
         };
         if let Err(e) = self.create(&req, "", estimate.as_ref()) {
             return self.invalid(&e);
@@ -66,6 +67,19 @@ impl Step<'_, '_> {
             ),
             now,
         );
+    }
+
+    /// The priority class of the task's attempts under the operator's queue order: from its
+    /// declared duration and GPU count, `None` when it declares no duration.
+    fn queue_class(&self) -> Option<String> {
+        let spec = &self.input.task.spec;
+        let declared = Declared {
+            duration_ms: spec
+                .expected_duration_seconds
+                .map(|s| s.saturating_mul(1000)),
+            gpus: spec.gpus,
+        };
+        self.input.queue_order.class(&declared).map(|c| c.name)
     }
 
     fn invalid(&mut self, e: &InvalidSpec) {
@@ -149,17 +163,22 @@ impl Step<'_, '_> {
             ),
             now,
         );
+        let class = match pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref())
+        {
+            Some(c) if req.recovery_priority || req.queue_class.as_deref() == Some(c) => {
+                format!(", priority class {c}")
+            }
+            _ => String::new(),
+        };
         let (reason, note) = if req.index == 1 {
             (
                 "AttemptCreated",
-                format!("created attempt 1 ({name}) with {what}"),
+                format!("created attempt 1 ({name}) with {what}{class}"),
             )
         } else {
-            let class = if req.recovery_priority {
-                format!(", priority class {PRIORITY_CLASS_RECOVERY}")
-            } else {
-                String::new()
-            };
             (
                 "RecoveryAttemptCreated",
                 format!(
@@ -357,6 +376,7 @@ impl Step<'_, '_> {
                     },
                     exclusive: exclusive || reservation == Reservation::WholeGpu,
                     recovery_priority,
+                    queue_class: self.queue_class(),
                 };
                 if let Err(e) = self.create(&req, &reason, None) {
                     return self.invalid(&e);

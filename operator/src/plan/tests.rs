@@ -109,6 +109,8 @@ fn step_with(
         peak_poll: Duration::from_secs(15),
         scheduler_name: carma_api::names::SCHEDULER_NAME,
         gpu_claims: claims,
+        // The chart's default: it leaves tasks that declare no duration as they were.
+        queue_order: carma_core::QueueOrder::ALL[3],
         first_estimate: first,
     })
 }
@@ -244,6 +246,40 @@ fn running_attempt_records_placement_and_polls_for_its_peak() {
         Some(7300)
     );
     assert_eq!(p.requeue_after, Some(Duration::from_secs(15)));
+}
+
+#[test]
+fn a_declared_duration_gives_every_attempt_but_a_recovery_its_queue_class() {
+    const CLASS: &str = "carma-queue-stl30-under-16m";
+    // 10 min on 1 GPU: a short task.
+    let spec = json!({"expectedDurationSeconds": 600, "recovery": {"retriesOnFailure": 1, "backoffSeconds": 0}});
+    let mut tk = task(spec.clone());
+    let p = step(&tk, &[], t(0));
+    assert_eq!(priority_class(&p).as_deref(), Some(CLASS));
+    assert!(
+        p.events[0]
+            .note
+            .contains(&format!("priority class {CLASS}")),
+        "{:?}",
+        p.events
+    );
+    apply(&mut tk, &p);
+    // A plain retry keeps the class; a recovery from an OOM crash goes ahead of it.
+    let failed = || {
+        PodProgress::Finished(Verdict::Failed {
+            reason: "exit code 1 (Error): ValueError".into(),
+        })
+    };
+    let p = step(&tk, &[ended(bound(pod(1, failed()), 8000), t(10))], t(11));
+    assert_eq!(priority_class(&p).as_deref(), Some(CLASS));
+    let (_, _, p) = after_first_oom(spec);
+    assert_eq!(priority_class(&p).as_deref(), Some(PRIORITY_CLASS_RECOVERY));
+    // 3 h on 2 GPUs: a long task, ranked by its 360 GPU-minutes.
+    let long = task(json!({"expectedDurationSeconds": 10_800, "gpus": 2}));
+    assert_eq!(
+        priority_class(&step(&long, &[], t(0))).as_deref(),
+        Some("carma-queue-stl30-from-240-gpu-min")
+    );
 }
 
 #[test]

@@ -389,7 +389,7 @@ impl<'a> Engine<'a> {
                 (s.ready_at, s.unschedulable, s.retry_at) = (self.now, 0, 0);
                 // A new attempt waits anew: a promotion does not carry over.
                 if let (Some(p), Some(d)) = (self.priority.get_mut(task), self.declared.get(task)) {
-                    *p = self.ordering.order.priority(d);
+                    *p = self.ordering.priority(d);
                 }
                 self.enqueue(task, recovery);
                 self.request_tick(self.now);
