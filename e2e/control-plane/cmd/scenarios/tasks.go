@@ -85,10 +85,42 @@ func (e *env) scenarioTasks(ctx context.Context, s *summary) {
 	for i := range pods.Items {
 		e.checkAttemptPod(ctx, &pods.Items[i], gn, adm)
 	}
+	e.checkQueueClasses(ctx, pods.Items)
 	out, _ := e.kubectlOut("", "get", "tt,gpunodes", "-A")
 	fmt.Print(indent(out))
 	e.check(strings.Contains(out, "Succeeded") && strings.Contains(out, "RESERVED-MIB") && strings.Contains(out, "SUMMARY"),
 		"kubectl get tt,gpunodes shows phase, reservation and GPU summary columns")
+}
+
+// checkQueueClasses: the examples that declare expectedDurationSeconds (the CNN 5 min, the Transformer
+// 2 h) got a carma-queue-* class from the operator, which the chart created and from which the API
+// server's priority admission set the pod's priority: the short task above the long one, both above the
+// MLP, which declares nothing and keeps priority 0.
+func (e *env) checkQueueClasses(ctx context.Context, pods []v1.Pod) {
+	prio := map[string]int32{}
+	for i := range pods {
+		p := &pods[i]
+		task := p.Labels["carma.io/task"]
+		var got int32
+		if p.Spec.Priority != nil {
+			got = *p.Spec.Priority
+		}
+		prio[task] = got
+		class := p.Spec.PriorityClassName
+		if class == "" {
+			fmt.Printf("    queue order: %s has no priority class, priority %d\n", task, got)
+			continue
+		}
+		pc, err := e.kube.SchedulingV1().PriorityClasses().Get(ctx, class, metav1.GetOptions{})
+		if e.check(err == nil, "pod %s: its priority class %s exists (%v)", p.Name, class, err) {
+			e.check(pc.Value == got && pc.PreemptionPolicy != nil && *pc.PreemptionPolicy == v1.PreemptNever,
+				"pod %s: priority %d from class %s (value %d, preemption %v)", p.Name, got, class, pc.Value, pc.PreemptionPolicy)
+		}
+		fmt.Printf("    queue order: %s has priority class %s, priority %d\n", task, class, got)
+	}
+	cnn, tr, mlp := prio["resnet18-cifar100"], prio["encoder-12l"], prio["mlp-synthetic"]
+	e.check(cnn > tr && tr > mlp && mlp == 0,
+		"queue order: the 5-min CNN (%d) before the 2-h Transformer (%d) before the undeclared MLP (%d)", cnn, tr, mlp)
 }
 
 func indent(s string) string {
