@@ -450,6 +450,11 @@ def control_plane() -> dict:
                      [target("histogram_quantile(0.9, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket[$__rate_interval])))", "p90"),
                       target("histogram_quantile(0.5, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket[$__rate_interval])))", "p50")],
                      "s", min_=0), 8, 8)
+    L.add(timeseries("Declared durations exceeded", "Attempts that ran longer than their TrainingTask's "
+                     "expectedDurationSeconds; the task's later attempts lose their queue priority class.",
+                     [target("sum(increase(carma_operator_expected_duration_exceeded_total[$__rate_interval]))",
+                             "exceeded")],
+                     "short", min_=0, draw="bars"), 8, 8)
     L.add(timeseries("Reconcile errors", "Operator reconcile errors per second, by kind (conflict, "
                      "not_found, forbidden, transport, ...). The series of a kind appears with its first "
                      "error; 0 means none so far.",

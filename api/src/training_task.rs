@@ -92,7 +92,7 @@ pub struct TrainingTaskSpec {
     /// How crashed attempts are retried.
     #[serde(default)]
     pub recovery: RecoverySpec,
-    /// How long the task runs with its GPUs to itself, in seconds, as its user expects. Under the operator's queue order (the chart's queueOrder) the attempt pods get the matching carma-queue-* priority class, so that kube-scheduler tries them before tasks that declare nothing and, under short-then-longest, short tasks before long ones. Trusted as given; unset keeps the pod's priority.
+    /// How long the task runs with its GPUs to itself, in seconds, as its user expects. Under the operator's queue order (the chart's queueOrder) the attempt pods get the matching carma-queue-* priority class, so that kube-scheduler tries them before tasks that declare nothing and, under short-then-longest, short tasks before long ones. Once an attempt has run longer than this, the task's later attempts get no such class (and a Warning Event says so). Unset keeps the pod's priority.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 31_536_000))]
     pub expected_duration_seconds: Option<u64>,
@@ -464,6 +464,10 @@ pub struct AttemptStatus {
     /// crashed). `false` after a failed write; the operator retries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_recorded: Option<bool>,
+    /// Whether it ran longer than `spec.expectedDurationSeconds`; once one has, the task's later
+    /// attempts get no queue priority class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exceeded_expected_duration: Option<bool>,
 }
 
 /// How an attempt ended.

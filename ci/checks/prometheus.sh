@@ -168,7 +168,7 @@ contract = {
   "operator": ["carma_operator_tasks", "carma_operator_attempts_total", "carma_operator_oom_recoveries_total",
     "carma_operator_recovery_duration_seconds_bucket", "carma_operator_reconcile_errors_total",
     "carma_operator_attempt_peak_ratio_bucket", "carma_operator_underestimates_total",
-    "carma_operator_history_writes_total"],
+    "carma_operator_history_writes_total", "carma_operator_expected_duration_exceeded_total"],
 }
 for part, ms in contract.items():
     missing = [m for m in ms if m not in names]

@@ -6,6 +6,7 @@
 //! | `carma_operator_tasks` | gauge | `phase` (`Pending`, `Running`, `Recovering`, `Succeeded`, `Failed`) |
 //! | `carma_operator_attempts_total` | counter | `outcome` (`Succeeded`, `GpuOutOfMemory`, `Failed`, `Evicted`, `HostOOMKilled`) |
 //! | `carma_operator_oom_recoveries_total` | counter | — recovery attempts created after a GPU OOM crash |
+//! | `carma_operator_expected_duration_exceeded_total` | counter | — attempts that ran longer than their task's `expectedDurationSeconds` |
 //! | `carma_operator_recovery_duration_seconds` | histogram | — from the OOM crash to the next attempt running |
 //! | `carma_operator_reconcile_errors_total` | counter | `kind` (see [`crate::Error::kind`]) |
 //! | `carma_operator_leader` | gauge | — 1 while this replica leads |
@@ -91,6 +92,7 @@ pub struct Metrics {
     tasks: Family<PhaseLabels, Gauge>,
     attempts: Family<OutcomeLabels, Counter>,
     oom_recoveries: Counter,
+    expected_duration_exceeded: Counter,
     recovery_duration: Histogram,
     reconcile_errors: Family<KindLabels, Counter>,
     leader: Gauge<i64, AtomicI64>,
@@ -113,6 +115,7 @@ impl Metrics {
         let tasks = Family::<PhaseLabels, Gauge>::default();
         let attempts = Family::<OutcomeLabels, Counter>::default();
         let oom_recoveries = Counter::default();
+        let expected_duration_exceeded = Counter::default();
         let recovery_duration = Histogram::new(RECOVERY_BUCKETS);
         let reconcile_errors = Family::<KindLabels, Counter>::default();
         let leader = Gauge::<i64, AtomicI64>::default();
@@ -166,6 +169,11 @@ impl Metrics {
             oom_recoveries.clone(),
         );
         registry.register(
+            "carma_operator_expected_duration_exceeded",
+            "Attempts that ran longer than their task's expectedDurationSeconds",
+            expected_duration_exceeded.clone(),
+        );
+        registry.register(
             "carma_operator_recovery_duration_seconds",
             "Time from a GPU out-of-memory crash to the next attempt running",
             recovery_duration.clone(),
@@ -205,6 +213,7 @@ impl Metrics {
             tasks,
             attempts,
             oom_recoveries,
+            expected_duration_exceeded,
             recovery_duration,
             reconcile_errors,
             leader,
@@ -242,6 +251,9 @@ impl Metrics {
             }
             Observation::OomRecoveryStarted => {
                 self.oom_recoveries.inc();
+            }
+            Observation::ExpectedDurationExceeded => {
+                self.expected_duration_exceeded.inc();
             }
             Observation::RecoveryDuration(d) => self.observe_recovery(*d),
             Observation::AttemptMemory {
@@ -351,6 +363,7 @@ mod tests {
             AttemptOutcomeKind::GpuOutOfMemory,
         ));
         m.observe(&Observation::OomRecoveryStarted);
+        m.observe(&Observation::ExpectedDurationExceeded);
         m.observe(&Observation::RecoveryDuration(Duration::from_secs(42)));
         m.reconcile_error("conflict");
         m.set_leader(true);
@@ -363,6 +376,7 @@ mod tests {
             "carma_operator_attempts_total{outcome=\"Succeeded\"} 0",
             "carma_operator_attempts_total{outcome=\"HostOOMKilled\"} 0",
             "carma_operator_oom_recoveries_total 1",
+            "carma_operator_expected_duration_exceeded_total 1",
             "carma_operator_recovery_duration_seconds_count 1",
             "carma_operator_recovery_duration_seconds_sum 42.0",
             "carma_operator_recovery_duration_seconds_bucket{le=\"60.0\"} 1",

@@ -33,6 +33,8 @@ pub struct ObservedAttempt {
     pub exclusive: bool,
     /// When the pod was created.
     pub created_at: Option<DateTime<Utc>>,
+    /// When the training container started running (its current run).
+    pub running_since: Option<DateTime<Utc>>,
     /// When the training container ended.
     pub finished_at: Option<DateTime<Utc>>,
     /// Where it stands.
@@ -103,6 +105,7 @@ pub fn observe(
             .creation_timestamp
             .as_ref()
             .and_then(|t| to_chrono(t.0)),
+        running_since: running_since(pod),
         finished_at: finished_at(pod),
         progress,
         peak_mib,
@@ -152,6 +155,23 @@ pub fn gpu_memory(node: &GpuNode, gpus: &[String]) -> Option<u64> {
         .map(|g| g.memory_total_mib)
         .filter(|m| *m > 0)
         .min()
+}
+
+fn running_since(pod: &Pod) -> Option<DateTime<Utc>> {
+    let name = training_container_name(pod)?;
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)?
+        .state
+        .as_ref()?
+        .running
+        .as_ref()?
+        .started_at
+        .as_ref()
+        .and_then(|t| to_chrono(t.0))
 }
 
 fn finished_at(pod: &Pod) -> Option<DateTime<Utc>> {
@@ -229,6 +249,34 @@ mod tests {
             ]}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_running_container_gives_the_time_it_started() {
+        let mut p = pod();
+        let cs = &mut p
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0];
+        cs.state =
+            serde_json::from_value(json!({"running": {"startedAt": "2026-03-01T10:01:30Z"}}))
+                .unwrap();
+        let o = observe(&p, PodProgress::Running, None).unwrap();
+        assert_eq!(
+            o.running_since.map(|t| t.to_rfc3339()).as_deref(),
+            Some("2026-03-01T10:01:30+00:00")
+        );
+        assert_eq!(o.finished_at, None);
+        // An ended container has no running time.
+        assert_eq!(
+            observe(&pod(), PodProgress::Pending, None)
+                .unwrap()
+                .running_since,
+            None
+        );
     }
 
     #[test]

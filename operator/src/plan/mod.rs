@@ -76,6 +76,8 @@ pub enum Observation {
     AttemptFinished(AttemptOutcomeKind),
     /// A recovery attempt was created after a GPU out-of-memory crash.
     OomRecoveryStarted,
+    /// An attempt ran longer than its task's declared duration.
+    ExpectedDurationExceeded,
     /// Time from an out-of-memory crash to the next attempt running.
     RecoveryDuration(Duration),
     /// An attempt that succeeded or ran out of GPU memory, with what it reserved and used.

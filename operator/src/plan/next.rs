@@ -14,6 +14,7 @@ use crate::attempt::{
     given_reservation_source,
 };
 use crate::classify::PodProgress;
+use crate::observe::ObservedAttempt;
 use crate::status::{self, CONDITION_SCHEDULED, parse_time, rfc3339};
 
 impl Step<'_, '_> {
@@ -70,9 +71,18 @@ impl Step<'_, '_> {
     }
 
     /// The priority class of the task's attempts under the operator's queue order: from its
-    /// declared duration and GPU count, `None` when it declares no duration.
+    /// declared duration and GPU count, `None` when it declares no duration or an attempt has
+    /// already outrun it.
     fn queue_class(&self) -> Option<String> {
         let spec = &self.input.task.spec;
+        if self
+            .st
+            .attempts
+            .iter()
+            .any(|a| a.exceeded_expected_duration == Some(true))
+        {
+            return None;
+        }
         let declared = Declared {
             duration_ms: spec
                 .expected_duration_seconds
@@ -80,6 +90,46 @@ impl Step<'_, '_> {
             gpus: spec.gpus,
         };
         self.input.queue_order.class(&declared).map(|c| c.name)
+    }
+
+    /// A running attempt that has outrun the duration its task declares: one Warning Event, and
+    /// the task's later attempts lose their queue class (the declaration put it ahead of others).
+    /// Before that, the next look is due no later than the moment it would outrun it.
+    fn check_expected_duration(&mut self, a: &AttemptStatus, o: &ObservedAttempt) {
+        let (Some(declared), Some(since)) = (
+            self.input.task.spec.expected_duration_seconds,
+            o.running_since,
+        ) else {
+            return;
+        };
+        if a.exceeded_expected_duration == Some(true) {
+            return;
+        }
+        let declared_s = i64::try_from(declared).unwrap_or(i64::MAX);
+        let ran_s = (self.now() - since).num_seconds();
+        if ran_s <= declared_s {
+            let due = Duration::from_secs((declared_s - ran_s + 1).unsigned_abs());
+            self.out.requeue_after = self.out.requeue_after.map(|r| r.min(due)).or(Some(due));
+            return;
+        }
+        if let Some(st) = self.st.attempts.iter_mut().find(|x| x.index == a.index) {
+            st.exceeded_expected_duration = Some(true);
+        }
+        self.out
+            .observations
+            .push(Observation::ExpectedDurationExceeded);
+        self.event(
+            true,
+            "ExpectedDurationExceeded",
+            "ObserveAttempt",
+            format!(
+                "attempt {} has run {ran_s} s, longer than the {declared} s that \
+                 spec.expectedDurationSeconds declares; later attempts of this task get no \
+                 queue priority class",
+                a.index
+            ),
+            Some(&a.pod),
+        );
     }
 
     fn invalid(&mut self, e: &InvalidSpec) {
@@ -253,6 +303,7 @@ impl Step<'_, '_> {
             }
             status::set_phase(self.st, TaskPhase::Running, "AttemptRunning", &message, now);
             self.out.requeue_after = Some(self.input.peak_poll);
+            self.check_expected_duration(a, &o);
             return;
         }
         let waiting = match &o.node {

@@ -46,6 +46,7 @@ fn pod(index: u32, progress: PodProgress) -> ObservedAttempt {
         estimate: None,
         exclusive: false,
         created_at: Some(t(0)),
+        running_since: None,
         finished_at: None,
         progress,
         peak_mib: None,
@@ -280,6 +281,57 @@ fn a_declared_duration_gives_every_attempt_but_a_recovery_its_queue_class() {
         priority_class(&step(&long, &[], t(0))).as_deref(),
         Some("carma-queue-stl30-from-240-gpu-min")
     );
+}
+
+#[test]
+fn an_attempt_that_outruns_its_declared_duration_costs_its_task_the_queue_class() {
+    let spec = json!({"expectedDurationSeconds": 600, "recovery": {"retriesOnFailure": 1, "backoffSeconds": 0}});
+    let mut tk = task(spec);
+    let p = step(&tk, &[], t(0));
+    assert_eq!(
+        priority_class(&p).as_deref(),
+        Some("carma-queue-stl30-under-16m")
+    );
+    apply(&mut tk, &p);
+    let mut running = bound(pod(1, PodProgress::Running), 8000);
+    running.running_since = Some(t(60));
+    let outran = |p: &Plan| reasons(p).contains(&"ExpectedDurationExceeded");
+    // Within its 600 s: no Event; the next look comes at the poll, or at the deadline if sooner.
+    let p = step(&tk, std::slice::from_ref(&running), t(300));
+    assert!(!outran(&p));
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(15)));
+    let p = step(&tk, std::slice::from_ref(&running), t(655));
+    assert!(!outran(&p));
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(6)));
+    apply(&mut tk, &p);
+    // 640 s after it started running: one Warning, recorded on the attempt.
+    let p = step(&tk, std::slice::from_ref(&running), t(700));
+    assert!(outran(&p), "{:?}", reasons(&p));
+    let e = p
+        .events
+        .iter()
+        .find(|e| e.reason == "ExpectedDurationExceeded")
+        .unwrap();
+    assert!(e.warning && e.note.contains("has run 640 s, longer than the 600 s"));
+    assert_eq!(
+        p.status.as_ref().unwrap().attempts[0].exceeded_expected_duration,
+        Some(true)
+    );
+    assert!(
+        p.observations
+            .contains(&Observation::ExpectedDurationExceeded)
+    );
+    apply(&mut tk, &p);
+    assert!(!outran(&step(&tk, std::slice::from_ref(&running), t(715))));
+    // Its retry goes without a queue class.
+    let failed = || {
+        PodProgress::Finished(Verdict::Failed {
+            reason: "exit code 1 (Error): ValueError".into(),
+        })
+    };
+    let p = step(&tk, &[ended(bound(pod(1, failed()), 8000), t(800))], t(801));
+    assert!(p.create_pod.is_some());
+    assert_eq!(priority_class(&p), None);
 }
 
 #[test]
