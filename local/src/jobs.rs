@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use carma_core::{AttemptOutcome, AttemptRecord, RecoveryDecision, Reservation};
+use carma_core::{
+    AttemptOutcome, AttemptRecord, Declared, QueueOrder, RecoveryDecision, Reservation,
+};
 use serde::Serialize;
 
 use crate::Millis;
@@ -177,14 +179,26 @@ impl JobTable {
         v
     }
 
-    /// Queued jobs of one queue (recovery or main), first in first out.
-    pub fn queue(&self, recovery: bool) -> Vec<&Job> {
+    /// Queued jobs of one queue (recovery or main) in `order`: by the priority of what each
+    /// job declares ([`QueueOrder::priority`], highest first), then first in first out. Under
+    /// [`QueueOrder::Arrival`], CARMA's first in first out.
+    pub fn queue(&self, recovery: bool, order: QueueOrder) -> Vec<&Job> {
         let mut v: Vec<&Job> = self
             .jobs
             .values()
             .filter(|j| j.state == JobState::Queued && j.recovery == recovery)
             .collect();
-        v.sort_by_key(|j| (j.queued_at_ms, j.queue_seq));
+        v.sort_by_key(|j| {
+            let declared = Declared {
+                duration_ms: j.spec.expected_duration_ms,
+                gpus: j.spec.gpus,
+            };
+            (
+                std::cmp::Reverse(order.priority(&declared)),
+                j.queued_at_ms,
+                j.queue_seq,
+            )
+        });
         v
     }
 
@@ -307,5 +321,53 @@ impl JobTable {
             .attempts
             .iter_mut()
             .find(|a| a.number == attempt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submitted(id: &str, at_ms: Millis, minutes: Option<u64>) -> Event {
+        Event::Submitted {
+            job: JobSpec {
+                id: id.into(),
+                name: id.into(),
+                command: vec!["true".into()],
+                cwd: "/".into(),
+                gpus: 1,
+                reservation: Reservation::Mib(1024),
+                reservation_source: "override".into(),
+                policy: None,
+                expected_sm_activity: None,
+                expected_duration_ms: minutes.map(|m| m * 60_000),
+                submitted_at_ms: at_ms,
+            },
+            at_ms,
+        }
+    }
+
+    fn ids(t: &JobTable, order: QueueOrder) -> Vec<&str> {
+        t.queue(false, order)
+            .iter()
+            .map(|j| j.spec.id.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_queue_order_ranks_by_the_declared_duration_then_arrival() {
+        let mut t = JobTable::default();
+        t.apply(&submitted("long", 1, Some(120)));
+        t.apply(&submitted("undeclared", 2, None));
+        t.apply(&submitted("short", 3, Some(5)));
+        t.apply(&submitted("short-too", 4, Some(5)));
+        assert_eq!(
+            ids(&t, QueueOrder::Arrival),
+            ["long", "undeclared", "short", "short-too"]
+        );
+        assert_eq!(
+            ids(&t, QueueOrder::ShortestFirst),
+            ["short", "short-too", "long", "undeclared"]
+        );
     }
 }

@@ -104,6 +104,7 @@ pub fn replay(dir: &StateDir, opts: &ReplayOptions) -> Result<Vec<String>> {
             reservation_source: "rad-gpumemnet".to_string(),
             policy: None,
             expected_sm_activity: None,
+            expected_duration_ms: None,
             submitted_at_ms: now,
         };
         submit(dir, &spec)?;

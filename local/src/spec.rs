@@ -38,6 +38,11 @@ pub struct JobSpec {
     /// (pack then counts the job as filling its GPU).
     #[serde(default)]
     pub expected_sm_activity: Option<f64>,
+    /// How long the job runs with its GPUs to itself, as submitted (`--expected-duration`): the
+    /// daemon's queue order ranks by it; `None`: not declared (behind every job that declares
+    /// one, under an order other than arrival).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_duration_ms: Option<Millis>,
     /// When it was submitted (milliseconds since the Unix epoch).
     pub submitted_at_ms: Millis,
 }

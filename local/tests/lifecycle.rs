@@ -173,6 +173,7 @@ async fn a_relative_state_dir_works_whatever_the_jobs_working_directory() {
         reservation_source: "override".into(),
         policy: None,
         expected_sm_activity: None,
+        expected_duration_ms: None,
         submitted_at_ms: now,
     };
     carma_local::spec::submit(&state, &spec).unwrap();
@@ -194,4 +195,40 @@ async fn a_relative_state_dir_works_whatever_the_jobs_working_directory() {
         "nothing written relative to the job's directory"
     );
     let _ = std::fs::remove_dir_all(state.root());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_order_starts_the_job_declared_shortest_first() {
+    // One GPU taken whole by each job: they run one after another, in the queue's order.
+    let order_of_runs = |order: carma_core::QueueOrder| async move {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = state_dir(&tmp);
+        let runs = tmp.path().join("runs");
+        let mark = mark_run(&runs);
+        let undeclared = submit_declared(&dir, &mark, None, 1, None, None);
+        let hour = submit_declared(&dir, &mark, None, 1, None, Some(3_600_000));
+        let minute = submit_declared(&dir, &mark, None, 1, None, Some(60_000));
+        let mut cfg = config(&dir, "1x40GiB");
+        cfg.queue_order = order;
+        let daemon = start(cfg);
+        wait_for(&dir, Duration::from_secs(10), all_done).await;
+        daemon.abort();
+        let ran: Vec<String> = std::fs::read_to_string(&runs)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let names = [(undeclared, "undeclared"), (hour, "1 h"), (minute, "1 min")];
+        ran.iter()
+            .map(|id| names.iter().find(|(i, _)| i == id).unwrap().1)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        order_of_runs(carma_core::QueueOrder::Arrival).await,
+        ["undeclared", "1 h", "1 min"]
+    );
+    assert_eq!(
+        order_of_runs(carma_core::QueueOrder::ShortestFirst).await,
+        ["1 min", "1 h", "undeclared"]
+    );
 }

@@ -1,8 +1,8 @@
 //! `carma local`: CARMA on one GPU machine without Kubernetes.
 //!
 //! ```text
-//! carma local serve  --state-dir DIR --backend nvml|dcgm|simulated [--simulated-gpus 4x40GiB] [--policy P]
-//! carma local submit --state-dir DIR [--gpu-memory 4Gi | --profile F | --summary F ... | --rad F] [--gpus N] -- COMMAND...
+//! carma local serve  --state-dir DIR --backend nvml|dcgm|simulated [--simulated-gpus 4x40GiB] [--policy P] [--queue-order O]
+//! carma local submit --state-dir DIR [--gpu-memory 4Gi | --profile F | --summary F ... | --rad F] [--gpus N] [--expected-duration 45m] -- COMMAND...
 //! carma local status --state-dir DIR [--format json|table]
 //! carma local replay --state-dir DIR --trace philly_mix-90-tasks.sh [--workloads DIR] [--time-scale X]
 //! carma local report --state-dir DIR [--format table|json] [--out DIR]
@@ -104,6 +104,11 @@ struct ServeArgs {
     /// Exit once nothing is spooled, queued or running.
     #[arg(long)]
     exit_when_idle: bool,
+    /// Order of each queue by the duration jobs declare (submit --expected-duration), then
+    /// arrival: arrival (CARMA's first in first out), shortest-first, longest-first or
+    /// `short-then-longest[:MINUTES]`; the queue stays strict (its head blocks the rest).
+    #[arg(long, default_value = "arrival", value_parser = |s: &str| s.parse::<carma_core::QueueOrder>())]
+    queue_order: carma_core::QueueOrder,
 }
 
 #[derive(Debug, Args)]
@@ -139,6 +144,10 @@ struct SubmitArgs {
     /// --profile or --summary job gets carma-estimator's model-class prior otherwise).
     #[arg(long, value_parser = parse_activity)]
     sm_activity: Option<f64>,
+    /// How long the job runs with its GPUs to itself (e.g. 45m, 2h, 300s): the daemon's
+    /// --queue-order ranks jobs by it.
+    #[arg(long, value_parser = parse_expected_duration)]
+    expected_duration: Option<Duration>,
     /// Display name (default: the .rad file or the command).
     #[arg(long)]
     name: Option<String>,
@@ -206,6 +215,30 @@ struct ReportArgs {
     out: Option<PathBuf>,
 }
 
+/// `--expected-duration`: a number of seconds, or with a unit `s`, `m`, `h` or `d`; 1 s to 365 d.
+fn parse_expected_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale = match unit.trim() {
+        "s" | "" => 1.0,
+        "m" => 60.0,
+        "h" => 3_600.0,
+        "d" => 86_400.0,
+        _ => f64::NAN,
+    };
+    let secs = number.parse::<f64>().map_or(f64::NAN, |n| n * scale);
+    if (1.0..=365.0 * 86_400.0).contains(&secs) {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(format!(
+            "{s:?} is not a duration from 1s to 365d (e.g. 300, 45m, 2h, 1.5d)"
+        ))
+    }
+}
+
 fn parse_policy(s: &str) -> Result<Policy, String> {
     Policy::from_str(s).map_err(|e| e.to_string())
 }
@@ -263,6 +296,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     cfg.recovery.backoff_base_ms = a.recovery_backoff.as_millis() as u64;
     cfg.mps_memory_limit = a.mps;
     cfg.exit_when_idle = a.exit_when_idle;
+    cfg.queue_order = a.queue_order;
     let rt =
         super::runtime().map_err(|e| LocalError::bad_input(format!("cannot start tokio: {e}")))?;
     Ok(rt.block_on(carma_local::serve(cfg, super::shutdown_signal()))?)
@@ -317,6 +351,7 @@ fn submit_job(a: SubmitArgs) -> anyhow::Result<()> {
         reservation_source: resolved.source,
         policy: a.policy,
         expected_sm_activity: a.sm_activity.or(resolved.expected_sm_activity),
+        expected_duration_ms: a.expected_duration.map(|d| d.as_millis() as u64),
         submitted_at_ms: now,
     };
     submit(&dir, &spec)?;
@@ -395,6 +430,38 @@ mod tests {
         Cli::try_parse_from(std::iter::once("local").chain(args.iter().copied()))
             .map(|c| c.args)
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn expected_durations_and_queue_orders() {
+        for (text, secs) in [
+            ("300", 300.0),
+            ("45m", 2_700.0),
+            ("2h", 7_200.0),
+            ("1.5d", 129_600.0),
+        ] {
+            assert_eq!(
+                parse_expected_duration(text).unwrap().as_secs_f64(),
+                secs,
+                "{text}"
+            );
+        }
+        for bad in ["0", "0.5s", "366d", "2 weeks", "", "-5m"] {
+            let e = parse_expected_duration(bad).unwrap_err();
+            assert!(e.contains("1s to 365d"), "{bad}: {e}");
+        }
+        let e = parse(&["serve", "--state-dir", "/tmp/x", "--queue-order", "sjf"]).unwrap_err();
+        assert!(e.contains("unknown queue order"), "{e}");
+        assert!(
+            parse(&[
+                "serve",
+                "--state-dir",
+                "/tmp/x",
+                "--queue-order",
+                "short-then-longest:45"
+            ])
+            .is_ok()
+        );
     }
 
     #[test]

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::time::Duration;
 
-use carma_core::{Ledger, Millis, OomPatterns, PlacementConfig, Policy, RecoveryConfig};
+use carma_core::{
+    Ledger, Millis, OomPatterns, PlacementConfig, Policy, QueueOrder, RecoveryConfig,
+};
 use serde_json::json;
 
 use crate::error::{LocalError, Result};
@@ -50,6 +52,9 @@ pub struct ServeConfig {
     pub exit_when_idle: bool,
     /// What marks a GPU out-of-memory crash in a job's output.
     pub oom_patterns: OomPatterns,
+    /// Order of each queue by what jobs declare (`--expected-duration`), then arrival; the queue
+    /// stays strict (its head blocks the rest).
+    pub queue_order: QueueOrder,
 }
 
 impl ServeConfig {
@@ -66,6 +71,7 @@ impl ServeConfig {
             mps_memory_limit: false,
             exit_when_idle: false,
             oom_patterns: crate::classify::default_patterns(),
+            queue_order: QueueOrder::Arrival,
         }
     }
 }

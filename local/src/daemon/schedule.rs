@@ -30,8 +30,17 @@ impl Daemon {
     /// carma-core places. Returns whether one was launched.
     #[tracing::instrument(skip(self))]
     fn schedule_one(&mut self, now: Millis) -> Result<bool> {
-        let recovery_head = self.table.queue(true).first().map(|j| j.spec.id.clone());
-        let main_head = self.table.queue(false).first().map(|j| j.spec.id.clone());
+        let order = self.cfg.queue_order;
+        let recovery_head = self
+            .table
+            .queue(true, order)
+            .first()
+            .map(|j| j.spec.id.clone());
+        let main_head = self
+            .table
+            .queue(false, order)
+            .first()
+            .map(|j| j.spec.id.clone());
         let recovery_waiting = recovery_head.is_some();
         let node = Node {
             name: NODE.to_string(),

@@ -36,6 +36,18 @@ pub fn submit_sh(
     gpus: u32,
     policy: Option<Policy>,
 ) -> String {
+    submit_declared(dir, script, mib, gpus, policy, None)
+}
+
+/// [`submit_sh`] of a job that declares it runs `expected_duration_ms` alone.
+pub fn submit_declared(
+    dir: &Path,
+    script: &str,
+    mib: Option<u64>,
+    gpus: u32,
+    policy: Option<Policy>,
+    expected_duration_ms: Option<u64>,
+) -> String {
     std::fs::create_dir_all(dir).unwrap();
     let now = now_ms();
     let spec = JobSpec {
@@ -48,6 +60,7 @@ pub fn submit_sh(
         reservation_source: "override".into(),
         policy,
         expected_sm_activity: None,
+        expected_duration_ms,
         submitted_at_ms: now,
     };
     let state = StateDir::create(dir).unwrap();
