@@ -968,6 +968,7 @@ impl World {
             peak_poll: PEAK_POLL,
             scheduler_name: SCHEDULER_NAME,
             gpu_claims: &GpuClaims::DevicePlugin,
+            queue_order: carma_core::QueueOrder::ALL[3],
             first_estimate: Ok(None),
         });
         if let Some(pod) = &step.create_pod {
