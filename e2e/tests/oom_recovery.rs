@@ -114,8 +114,9 @@ async fn training_task_recovers_from_a_cuda_oom() {
     assert_eq!(spec.scheduler_name.as_deref(), Some(SCHEDULER_NAME));
     assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
     assert_eq!(
-        spec.priority_class_name, None,
-        "the first attempt is new work"
+        spec.priority_class_name.as_deref(),
+        Some("carma-queue-stl30-under-8m"),
+        "the first attempt is new work, queued by the 5 min the example declares"
     );
     let train = &spec.containers[0];
     assert_eq!(

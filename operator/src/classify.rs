@@ -189,7 +189,8 @@ fn training_container(pod: &Pod) -> Option<&Container> {
     pod.spec.as_ref().and_then(|s| s.containers.first())
 }
 
-fn training_container_status(pod: &Pod) -> Option<&ContainerStatus> {
+/// The status of the pod's training container (its first), once kubelet reports one.
+pub(crate) fn training_container_status(pod: &Pod) -> Option<&ContainerStatus> {
     let name = training_container_name(pod)?;
     pod.status
         .as_ref()?

@@ -10,7 +10,7 @@ use carma_api::{EstimateAnnotation, GpuNode};
 use carma_core::quantity::parse_mib;
 
 use crate::attempt::attempt_index_from_name;
-use crate::classify::{PodProgress, training_container_name};
+use crate::classify::{PodProgress, training_container_status};
 
 /// One existing attempt pod, as the planner needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,37 +158,13 @@ pub fn gpu_memory(node: &GpuNode, gpus: &[String]) -> Option<u64> {
 }
 
 fn running_since(pod: &Pod) -> Option<DateTime<Utc>> {
-    let name = training_container_name(pod)?;
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .iter()
-        .flatten()
-        .find(|c| c.name == name)?
-        .state
-        .as_ref()?
-        .running
-        .as_ref()?
-        .started_at
-        .as_ref()
-        .and_then(|t| to_chrono(t.0))
+    let state = training_container_status(pod)?.state.as_ref()?;
+    to_chrono(state.running.as_ref()?.started_at.as_ref()?.0)
 }
 
 fn finished_at(pod: &Pod) -> Option<DateTime<Utc>> {
-    let name = training_container_name(pod)?;
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .iter()
-        .flatten()
-        .find(|c| c.name == name)?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?
-        .finished_at
-        .as_ref()
-        .and_then(|t| to_chrono(t.0))
+    let state = training_container_status(pod)?.state.as_ref()?;
+    to_chrono(state.terminated.as_ref()?.finished_at.as_ref()?.0)
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
