@@ -33,6 +33,9 @@ pub struct QueueOrdering {
     /// Sort by the priority classes a cluster applies ([`QueueOrder::class_priority`]: buckets
     /// of doubling bounds, arrival order within one) instead of the exact priority.
     pub by_class: bool,
+    /// Share of tasks that declare a duration at all (drawn per task, seeded); the others
+    /// declare none and queue behind every task that does. 1: every task declares.
+    pub share: f64,
 }
 
 impl Default for QueueOrdering {
@@ -44,9 +47,13 @@ impl Default for QueueOrdering {
             promote_after_ms: None,
             hold_for_multi_gpu_ms: None,
             by_class: false,
+            share: 1.0,
         }
     }
 }
+
+/// Mixed into the seed for the draws of who declares.
+const WHO_DECLARES_STREAM: u64 = 0x5eed_0f_dec1a4e;
 
 /// Largest `--declared-duration-error`.
 pub const MAX_DECLARED_ERROR: f64 = 100.0;
@@ -60,12 +67,21 @@ impl QueueOrdering {
                 self.error
             )));
         }
+        if !(0.0..=1.0).contains(&self.share) {
+            return Err(SimError::Config(format!(
+                "--declared-share is {}; it must be between 0 and 1",
+                self.share
+            )));
+        }
         Ok(())
     }
 
-    /// What each task declares: its exclusive run time, off by the drawn factor.
+    /// What each task declares: its exclusive run time, off by the drawn factor; nothing for
+    /// the tasks outside the declaring share. (Who declares is drawn from a stream of its own,
+    /// so the errors do not change with the share.)
     pub fn declared(&self, tasks: &[Task]) -> Vec<Declared> {
         let mut rng = StdRng::seed_from_u64(self.seed);
+        let mut who = StdRng::seed_from_u64(self.seed ^ WHO_DECLARES_STREAM);
         tasks
             .iter()
             .map(|t| {
@@ -74,8 +90,9 @@ impl QueueOrdering {
                 } else {
                     1.0
                 };
+                let declares = self.share >= 1.0 || who.random::<f64>() < self.share;
                 Declared {
-                    duration_ms: Some((t.exclusive_ms as f64 * factor).round() as u64),
+                    duration_ms: declares.then(|| (t.exclusive_ms as f64 * factor).round() as u64),
                     gpus: t.gpus,
                 }
             })
@@ -140,6 +157,7 @@ mod tests {
             promote_after_ms: None,
             hold_for_multi_gpu_ms: None,
             by_class: false,
+            share: 1.0,
         };
         let d = noisy.declared(&tasks);
         let mut moved = 0;
@@ -160,5 +178,30 @@ mod tests {
             .is_err()
         );
         assert!(noisy.validate().is_ok());
+    }
+
+    #[test]
+    fn a_share_of_tasks_declares_and_the_errors_stay_as_they_were() {
+        let tasks = tasks();
+        let all = QueueOrdering {
+            order: QueueOrder::ShortestFirst,
+            error: 2.0,
+            ..QueueOrdering::default()
+        };
+        let half = QueueOrdering { share: 0.5, ..all };
+        let (d_all, d_half) = (all.declared(&tasks), half.declared(&tasks));
+        let declaring = d_half.iter().filter(|d| d.duration_ms.is_some()).count();
+        assert!((70..=130).contains(&declaring), "{declaring} of 200");
+        // A task that declares says what it said with every task declaring.
+        for (a, h) in d_all.iter().zip(&d_half) {
+            assert!(h.duration_ms.is_none() || h == a);
+        }
+        let none = QueueOrdering { share: 0.0, ..all };
+        assert!(
+            none.declared(&tasks)
+                .iter()
+                .all(|d| d.duration_ms.is_none())
+        );
+        assert!(QueueOrdering { share: 1.5, ..all }.validate().is_err());
     }
 }

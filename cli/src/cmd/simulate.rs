@@ -90,6 +90,10 @@ pub struct SimulateArgs {
     /// Seed of the declared durations' errors.
     #[arg(long, default_value_t = 1)]
     pub declared_duration_seed: u64,
+    /// Share of tasks that declare a duration at all, 0 to 1, drawn per task with
+    /// --declared-duration-seed; the others declare none and queue behind every task that does.
+    #[arg(long, default_value_t = 1.0)]
+    pub declared_share: f64,
     /// With a --queue-order other than arrival: a task that has waited this long in the queue
     /// goes ahead of every task not yet promoted (seconds, e.g. 7200 or 120m; at most a day).
     /// Off by default.
@@ -343,6 +347,7 @@ impl SimulateArgs {
             promote_after_ms: self.queue_promote_after,
             hold_for_multi_gpu_ms: self.pack_hold_for_multi_gpu.map(|m| m * 60_000),
             by_class: self.queue_priority == QueuePriority::Classes,
+            share: self.declared_share,
         }
     }
 
@@ -429,6 +434,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                         format!(" off by up to ×{} (seed {})", ordering.error, ordering.seed)
                     } else {
                         ", perfect information".into()
+                    } + &if ordering.share < 1.0 {
+                        format!("; declared by a share of {} of the tasks", ordering.share)
+                    } else {
+                        String::new()
                     }
                 )?;
             }
@@ -443,6 +452,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                         "declared_duration_error": ordering.error,
                         "declared_duration_seed": ordering.seed,
                         "by_priority_class": ordering.by_class,
+                        "declared_share": ordering.share,
                     }),
                 );
             }
