@@ -53,7 +53,7 @@ impl Default for QueueOrdering {
 }
 
 /// Mixed into the seed for the draws of who declares.
-const WHO_DECLARES_STREAM: u64 = 0x5eed_0f_dec1a4e;
+const WHO_DECLARES_STREAM: u64 = 0x0005_eed0_fdec_1a4e;
 
 /// Largest `--declared-duration-error`.
 pub const MAX_DECLARED_ERROR: f64 = 100.0;
