@@ -541,6 +541,21 @@ mod tests {
         let off = parse(&["--declared-duration-error", "0.5"]).unwrap().args;
         let err = off.ordering().validate().unwrap_err().to_string();
         assert!(err.contains("between 1 and 100"), "{err}");
+        let classes = parse(&[
+            "--queue-order",
+            "short-then-longest",
+            "--queue-priority",
+            "classes",
+            "--declared-share",
+            "0.5",
+        ])
+        .unwrap()
+        .args
+        .ordering();
+        assert!(classes.by_class && classes.share == 0.5);
+        let over = parse(&["--declared-share", "1.5"]).unwrap().args;
+        let err = over.ordering().validate().unwrap_err().to_string();
+        assert!(err.contains("--declared-share is 1.5"), "{err}");
     }
 
     /// `--gpus-per-node 4294967295` used to abort allocating memory for every GPU.
