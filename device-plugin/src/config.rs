@@ -152,8 +152,18 @@ impl FromStr for SimulatedGpus {
     }
 }
 
-/// Parse a duration such as `1s`, `500ms`, `2m` or `1.5s`.
+/// Parse a duration such as `1s`, `500ms`, `2m` or `1.5s`, at most a day.
 pub fn parse_duration(flag: &'static str, text: &str) -> Result<Duration, ConfigError> {
+    parse_duration_up_to(flag, text, Duration::from_secs(86_400))
+}
+
+/// [`parse_duration`] up to `max` instead of a day; the units are `ms`, `s` (or none), `m`, `h`
+/// and `d`.
+pub fn parse_duration_up_to(
+    flag: &'static str,
+    text: &str,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
     let bad = || ConfigError::Duration {
         flag,
         value: text.to_string(),
@@ -169,9 +179,10 @@ pub fn parse_duration(flag: &'static str, text: &str) -> Result<Duration, Config
         "s" | "" => value,
         "m" => value * 60.0,
         "h" => value * 3600.0,
+        "d" => value * 86_400.0,
         _ => return Err(bad()),
     };
-    if !seconds.is_finite() || seconds <= 0.0 || seconds > 86_400.0 {
+    if !seconds.is_finite() || seconds <= 0.0 || seconds > max.as_secs_f64() {
         return Err(bad());
     }
     Ok(Duration::from_secs_f64(seconds))
@@ -414,6 +425,12 @@ mod tests {
             let err = parse_duration("--sample-interval", bad).unwrap_err();
             assert!(err.to_string().contains("--sample-interval"), "{bad}");
         }
+        let year = Duration::from_secs(365 * 86_400);
+        assert_eq!(
+            parse_duration_up_to("f", "2d", year).unwrap(),
+            Duration::from_secs(172_800)
+        );
+        assert!(parse_duration_up_to("f", "366d", year).is_err());
     }
 
     #[test]

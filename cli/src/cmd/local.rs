@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use carma_core::Policy;
 use carma_device_plugin::SimulatedGpus;
-use carma_device_plugin::config::{SimulatedMetrics, parse_duration};
+use carma_device_plugin::config::{SimulatedMetrics, parse_duration, parse_duration_up_to};
 use carma_local::reservation::{MemorySource, Resolved, resolve_full};
 use carma_local::spec::{JobSpec, new_job_id, now_ms, submit};
 use carma_local::{BackendChoice, LocalError, ServeConfig, StateDir};
@@ -217,26 +217,10 @@ struct ReportArgs {
 
 /// `--expected-duration`: a number of seconds, or with a unit `s`, `m`, `h` or `d`; 1 s to 365 d.
 fn parse_expected_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let scale = match unit.trim() {
-        "s" | "" => 1.0,
-        "m" => 60.0,
-        "h" => 3_600.0,
-        "d" => 86_400.0,
-        _ => f64::NAN,
-    };
-    let secs = number.parse::<f64>().map_or(f64::NAN, |n| n * scale);
-    if (1.0..=365.0 * 86_400.0).contains(&secs) {
-        Ok(Duration::from_secs_f64(secs))
-    } else {
-        Err(format!(
-            "{s:?} is not a duration from 1s to 365d (e.g. 300, 45m, 2h, 1.5d)"
-        ))
-    }
+    parse_duration_up_to("--expected-duration", s, Duration::from_secs(365 * 86_400))
+        .ok()
+        .filter(|d| d.as_secs_f64() >= 1.0)
+        .ok_or_else(|| format!("{s:?} is not a duration from 1s to 365d (e.g. 300, 45m, 2h, 1.5d)"))
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
