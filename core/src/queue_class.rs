@@ -40,7 +40,8 @@ pub struct QueueClass {
 /// Which declared quantity a bucket bounds, and how.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Bound {
-    /// Declared duration below this many minutes (the last such bucket that matches wins).
+    /// Declared duration below this many minutes (buckets are tried highest first, so the
+    /// tightest that matches wins).
     DurationUnder(u64),
     /// Declared duration of at least this many minutes.
     DurationFrom(u64),
@@ -81,24 +82,30 @@ fn buckets(order: QueueOrder) -> Vec<Bound> {
     }
 }
 
-/// The class-name prefix of an order; the threshold is part of it so that two thresholds never
-/// share a name with different meanings.
+/// The class-name prefix of an order with classes; the threshold is part of it so that two
+/// thresholds never share a name with different meanings.
 fn prefix(order: QueueOrder) -> String {
     match order {
-        QueueOrder::Arrival => "carma-queue".to_string(),
-        QueueOrder::ShortestFirst => "carma-queue-sf".to_string(),
-        QueueOrder::LongestFirst => "carma-queue-lf".to_string(),
         QueueOrder::ShortThenLongest { short_below_ms } => {
             format!("carma-queue-stl{}", short_below_ms.div_ceil(60_000).max(1))
         }
+        QueueOrder::LongestFirst => "carma-queue-lf".to_string(),
+        QueueOrder::ShortestFirst => "carma-queue-sf".to_string(),
+        // Arrival order has no classes to name.
+        QueueOrder::Arrival => String::new(),
     }
+}
+
+/// Rank `i` (0 highest) of `n` classes as a PriorityClass value.
+fn value_of(i: usize, n: usize) -> i32 {
+    QUEUE_CLASS_BASE + (n - 1 - i) as i32
 }
 
 impl QueueOrder {
     /// The PriorityClasses this order needs, highest value first; none under arrival order.
     pub fn classes(self) -> Vec<QueueClass> {
         let b = buckets(self);
-        let n = b.len();
+        let (n, prefix) = (b.len(), prefix(self));
         b.into_iter()
             .enumerate()
             .map(|(i, bound)| {
@@ -117,8 +124,8 @@ impl QueueOrder {
                     ),
                 };
                 QueueClass {
-                    name: format!("{}-{bucket}", prefix(self)),
-                    value: QUEUE_CLASS_BASE + (n - 1 - i) as i32,
+                    name: format!("{prefix}-{bucket}"),
+                    value: value_of(i, n),
                     description: format!(
                         "carma queue order {}: {what}; tried before lower classes, never preempts",
                         self.as_str()
@@ -128,10 +135,10 @@ impl QueueOrder {
             .collect()
     }
 
-    /// The class of a task that declares `d`: the highest bucket it falls in. `None` under
-    /// arrival order and for a task that declares no duration (it keeps priority 0, behind
-    /// every declared task).
-    pub fn class(self, d: &Declared) -> Option<QueueClass> {
+    /// Where a task that declares `d` ranks among the order's classes: (rank, 0 highest; number
+    /// of classes). The first bucket it falls in, i.e. the tightest; `None` under arrival order
+    /// and for a task that declares no duration.
+    fn class_rank(self, d: &Declared) -> Option<(usize, usize)> {
         let ms = d.duration_ms?;
         let gpus = u64::from(d.gpus.max(1));
         let b = buckets(self);
@@ -142,12 +149,21 @@ impl QueueOrder {
         });
         // Below the last GPU-time bucket's bound: the lowest class.
         let i = i.or_else(|| b.len().checked_sub(1))?;
+        Some((i, b.len()))
+    }
+
+    /// The class of a task that declares `d`. `None` under arrival order and for a task that
+    /// declares no duration (it keeps priority 0, behind every declared task).
+    pub fn class(self, d: &Declared) -> Option<QueueClass> {
+        let (i, _) = self.class_rank(d)?;
         self.classes().into_iter().nth(i)
     }
 
     /// [`QueueOrder::class`]'s value as a queue priority (0 without a class): the order a
-    /// cluster can apply, where [`QueueOrder::priority`] is the exact one.
+    /// cluster can apply, where [`QueueOrder::priority`] is the exact one. Names no class, so
+    /// the simulator's per-task call builds no strings.
     pub fn class_priority(self, d: &Declared) -> i64 {
-        self.class(d).map_or(0, |c| i64::from(c.value))
+        self.class_rank(d)
+            .map_or(0, |(i, n)| i64::from(value_of(i, n)))
     }
 }
