@@ -422,23 +422,24 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         Format::Table => {
             out!("{}", report::render_table(&cmp))?;
             if ordered {
+                let by = if ordering.by_class {
+                    " by priority class"
+                } else {
+                    ""
+                };
+                let accuracy = if ordering.error > 1.0 {
+                    format!(" off by up to ×{} (seed {})", ordering.error, ordering.seed)
+                } else {
+                    ", perfect information".to_string()
+                };
+                let share = if ordering.share < 1.0 {
+                    format!("; declared by a share of {} of the tasks", ordering.share)
+                } else {
+                    String::new()
+                };
                 outln!(
-                    "  Queue order: {}{} (declared durations: exclusive run times{})",
-                    ordering.order,
-                    if ordering.by_class {
-                        " by priority class"
-                    } else {
-                        ""
-                    },
-                    if ordering.error > 1.0 {
-                        format!(" off by up to ×{} (seed {})", ordering.error, ordering.seed)
-                    } else {
-                        ", perfect information".into()
-                    } + &if ordering.share < 1.0 {
-                        format!("; declared by a share of {} of the tasks", ordering.share)
-                    } else {
-                        String::new()
-                    }
+                    "  Queue order: {}{by} (declared durations: exclusive run times{accuracy}{share})",
+                    ordering.order
                 )?;
             }
         }
