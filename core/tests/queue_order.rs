@@ -10,15 +10,20 @@ fn declared(minutes: u64, gpus: u32) -> Declared {
     }
 }
 
-/// Queue `tasks` (in arrival order) by `order`, as the simulator's queue does; their indices.
-fn queued(order: QueueOrder, tasks: &[Declared]) -> Vec<usize> {
+/// Queue `tasks` (in arrival order) by `priority`, as the simulator's queue does; their indices.
+fn queued_by(priority: impl Fn(&Declared) -> i64, tasks: &[Declared]) -> Vec<usize> {
     let mut q: Vec<(usize, i64)> = Vec::new();
     for (i, d) in tasks.iter().enumerate() {
-        let p = order.priority(d);
+        let p = priority(d);
         let at = insert_position(q.iter().map(|&(_, p)| p), p);
         q.insert(at, (i, p));
     }
     q.into_iter().map(|(i, _)| i).collect()
+}
+
+/// Queue `tasks` by `order`'s exact priority.
+fn queued(order: QueueOrder, tasks: &[Declared]) -> Vec<usize> {
+    queued_by(|d| order.priority(d), tasks)
 }
 
 #[test]
@@ -127,13 +132,7 @@ fn a_long_wait_promotes_a_task_ahead_of_every_declared_priority() {
 
 /// Queue `tasks` by the priority classes a cluster applies; their indices.
 fn queued_by_class(order: QueueOrder, tasks: &[Declared]) -> Vec<usize> {
-    let mut q: Vec<(usize, i64)> = Vec::new();
-    for (i, d) in tasks.iter().enumerate() {
-        let p = order.class_priority(d);
-        let at = insert_position(q.iter().map(|&(_, p)| p), p);
-        q.insert(at, (i, p));
-    }
-    q.into_iter().map(|(i, _)| i).collect()
+    queued_by(|d| order.class_priority(d), tasks)
 }
 
 #[test]
