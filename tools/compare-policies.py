@@ -36,6 +36,12 @@ worst change of each variant per policy (docs/dra-gpu-choice.md).
 form; the grid then has one row per workload and queue (--gammas is the saturation form's exponent
 and is not used), its third column naming the model (docs/policies-under-measured-slowdown.md).
 
+--lags S,S,... (grid) runs every row once per telemetry lag (`carma simulate --telemetry-lag`) and
+compares the policies by their mean makespan and mean JCT over those runs (OOM crashes and failures
+summed, the worst wait the largest; CARMA's best is then the policy with the best mean). On the 1 × 4
+rows a second's change of lag can move one policy's makespan by a tenth, so a row's single run says
+more about which tasks happen to end last than about the policy (docs/grid-sensitivity.md).
+
 --workload TEXT (rows whose workload contains TEXT) and --queue kube|carma select a slice of a table;
 CI regenerates one row that way (ci/checks/policies.sh).
 
@@ -46,7 +52,7 @@ shortest-first'` (docs/queue-order.md); flags after -- go to every policy.
     python3 tools/compare-policies.py [--carma target/debug/carma] [--shared ../shared] [--quick]
         [--table pack|exclusive|grid|gpu-choice] [--workload TEXT] [--queue kube|carma] [--gammas 1,2]
         [--candidate POLICY] [--candidate-args FLAGS] [--jobs N]
-        [--slowdown-model saturation|time-slicing]
+        [--slowdown-model saturation|time-slicing] [--lags S,S,...]
         [-- more carma simulate flags]
 """
 
@@ -163,8 +169,21 @@ def grid_table(a) -> int:
             p for p in cand["policies"] if p["policy"] == a.candidate]
         return base
 
+    lags = [l.strip() for l in a.lags.split(",") if l.strip()] if a.lags else []
+    members = [(row, lag) for row in rows for lag in (lags or [None])]
+
+    def member(m):
+        row, lag = m
+        label, args, queue, gamma = row
+        return one((label, [*args, "--telemetry-lag", lag] if lag else args, queue, gamma))
+
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        results = list(pool.map(one, rows))
+        runs = list(pool.map(member, members))
+    per_row = len(lags) or 1
+    results = [ensemble_mean(runs[i:i + per_row]) for i in range(0, len(runs), per_row)]
+    if lags:
+        print(f"Each figure is the mean over {per_row} runs, one per telemetry lag ({', '.join(lags)} s); "
+              "OOM crashes and failures are their sums, the worst wait their largest.\n")
     print(f"| workload | queue | {'slowdown' if sliced else 'γ'} | makespan bound | CARMA best makespan | candidate makespan "
           "| gap closed | CARMA best mean JCT | candidate mean JCT | OOMs fewest / candidate "
           "| worst wait ÷ run, CARMA's best / candidate | goal |")
@@ -212,6 +231,31 @@ def grid_table(a) -> int:
     for s in short:
         print(f"  short: {s}")
     return 0
+
+
+def ensemble_mean(results: list) -> dict:
+    """One result from runs of the same row that differ in a nuisance setting: per policy the mean
+    makespan and mean JCT, the summed OOM crashes and failures, the largest worst wait; the mean
+    bound. A single run is returned as it is."""
+    if len(results) == 1:
+        return results[0]
+    n = len(results)
+    first = results[0]
+    out = dict(first)
+    out["makespan_bound_s"] = sum(r["makespan_bound_s"] for r in results) / n
+    policies = []
+    for p in first["policies"]:
+        same = [next(q for q in r["policies"] if q["policy"] == p["policy"]) for r in results]
+        merged = dict(p)
+        merged["makespan_s"] = sum(q["makespan_s"] for q in same) / n
+        merged["mean_jct_s"] = sum(q["mean_jct_s"] for q in same) / n
+        merged["ooms"] = sum(q["ooms"] for q in same)
+        merged["failed"] = sum(q["failed"] for q in same)
+        worst_of = max(same, key=worst)
+        merged["worst_wait"] = worst_of.get("worst_wait", [])
+        policies.append(merged)
+    out["policies"] = policies
+    return out
 
 
 DRA_VARIANTS = [
@@ -282,6 +326,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="grid: runs at once")
     ap.add_argument("--workload", metavar="TEXT", help="only the workloads whose label contains TEXT")
     ap.add_argument("--queue", choices=["kube", "carma"], help="only this queue")
+    ap.add_argument("--lags", metavar="S,S,...",
+                    help="grid: run every row once per telemetry lag (seconds) and compare the "
+                         "means, e.g. 13,14,15,16,17")
     ap.add_argument("--slowdown-model", choices=["saturation", "time-slicing"], default="saturation",
                     help="carma simulate's slowdown model (time-slicing: the H100 fit; the grid then ignores --gammas)")
     ap.add_argument("extra", nargs="*", help="more `carma simulate` flags (after --), e.g. -- --slowdown-exponent 2")

@@ -137,6 +137,38 @@ impl QueueOrder {
     }
 }
 
+/// The declared GPU time still ahead of a cluster, spread over its GPUs: how long its GPUs stay
+/// busy if every declaration is right and no more tasks arrive. `ahead` gives, for each queued
+/// task and each running one, the declared time it still needs (for a running task: its
+/// declared duration less what it has run, at least 0) and its GPU count; a task that declares
+/// nothing adds nothing. `None` for a cluster of no GPUs.
+pub fn backlog_ms(ahead: impl IntoIterator<Item = (Millis, u32)>, gpus: u32) -> Option<Millis> {
+    if gpus == 0 {
+        return None;
+    }
+    let total: u128 = ahead
+        .into_iter()
+        .map(|(ms, g)| u128::from(ms) * u128::from(g))
+        .sum();
+    Some(Millis::try_from(total / u128::from(gpus)).unwrap_or(Millis::MAX))
+}
+
+/// Whether a queued task that declares `d` should be promoted because it would otherwise end
+/// the run alone: it declares at least `factor` times the backlog of everything else, i.e. the
+/// cluster's [`backlog_ms`] (this task included, over `gpus` GPUs) less its own share. Started
+/// only once the rest has drained, it would end its whole duration after the rest; started now,
+/// it runs beside the rest. Under an order that keeps long tasks behind short ones this starts
+/// them while there is still work to run beside them. A task that declares nothing is never
+/// promoted.
+pub fn outlasts_backlog(d: &Declared, backlog_ms: Millis, gpus: u32, factor: f64) -> bool {
+    let Some(ms) = d.duration_ms else {
+        return false;
+    };
+    let own = ms as f64 * f64::from(d.gpus.max(1)) / f64::from(gpus.max(1));
+    let others = (backlog_ms as f64 - own).max(0.0);
+    ms as f64 >= factor.max(0.0) * others
+}
+
 /// `short-then-longest` with its threshold in minutes when it is not the default.
 impl fmt::Display for QueueOrder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -233,3 +233,39 @@ fn class_ladders_are_valid_priority_classes() {
         assert!(order.class(&declared(100_000, 8)).is_some());
     }
 }
+
+#[test]
+fn the_backlog_is_declared_gpu_time_spread_over_the_gpus() {
+    use carma_core::queue_order::backlog_ms;
+    // 60 min on 2 GPUs and 20 min on 1, plus a task that declares nothing, over 4 GPUs: 35 min.
+    let ahead = [(3_600_000, 2), (1_200_000, 1), (0, 1)];
+    assert_eq!(backlog_ms(ahead, 4), Some(35 * 60_000));
+    assert_eq!(backlog_ms([], 4), Some(0));
+    assert_eq!(backlog_ms(ahead, 0), None);
+    // Far beyond a year on a million GPUs does not overflow.
+    assert_eq!(
+        backlog_ms([(u64::MAX, u32::MAX), (u64::MAX, u32::MAX)], 1),
+        Some(u64::MAX)
+    );
+}
+
+#[test]
+fn a_task_is_promoted_once_it_outlasts_the_backlog_of_everything_else() {
+    use carma_core::queue_order::outlasts_backlog;
+    let long = declared(90, 1);
+    // Over 4 GPUs its own share of a backlog is a quarter of its duration.
+    let backlog = |others_min: u64| (others_min * 60_000) + 90 * 60_000 / 4;
+    assert!(!outlasts_backlog(&long, backlog(120), 4, 1.0));
+    assert!(outlasts_backlog(&long, backlog(90), 4, 1.0));
+    // Alone in a one-GPU cluster it is the whole backlog, and nothing else is left.
+    assert!(outlasts_backlog(&long, 90 * 60_000, 1, 1.0));
+    // A factor above 1 promotes later (a longer task or a shorter backlog), below 1 sooner.
+    assert!(!outlasts_backlog(&long, backlog(60), 4, 2.0));
+    assert!(outlasts_backlog(&long, backlog(120), 4, 0.75));
+    // Declaring nothing never promotes.
+    let undeclared = Declared {
+        duration_ms: None,
+        gpus: 1,
+    };
+    assert!(!outlasts_backlog(&undeclared, 0, 4, 1.0));
+}

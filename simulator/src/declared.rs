@@ -26,6 +26,11 @@ pub struct QueueOrdering {
     /// ([`carma_core::QueueOrder::aged_priority`]); `None`: never. Only under an order other
     /// than arrival.
     pub promote_after_ms: Option<Millis>,
+    /// A queued task whose declared duration is at least this many times the cluster's backlog
+    /// (declared GPU time still ahead ÷ GPUs) goes ahead of every task not yet promoted
+    /// ([`carma_core::queue_order::outlasts_backlog`]); `None`: never. Only under an order other
+    /// than arrival.
+    pub promote_beyond_backlog: Option<f64>,
     /// `pack` only: once a task needing several GPUs has waited this long, keep the idle GPUs it
     /// could use next from every task queued behind it until it is placed
     /// ([`carma_core::placement::hold`]); `None`: never. Any queue order.
@@ -45,6 +50,7 @@ impl Default for QueueOrdering {
             error: 1.0,
             seed: 1,
             promote_after_ms: None,
+            promote_beyond_backlog: None,
             hold_for_multi_gpu_ms: None,
             by_class: false,
             share: 1.0,
@@ -155,6 +161,7 @@ mod tests {
             error: 2.0,
             seed: 7,
             promote_after_ms: None,
+            promote_beyond_backlog: None,
             hold_for_multi_gpu_ms: None,
             by_class: false,
             share: 1.0,

@@ -112,3 +112,32 @@ def test_without_candidate_args_every_policy_shares_one_run(tmp_path):
     assert len(calls) == 1
     assert calls[0][calls[0].index("--policy") + 1] == "ff,bf,magm,lug,rr,pack"
     assert "\npack: goal met on" in out
+
+
+def test_grid_over_lags_runs_each_row_per_lag_and_compares_the_means(tmp_path):
+    # pack: 720 s longer and one OOM crash at a telemetry lag of 17 s, as it is at 15 s
+    fake = FAKE.replace(
+        'print(json.dumps(',
+        'lag = int(sys.argv[sys.argv.index("--telemetry-lag") + 1]) if "--telemetry-lag" in sys.argv else 15\n'
+        'for p in policies:\n'
+        '    if p["policy"] == "pack" and lag == 17:\n'
+        '        p["makespan_s"] += 720; p["ooms"] = 1\n'
+        'print(json.dumps(',
+    )
+    carma = tmp_path / "carma"
+    carma.write_text(fake)
+    carma.chmod(0o755)
+    out = subprocess.run(
+        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
+         "--workload", "philly_trace-t1", "--queue", "kube", "--gammas", "1",
+         "--table", "grid", "--lags", "15,17"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    calls = [json.loads(line) for line in Path(str(carma) + ".log").read_text().splitlines()]
+    assert sorted(c[c.index("--telemetry-lag") + 1] for c in calls) == ["15", "17"]
+    assert "mean over 2 runs, one per telemetry lag (15, 17 s)" in out
+    # pack's makespan: (9,360 + 10,080) / 2 = 9,720 s; the stand-in's best 7,200 s in both runs.
+    row = next(line for line in out.splitlines() if line.startswith("| philly_trace-t1"))
+    assert "| 2.00 h (exclusive) | 2.70 h (+35.0 %) |" in row
+    assert "| 0 / 1 |" in row  # the OOM crashes summed over the runs
+    assert "short: makespan, mean JCT, OOMs" in row

@@ -99,6 +99,12 @@ pub struct SimulateArgs {
     /// Off by default.
     #[arg(long, value_parser = parse_seconds)]
     pub queue_promote_after: Option<u64>,
+    /// With a --queue-order other than arrival: a queued task that declares at least F times
+    /// the cluster's backlog (the declared GPU time still ahead of it, queued and running, ÷
+    /// GPUs) goes ahead of every task not yet promoted, so that a long task starts while there
+    /// is still work to run beside it instead of ending the run alone. Off by default.
+    #[arg(long, value_name = "F")]
+    pub queue_promote_beyond_backlog: Option<f64>,
     /// With a --queue-order other than arrival: sort by the exact priority the order computes
     /// (exact), or by the PriorityClass the operator would give each pod (classes: buckets whose
     /// bounds double, arrival order within one; what kube-scheduler can apply, `carma
@@ -345,6 +351,7 @@ impl SimulateArgs {
             error: self.declared_duration_error,
             seed: self.declared_duration_seed,
             promote_after_ms: self.queue_promote_after,
+            promote_beyond_backlog: self.queue_promote_beyond_backlog,
             hold_for_multi_gpu_ms: self.pack_hold_for_multi_gpu.map(|m| m * 60_000),
             by_class: self.queue_priority == QueuePriority::Classes,
             share: self.declared_share,

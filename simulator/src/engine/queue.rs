@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use carma_core::queue_order::{PROMOTED, insert_position};
+use carma_core::queue_order::{PROMOTED, backlog_ms, insert_position, outlasts_backlog};
 use carma_core::{Millis, place_on_node};
 
 use super::place::TryPlace;
@@ -95,17 +95,19 @@ impl Engine<'_> {
         at
     }
 
-    /// Move the tasks that have waited long enough ahead
-    /// ([`crate::declared::QueueOrdering::promote_after_ms`]),
-    /// and ask for a pass when the next one will have.
+    /// Move ahead the tasks that have waited long enough
+    /// ([`crate::declared::QueueOrdering::promote_after_ms`]) or that declare more than the
+    /// backlog ([`crate::declared::QueueOrdering::promote_beyond_backlog`]), and ask for a pass
+    /// when the next one will have waited long enough.
     fn promote(&mut self) {
-        let Some(after) = self.ordering.promote_after_ms else {
-            return;
-        };
-        if self.priority.is_empty() {
+        let after = self.ordering.promote_after_ms;
+        let beyond = self.ordering.promote_beyond_backlog;
+        if (after.is_none() && beyond.is_none()) || self.priority.is_empty() {
             return;
         }
         let now = self.now;
+        let gpus = u32::try_from(self.gpus.len()).unwrap_or(u32::MAX);
+        let backlog = beyond.and_then(|_| self.backlog_ms(gpus));
         let mut next: Option<Millis> = None;
         for recovery in [true, false] {
             let q = if recovery {
@@ -115,12 +117,17 @@ impl Engine<'_> {
             };
             let mut due = Vec::new();
             for &id in q {
-                let order = self.ordering.order;
+                if self.priority[id] == PROMOTED {
+                    continue;
+                }
+                let declared = &self.declared[id];
                 let waited = now.saturating_sub(self.state[id].ready_at);
-                let aged = order.aged_priority(&self.declared[id], waited, Some(after));
-                if aged == PROMOTED && self.priority[id] != PROMOTED {
+                let aged = self.ordering.order.aged_priority(declared, waited, after) == PROMOTED;
+                let outlasts = matches!((beyond, backlog), (Some(f), Some(b))
+                    if outlasts_backlog(declared, b, gpus, f));
+                if aged || outlasts {
                     due.push(id);
-                } else if aged != PROMOTED {
+                } else if let Some(after) = after {
                     next = earliest(next, Some(self.state[id].ready_at.saturating_add(after)));
                 }
             }
@@ -133,6 +140,25 @@ impl Engine<'_> {
         if let Some(t) = next {
             self.request_tick(t);
         }
+    }
+
+    /// The declared GPU time still ahead of the cluster ÷ its GPUs
+    /// ([`carma_core::queue_order::backlog_ms`]): queued tasks' declared durations, running
+    /// tasks' declared durations less what they have run.
+    fn backlog_ms(&self, gpus: u32) -> Option<Millis> {
+        let now = self.now;
+        let queued = self
+            .recovery_q
+            .iter()
+            .chain(self.main_q.iter())
+            .map(|&id| (self.declared[id].duration_ms.unwrap_or(0), self.tasks[id].gpus));
+        let running = self.state.iter().enumerate().filter_map(|(id, s)| {
+            let run = s.run.as_ref()?;
+            let declared = self.declared[id].duration_ms.unwrap_or(0);
+            let done = now.saturating_sub(run.start);
+            Some((declared.saturating_sub(done), self.tasks[id].gpus))
+        });
+        backlog_ms(queued.chain(running), gpus)
     }
 
     /// The recovery queue or the main queue.
