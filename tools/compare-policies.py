@@ -180,7 +180,8 @@ def grid_table(a) -> int:
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
         runs = list(pool.map(member, members))
     per_row = len(lags) or 1
-    results = [ensemble_mean(runs[i:i + per_row]) for i in range(0, len(runs), per_row)]
+    groups = [runs[i:i + per_row] for i in range(0, len(runs), per_row)]
+    results = [ensemble_mean(g) for g in groups]
     if lags:
         print(f"Each figure is the mean over {per_row} runs, one per telemetry lag ({', '.join(lags)} s); "
               "OOM crashes and failures are their sums, the worst wait their largest.\n")
@@ -230,7 +231,29 @@ def grid_table(a) -> int:
           f"CARMA's best makespan and the bound closed: {mean * 100:.0f} % (goal: 50 %).")
     for s in short:
         print(f"  short: {s}")
+    if lags:
+        print(spread_line(rows, groups, sliced))
     return 0
+
+
+def spread_line(rows: list, groups: list, sliced: bool) -> str:
+    """How far one policy's makespan on one row moves with the lag alone: (largest − smallest) ÷
+    mean over the row's runs, the median over every policy and row, and the largest."""
+    spreads = []
+    for (label, _, queue, gamma), runs in zip(rows, groups):
+        for p in runs[0]["policies"]:
+            ms = [next(q for q in r["policies"] if q["policy"] == p["policy"])["makespan_s"] for r in runs]
+            mean = sum(ms) / len(ms)
+            if mean > 0:
+                where = f"{label}, {queue}{'' if sliced else f', γ = {gamma}'}"
+                spreads.append(((max(ms) - min(ms)) / mean, p["policy"], where))
+    if not spreads:
+        return "Makespan spread over the lags: no runs."
+    spreads.sort()
+    median = spreads[len(spreads) // 2][0]
+    top, policy, where = spreads[-1]
+    return (f"Makespan spread over the lags, (largest − smallest) ÷ mean of one policy on one row: "
+            f"median {median * 100:.1f} %, largest {top * 100:.1f} % ({policy}: {where}).")
 
 
 def ensemble_mean(results: list) -> dict:

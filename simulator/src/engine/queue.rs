@@ -147,11 +147,12 @@ impl Engine<'_> {
     /// tasks' declared durations less what they have run.
     fn backlog_ms(&self, gpus: u32) -> Option<Millis> {
         let now = self.now;
-        let queued = self
-            .recovery_q
-            .iter()
-            .chain(self.main_q.iter())
-            .map(|&id| (self.declared[id].duration_ms.unwrap_or(0), self.tasks[id].gpus));
+        let queued = self.recovery_q.iter().chain(self.main_q.iter()).map(|&id| {
+            (
+                self.declared[id].duration_ms.unwrap_or(0),
+                self.tasks[id].gpus,
+            )
+        });
         let running = self.state.iter().enumerate().filter_map(|(id, s)| {
             let run = s.run.as_ref()?;
             let declared = self.declared[id].duration_ms.unwrap_or(0);
