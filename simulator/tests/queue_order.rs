@@ -80,6 +80,27 @@ fn arrival_order_is_the_plain_queue() {
     }
 }
 
+/// When task `which` of `tasks` first starts on one GPU taken whole, under `queue`,
+/// short-then-longest and `promote` applied to the default ordering.
+fn start_on_one_gpu(
+    tasks: &[Task],
+    which: usize,
+    queue: QueueDiscipline,
+    promote: impl Fn(&mut QueueOrdering),
+) -> f64 {
+    let res = vec![Reservation::WholeGpu; tasks.len()];
+    let mut cfg = SimConfig::default();
+    cfg.cluster.gpus_per_node = 1;
+    cfg.queue = queue;
+    let mut ordering = QueueOrdering {
+        order: QueueOrder::ALL[3],
+        ..QueueOrdering::default()
+    };
+    promote(&mut ordering);
+    let run = simulate_ordered(tasks, &res, "t", Policy::Exclusive, &cfg, &ordering).unwrap();
+    run.tasks[which].first_start_s.unwrap()
+}
+
 #[test]
 fn a_promoted_task_no_longer_waits_behind_every_short_one_that_arrives() {
     // One GPU, taken whole: a 60-min task behind a stream of 5-min tasks, one every 4 minutes;
@@ -88,20 +109,9 @@ fn a_promoted_task_no_longer_waits_behind_every_short_one_that_arrives() {
     for i in 2..32 {
         tasks.push(task(i, 2_000 + (i as u64 - 2) * 240_000, 300_000));
     }
-    let res = vec![Reservation::WholeGpu; tasks.len()];
     for queue in [QueueDiscipline::Kube, QueueDiscipline::Carma] {
-        let mut cfg = SimConfig::default();
-        cfg.cluster.gpus_per_node = 1;
-        cfg.queue = queue;
-        let long_starts = |promote_after_ms| {
-            let ordering = QueueOrdering {
-                order: QueueOrder::ALL[3],
-                promote_after_ms,
-                ..QueueOrdering::default()
-            };
-            let run =
-                simulate_ordered(&tasks, &res, "t", Policy::Exclusive, &cfg, &ordering).unwrap();
-            run.tasks[1].first_start_s.unwrap()
+        let long_starts = |after: Option<Millis>| {
+            start_on_one_gpu(&tasks, 1, queue, |o| o.promote_after_ms = after)
         };
         let promoted = long_starts(Some(1_800_000));
         assert!(promoted < 2_400.0, "{queue:?}: {promoted}");
@@ -124,20 +134,9 @@ fn a_long_task_starts_once_it_outlasts_the_backlog_of_the_short_ones() {
         tasks.push(task(i, 1_000 + i as u64, 300_000));
     }
     tasks.push(task(21, 2_000, 3_600_000));
-    let res = vec![Reservation::WholeGpu; tasks.len()];
     for queue in [QueueDiscipline::Kube, QueueDiscipline::Carma] {
-        let mut cfg = SimConfig::default();
-        cfg.cluster.gpus_per_node = 1;
-        cfg.queue = queue;
-        let long_starts = |promote_beyond_backlog| {
-            let ordering = QueueOrdering {
-                order: QueueOrder::ALL[3],
-                promote_beyond_backlog,
-                ..QueueOrdering::default()
-            };
-            let run =
-                simulate_ordered(&tasks, &res, "t", Policy::Exclusive, &cfg, &ordering).unwrap();
-            run.tasks[21].first_start_s.unwrap()
+        let long_starts = |factor: Option<f64>| {
+            start_on_one_gpu(&tasks, 21, queue, |o| o.promote_beyond_backlog = factor)
         };
         let promoted = long_starts(Some(1.0));
         assert!(promoted <= 3_300.0, "{queue:?}: {promoted}");

@@ -25,15 +25,15 @@ print(json.dumps({"makespan_bound_s": 3600.0, "policies": policies}))
 '''
 
 
-def fake_carma(tmp_path: Path) -> Path:
+def fake_carma(tmp_path: Path, script: str = FAKE) -> Path:
     carma = tmp_path / "carma"
-    carma.write_text(FAKE)
+    carma.write_text(script)
     carma.chmod(0o755)
     return carma
 
 
-def run(tmp_path: Path, *args: str) -> tuple[str, list[list[str]]]:
-    carma = fake_carma(tmp_path)
+def run(tmp_path: Path, *args: str, fake: str = FAKE) -> tuple[str, list[list[str]]]:
+    carma = fake_carma(tmp_path, fake)
     out = subprocess.run(
         [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
          "--workload", "philly_trace-t1", *args],
@@ -77,15 +77,7 @@ def test_gpu_choice_runs_each_row_in_both_orders_and_reports_the_change(tmp_path
         '        p["makespan_s"] *= 1.10; p["mean_jct_s"] *= 0.95; p["ooms"] += p["policy"] == "rr"\n'
         'print(json.dumps(',
     )
-    carma = tmp_path / "carma"
-    carma.write_text(fake)
-    carma.chmod(0o755)
-    out = subprocess.run(
-        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
-         "--workload", "philly_trace-t1", "--queue", "kube", "--gammas", "1", "--table", "gpu-choice"],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
-    calls = [json.loads(line) for line in Path(str(carma) + ".log").read_text().splitlines()]
+    out, calls = run(tmp_path, "--queue", "kube", "--gammas", "1", "--table", "gpu-choice", fake=fake)
     assert sorted(c[c.index("--gpu-choice") + 1] for c in calls) == ["device-order"] * 3 + ["policy"]
     assert sum("--no-telemetry-memory-test" in c for c in calls) == 1
     assert sum(c[c.index("--warm-up") + 1] == "0" for c in calls if "--warm-up" in c) == 2
@@ -124,16 +116,8 @@ def test_grid_over_lags_runs_each_row_per_lag_and_compares_the_means(tmp_path):
         '        p["makespan_s"] += 720; p["ooms"] = 1\n'
         'print(json.dumps(',
     )
-    carma = tmp_path / "carma"
-    carma.write_text(fake)
-    carma.chmod(0o755)
-    out = subprocess.run(
-        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
-         "--workload", "philly_trace-t1", "--queue", "kube", "--gammas", "1",
-         "--table", "grid", "--lags", "15,17"],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
-    calls = [json.loads(line) for line in Path(str(carma) + ".log").read_text().splitlines()]
+    out, calls = run(tmp_path, "--queue", "kube", "--gammas", "1", "--table", "grid", "--lags", "15,17",
+                     fake=fake)
     assert sorted(c[c.index("--telemetry-lag") + 1] for c in calls) == ["15", "17"]
     assert "mean over 2 runs, one per telemetry lag (15, 17 s)" in out
     # pack's makespan: (9,360 + 10,080) / 2 = 9,720 s; the stand-in's best 7,200 s in both runs.
