@@ -8,7 +8,8 @@
 #   2. docs/default-policy.md, γ = 1    python3 tools/compare-policies.py --table grid
 #   3. docs/default-policy.md, γ = 2    (the same table)
 #   4. docs/policies-under-measured-slowdown.md   ... --table grid --slowdown-model time-slicing
-#   5. docs/estimator-evaluation.md     carma estimate eval --peaks --table (its summary lines and per-source tallies)
+#   5. docs/grid-sensitivity.md        ... --table grid --lags 13,14,15,16,17 --candidate-args '...' (five runs of one row)
+#   6. docs/estimator-evaluation.md     carma estimate eval --peaks --table (its summary lines and per-source tallies)
 # (The README's `carma simulate` block is compared by `cargo test -p carma --test readme_simulate`.)
 # Env: CARMA_BIN (default target/debug/carma; build with `cargo build -p carma`), SHARED (default
 # ../shared: CARMA's traces and task files, never copied into the repository).
@@ -88,6 +89,14 @@ check_row "the default policy against CARMA's best, measured slowdown (philly_tr
   "python3 tools/compare-policies.py --table grid --slowdown-model time-slicing" \
   "| philly_trace-t1 (1×4) | kube | time-slicing |" \
   "${compare[@]}" --table grid --slowdown-model time-slicing --workload philly_trace-t1 --queue kube
+
+check_row "the order by class over five telemetry lags (philly_trace-t1, queue carma, γ = 1)" \
+  docs/grid-sensitivity.md \
+  "python3 tools/compare-policies.py --table grid --jobs 2 --lags 13,14,15,16,17 --candidate-args '--queue-order short-then-longest --queue-priority classes'" \
+  "| philly_trace-t1 (1×4) | carma | 1 |" \
+  "${compare[@]}" --table grid --jobs 2 --lags 13,14,15,16,17 \
+  --candidate-args '--queue-order short-then-longest --queue-priority classes' \
+  --workload philly_trace-t1 --queue carma --gammas 1
 
 step "estimator evaluation: carma estimate eval --peaks --table, summary lines"
 doc=docs/estimator-evaluation.md
