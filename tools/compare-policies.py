@@ -169,7 +169,7 @@ def grid_table(a) -> int:
             p for p in cand["policies"] if p["policy"] == a.candidate]
         return base
 
-    lags = [l.strip() for l in a.lags.split(",") if l.strip()] if a.lags else []
+    lags = a.lags or []
     members = [(row, lag) for row in rows for lag in (lags or [None])]
 
     def member(m):
@@ -254,6 +254,18 @@ def spread_line(rows: list, groups: list, sliced: bool) -> str:
     top, policy, where = spreads[-1]
     return (f"Makespan spread over the lags, (largest − smallest) ÷ mean of one policy on one row: "
             f"median {median * 100:.1f} %, largest {top * 100:.1f} % ({policy}: {where}).")
+
+
+def lag_list(text: str) -> list:
+    """--lags: whole seconds, comma-separated, each 0 to 86400 (what `carma simulate
+    --telemetry-lag` takes), at least one."""
+    lags = [part.strip() for part in text.split(",") if part.strip()]
+    bad = [lag for lag in lags if not lag.isdigit() or int(lag) > 86400]
+    if not lags or bad:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected whole seconds from 0 to 86400, comma-separated"
+            + (f" ({', '.join(bad)} is not)" if bad else ""))
+    return lags
 
 
 def ensemble_mean(results: list) -> dict:
@@ -349,7 +361,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="grid: runs at once")
     ap.add_argument("--workload", metavar="TEXT", help="only the workloads whose label contains TEXT")
     ap.add_argument("--queue", choices=["kube", "carma"], help="only this queue")
-    ap.add_argument("--lags", metavar="S,S,...",
+    ap.add_argument("--lags", metavar="S,S,...", type=lag_list,
                     help="grid: run every row once per telemetry lag (seconds) and compare the "
                          "means, e.g. 13,14,15,16,17")
     ap.add_argument("--slowdown-model", choices=["saturation", "time-slicing"], default="saturation",

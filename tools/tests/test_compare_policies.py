@@ -127,3 +127,16 @@ def test_grid_over_lags_runs_each_row_per_lag_and_compares_the_means(tmp_path):
     assert "short: makespan, mean JCT, OOMs" in row
     # pack's makespan moves by 720 s over a mean of 9,720 s; every other policy's not at all.
     assert "median 0.0 %, largest 7.4 % (pack: philly_trace-t1 (1×4), kube, γ = 1)" in out
+
+
+def test_lags_that_are_not_whole_seconds_are_refused_by_name(tmp_path):
+    carma = fake_carma(tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path),
+         "--table", "grid", "--lags", "13,1.5"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "argument --lags: '13,1.5': expected whole seconds" in done.stderr
+    assert "(1.5 is not)" in done.stderr
+    assert not Path(str(carma) + ".log").exists()  # nothing was run
