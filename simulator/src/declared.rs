@@ -61,6 +61,9 @@ impl Default for QueueOrdering {
 /// Mixed into the seed for the draws of who declares.
 const WHO_DECLARES_STREAM: u64 = 0x0005_eed0_fdec_1a4e;
 
+/// Largest `--queue-promote-beyond-backlog` factor.
+pub const MAX_BACKLOG_FACTOR: f64 = 100.0;
+
 /// Largest `--declared-duration-error`.
 pub const MAX_DECLARED_ERROR: f64 = 100.0;
 
@@ -71,6 +74,13 @@ impl QueueOrdering {
             return Err(SimError::Config(format!(
                 "--declared-duration-error is {}; it must be between 1 and {MAX_DECLARED_ERROR}",
                 self.error
+            )));
+        }
+        if let Some(f) = self.promote_beyond_backlog
+            && !(f.is_finite() && f > 0.0 && f <= MAX_BACKLOG_FACTOR)
+        {
+            return Err(SimError::Config(format!(
+                "--queue-promote-beyond-backlog is {f}; it must be more than 0 and at most {MAX_BACKLOG_FACTOR}"
             )));
         }
         if !(0.0..=1.0).contains(&self.share) {

@@ -149,3 +149,16 @@ fn a_long_task_starts_once_it_outlasts_the_backlog_of_the_short_ones() {
         }
     }
 }
+
+#[test]
+fn a_backlog_factor_that_is_not_a_positive_number_is_refused_by_name() {
+    for f in [0.0, -1.0, f64::NAN, f64::INFINITY, 101.0] {
+        let ordering = QueueOrdering {
+            order: QueueOrder::ALL[3],
+            promote_beyond_backlog: Some(f),
+            ..QueueOrdering::default()
+        };
+        let err = ordering.validate().unwrap_err().to_string();
+        assert!(err.contains("--queue-promote-beyond-backlog"), "{f}: {err}");
+    }
+}
