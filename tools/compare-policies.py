@@ -83,10 +83,23 @@ def workloads(shared: Path, quick: bool):
         )
 
 
+class CarmaFailed(Exception):
+    """A `carma simulate` run that could not start or exited with an error: the command and why."""
+
+    def __init__(self, cmd: list, status: int, stderr: str):
+        super().__init__(f"carma simulate failed (exit status {status}): {shlex.join(cmd)}\n{stderr.rstrip()}")
+
+
 def run(carma: str, args: list, queue: str, extra: list) -> dict:
     cmd = [carma, "--log", "warn", "simulate", "--format", "json", "--queue", queue, *args, *extra]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise CarmaFailed(cmd, 127, f"cannot run {carma}: {e.strerror} (build it: cargo build -p carma, "
+                                    "or name it with --carma)") from e
+    if done.returncode != 0:
+        raise CarmaFailed(cmd, done.returncode, done.stderr)
+    return json.loads(done.stdout)
 
 
 def hours(s: float) -> str:
@@ -345,6 +358,14 @@ def gpu_choice_table(a) -> int:
 
 
 def main() -> int:
+    try:
+        return compare()
+    except CarmaFailed as e:
+        print(f"compare-policies: {e}", file=sys.stderr)
+        return 2
+
+
+def compare() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--carma", default="target/debug/carma")
     ap.add_argument("--shared", default="../shared", type=Path)

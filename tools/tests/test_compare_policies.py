@@ -140,3 +140,40 @@ def test_lags_that_are_not_whole_seconds_are_refused_by_name(tmp_path):
     assert "argument --lags: '13,1.5': expected whole seconds" in done.stderr
     assert "(1.5 is not)" in done.stderr
     assert not Path(str(carma) + ".log").exists()  # nothing was run
+
+
+def test_a_failing_carma_is_reported_with_its_command_and_message_not_a_traceback(tmp_path):
+    # The stand-in refuses a flag as clap does: a message on stderr, exit status 2.
+    fake = FAKE.replace(
+        "policies = []",
+        'if "--reservations" in sys.argv:\n'
+        '    sys.stderr.write("error: unexpected argument \'--reservations\' found\\n")\n'
+        "    sys.exit(2)\n"
+        "policies = []",
+    )
+    carma = fake_carma(tmp_path, fake)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
+         "--workload", "philly_trace-t1", "--table", "grid", "--", "--reservations", "oracle"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "carma simulate failed (exit status 2)" in done.stderr
+    assert "--reservations oracle" in done.stderr  # the command that failed
+    assert "error: unexpected argument '--reservations' found" in done.stderr
+    assert done.stdout == ""  # no half table
+
+
+
+def test_a_missing_carma_binary_is_named_with_how_to_build_it(tmp_path):
+    missing = tmp_path / "no-such-carma"
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--carma", str(missing), "--shared", str(tmp_path), "--jobs", "1",
+         "--workload", "philly_trace-t1", "--table", "grid"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert f"cannot run {missing}: No such file or directory" in done.stderr
+    assert "cargo build -p carma" in done.stderr
