@@ -84,10 +84,11 @@ def workloads(shared: Path, quick: bool):
 
 
 class CarmaFailed(Exception):
-    """A `carma simulate` run that could not start or exited with an error: the command and why."""
+    """A `carma simulate` run that could not start or exited with an error: what happened, the
+    command, and why."""
 
-    def __init__(self, cmd: list, status: int, stderr: str):
-        super().__init__(f"carma simulate failed (exit status {status}): {shlex.join(cmd)}\n{stderr.rstrip()}")
+    def __init__(self, what: str, cmd: list, why: str):
+        super().__init__(f"carma simulate {what}: {shlex.join(cmd)}\n{why.rstrip()}")
 
 
 def run(carma: str, args: list, queue: str, extra: list) -> dict:
@@ -95,10 +96,10 @@ def run(carma: str, args: list, queue: str, extra: list) -> dict:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as e:
-        raise CarmaFailed(cmd, 127, f"cannot run {carma}: {e.strerror} (build it: cargo build -p carma, "
-                                    "or name it with --carma)") from e
+        raise CarmaFailed("could not start", cmd, f"cannot run {carma}: {e.strerror} (build it: "
+                          "cargo build -p carma, or name it with --carma)") from e
     if done.returncode != 0:
-        raise CarmaFailed(cmd, done.returncode, done.stderr)
+        raise CarmaFailed(f"failed (exit status {done.returncode})", cmd, done.stderr)
     return json.loads(done.stdout)
 
 
@@ -273,7 +274,7 @@ def lag_list(text: str) -> list:
     """--lags: whole seconds, comma-separated, each 0 to 86400 (what `carma simulate
     --telemetry-lag` takes), at least one."""
     lags = [part.strip() for part in text.split(",") if part.strip()]
-    bad = [lag for lag in lags if not lag.isdigit() or int(lag) > 86400]
+    bad = [lag for lag in lags if not (lag.isascii() and lag.isdigit()) or int(lag) > 86400]
     if not lags or bad:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected whole seconds from 0 to 86400, comma-separated"

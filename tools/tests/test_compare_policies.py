@@ -32,13 +32,20 @@ def fake_carma(tmp_path: Path, script: str = FAKE) -> Path:
     return carma
 
 
-def run(tmp_path: Path, *args: str, fake: str = FAKE) -> tuple[str, list[list[str]]]:
-    carma = fake_carma(tmp_path, fake)
-    out = subprocess.run(
+def invoke(carma: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """The tool on one workload (philly_trace-t1), one run at a time, with `carma` as its binary."""
+    return subprocess.run(
         [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
          "--workload", "philly_trace-t1", *args],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def run(tmp_path: Path, *args: str, fake: str = FAKE) -> tuple[str, list[list[str]]]:
+    carma = fake_carma(tmp_path, fake)
+    done = invoke(carma, tmp_path, *args)
+    done.check_returncode()
+    out = done.stdout
     calls = [json.loads(line) for line in Path(str(carma) + ".log").read_text().splitlines()]
     return out, calls
 
@@ -131,14 +138,14 @@ def test_grid_over_lags_runs_each_row_per_lag_and_compares_the_means(tmp_path):
 
 def test_lags_that_are_not_whole_seconds_are_refused_by_name(tmp_path):
     carma = fake_carma(tmp_path)
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path),
-         "--table", "grid", "--lags", "13,1.5"],
-        capture_output=True, text=True, timeout=60,
-    )
+    done = invoke(carma, tmp_path, "--table", "grid", "--lags", "13,1.5")
     assert done.returncode == 2
     assert "argument --lags: '13,1.5': expected whole seconds" in done.stderr
     assert "(1.5 is not)" in done.stderr
+    # A digit Python knows but `carma simulate --telemetry-lag` does not.
+    done = invoke(carma, tmp_path, "--table", "grid", "--lags", "13,²")
+    assert done.returncode == 2
+    assert "(² is not)" in done.stderr
     assert not Path(str(carma) + ".log").exists()  # nothing was run
 
 
@@ -152,11 +159,7 @@ def test_a_failing_carma_is_reported_with_its_command_and_message_not_a_tracebac
         "policies = []",
     )
     carma = fake_carma(tmp_path, fake)
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--carma", str(carma), "--shared", str(tmp_path), "--jobs", "1",
-         "--workload", "philly_trace-t1", "--table", "grid", "--", "--reservations", "oracle"],
-        capture_output=True, text=True, timeout=60,
-    )
+    done = invoke(carma, tmp_path, "--table", "grid", "--", "--reservations", "oracle")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "carma simulate failed (exit status 2)" in done.stderr
@@ -165,15 +168,11 @@ def test_a_failing_carma_is_reported_with_its_command_and_message_not_a_tracebac
     assert done.stdout == ""  # no half table
 
 
-
 def test_a_missing_carma_binary_is_named_with_how_to_build_it(tmp_path):
     missing = tmp_path / "no-such-carma"
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--carma", str(missing), "--shared", str(tmp_path), "--jobs", "1",
-         "--workload", "philly_trace-t1", "--table", "grid"],
-        capture_output=True, text=True, timeout=60,
-    )
+    done = invoke(missing, tmp_path, "--table", "grid")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
+    assert "carma simulate could not start" in done.stderr  # no exit status it never had
     assert f"cannot run {missing}: No such file or directory" in done.stderr
     assert "cargo build -p carma" in done.stderr
