@@ -9,6 +9,8 @@ REPO = HERE.parents[2]
 SHARED = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(HERE.parent))  # carma_profile without installing it
 
+from need import missing  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def carma_bin() -> Path:
@@ -19,7 +21,7 @@ def carma_bin() -> Path:
         return Path(env)
     p = REPO / "target" / "debug" / "carma"
     if not p.is_file():
-        pytest.skip("no carma binary: cargo build -p carma, or set CARMA_BIN")
+        missing("the carma binary", "cargo build -p carma, or set CARMA_BIN")
     return p
 
 

@@ -2,11 +2,13 @@
 
 import pytest
 
+from need import require
+
 from carma_profile import ProfileError
 from carma_profile.breakdown import breakdown, main
 from carma_profile.trace import trace_step
 
-torch = pytest.importorskip("torch")
+torch = require("torch")
 
 from models import ResidualBlock  # noqa: E402
 

@@ -2,10 +2,12 @@
 
 import pytest
 
+from need import require
+
 from carma_profile.device_breakdown import device_step, differences, main
 from carma_profile.trace import trace_step
 
-torch = pytest.importorskip("torch")
+torch = require("torch")
 
 from models import ResidualBlock  # noqa: E402
 

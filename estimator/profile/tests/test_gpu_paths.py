@@ -2,10 +2,12 @@
 
 import pytest
 
+from need import require
+
 from carma_profile import trace_step
 from carma_profile.gpu_paths import cuda_autocast_lists
 
-torch = pytest.importorskip("torch")
+torch = require("torch")
 
 ROWS, WIDTH = 4096, 1024  # 4 M values: 16 MiB in fp32, 8 MiB in bf16, 4 MiB of one-byte mask
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from need import missing, require
+
 from carma_profile import measure
 
 HERE = Path(__file__).resolve().parent
@@ -21,8 +23,9 @@ def test_the_held_out_set_names_each_job_once():
     assert {j[1] for j in jobs} == {"cnn", "transformer"}
 
 
-@pytest.mark.skipif(not WORKLOADS.is_dir(), reason="CARMA's task files are not beside the repository")
 def test_the_carma_set_is_each_single_gpu_model_and_batch_once():
+    if not WORKLOADS.is_dir():
+        missing("CARMA's task files", f"{WORKLOADS} comes with ../shared beside the repository")
     jobs = measure.jobs("carma", WORKLOADS)
     keys = [(j[0], j[5]) for j in jobs]
     assert len(keys) == len(set(keys)) == 30
@@ -31,7 +34,7 @@ def test_the_carma_set_is_each_single_gpu_model_and_batch_once():
 
 
 def test_a_job_that_cannot_run_is_recorded_and_a_run_with_none_measured_fails(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the job would run")
     out = tmp_path / "m.csv"

@@ -5,12 +5,14 @@ import subprocess
 
 import pytest
 
+from need import require
+
 from carma_profile import ProfileError, trace_step
 from carma_profile.trace import block_bytes
 from test_cli import MODELS, cli
 
-torchvision = pytest.importorskip("torchvision")
-transformers = pytest.importorskip("transformers")
+torchvision = require("torchvision")
+transformers = require("transformers")
 
 
 def test_resnet18_phases_hold_parameters_state_and_activations():
@@ -106,7 +108,7 @@ def test_trace_flag_output_is_accepted_by_the_rust_estimator(carma_bin):
 
 def test_a_tied_weight_is_traced_once():
     """An LM head tied to its embedding holds one weight, one gradient and one optimizer state."""
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
 
     class Tied(torch.nn.Module):
         def __init__(self) -> None:
