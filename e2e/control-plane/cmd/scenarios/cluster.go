@@ -13,7 +13,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/carma/e2e/control-plane/internal/overcommit"
 )
@@ -36,23 +35,19 @@ const (
 
 // gpuNodes maps node → GPU UUID → GPU, read from the GpuNodes the device plugins publish.
 func (e *env) gpuNodes(ctx context.Context) (map[string]map[string]gpu, error) {
+	gpus, _, err := e.gpuNodesAndReplicas(ctx)
+	return gpus, err
+}
+
+// gpuNodesAndReplicas: the GpuNodes' GPUs and the smallest replicasPerGpu they publish, read by the
+// same rule as every other over-commit checker (overcommit.GPUsOf).
+func (e *env) gpuNodesAndReplicas(ctx context.Context) (map[string]map[string]gpu, int, error) {
 	list, err := e.dyn.Resource(gnGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	out := map[string]map[string]gpu{}
-	for _, item := range list.Items {
-		gpus, _, _ := unstructured.NestedSlice(item.Object, "status", "gpus")
-		m := map[string]gpu{}
-		for _, g := range gpus {
-			raw, _ := json.Marshal(g)
-			var x gpu
-			_ = json.Unmarshal(raw, &x)
-			m[x.UUID] = x
-		}
-		out[item.GetName()] = m
-	}
-	return out, nil
+	gpus, replicas := overcommit.GPUsOf(list.Items)
+	return gpus, replicas, nil
 }
 
 func (e *env) waitReady(ctx context.Context, _ *summary) {
@@ -164,34 +159,65 @@ func deviceGPUs(ids []string) []string {
 }
 
 // checkAdmission: what the device manager gave each GPU container of a bound pod agrees with the
-// extender's assignment (the devices kubelet chose and the environment the plugin returned).
-// Returns false for a swapped or missing assignment; the check is counted in the summary.
+// extender's assignment (admissionMatches). Returns false for a swapped or missing assignment; the
+// check is counted in the summary.
 func (e *env) checkAdmission(p *v1.Pod, rec admissionRecord, quiet bool) bool {
-	ok := admissionMatches(p, rec, func(container, got, visible string) {
+	ok := admissionMatches(p, rec, func(container string, assigned, got, visible, cdi []string) {
 		if !quiet {
-			e.check(false, "pod %s container %s: assigned %s, kubelet's devices on %s, NVIDIA_VISIBLE_DEVICES %s",
-				p.Name, container, strings.Join(assignedGPUs(p), ","), got, visible)
+			e.check(false, "pod %s container %s: assigned %v, kubelet's devices on %v, NVIDIA_VISIBLE_DEVICES %v, CDI %v",
+				p.Name, container, assigned, got, visible, cdi)
 		}
 	})
 	e.recordAdmission(p.Namespace, ok)
 	return ok
 }
 
-// admissionMatches: every GPU container of rec got exactly the pod's assigned GPUs (the device
-// manager's devices, NVIDIA_VISIBLE_DEVICES and the CDI names); mismatch is called for each that did not.
-func admissionMatches(p *v1.Pod, rec admissionRecord, mismatch func(container, got, visible string)) bool {
-	want := strings.Join(assignedGPUs(p), ",")
-	ok := true
-	for name, c := range rec.Containers {
-		got := strings.Join(deviceGPUs(c.Devices), ",")
+// admissionMatches is the one rule both the load and the device-manager scenarios judge an admission
+// by: per GPU container, the devices kubelet's device manager chose, NVIDIA_VISIBLE_DEVICES and the
+// CDI names name the same GPUs, every one of them assigned to the pod (a container may hold a subset:
+// a pod's GPUs are split over its containers); together the app containers use every assigned GPU.
+// mismatch is called for each container that breaks the rule, and once with container "" when the
+// app containers leave an assigned GPU unused.
+func admissionMatches(p *v1.Pod, rec admissionRecord, mismatch func(container string, assigned, got, visible, cdi []string)) bool {
+	assigned := assignedGPUs(p)
+	in := map[string]bool{}
+	for _, u := range assigned {
+		in[u] = true
+	}
+	app := map[string]bool{}
+	for _, c := range p.Spec.Containers {
+		app[c.Name] = true
+	}
+	used := map[string]bool{}
+	ok := len(rec.Containers) > 0
+	names := make([]string, 0, len(rec.Containers))
+	for name := range rec.Containers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		c := rec.Containers[name]
+		dev := deviceGPUs(c.Devices)
 		vis := strings.Split(c.Env["NVIDIA_VISIBLE_DEVICES"], ",")
 		sort.Strings(vis)
-		if got != want || strings.Join(vis, ",") != want || strings.Join(cdiGPUs(c.CDI), ",") != want {
+		cdi := cdiGPUs(c.CDI)
+		same := len(dev) > 0 && strings.Join(dev, ",") == strings.Join(vis, ",") && strings.Join(dev, ",") == strings.Join(cdi, ",")
+		for _, u := range dev {
+			same = same && in[u]
+			if app[name] && in[u] {
+				used[u] = true
+			}
+		}
+		if !same {
 			ok = false
-			mismatch(name, got, c.Env["NVIDIA_VISIBLE_DEVICES"])
+			mismatch(name, assigned, dev, vis, cdi)
 		}
 	}
-	return ok && len(rec.Containers) > 0
+	if len(used) != len(assigned) {
+		ok = false
+		mismatch("", assigned, nil, nil, nil)
+	}
+	return ok
 }
 
 // ensureNamespace creates ns and its default ServiceAccount (no kube-controller-manager runs here to

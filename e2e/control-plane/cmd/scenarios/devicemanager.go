@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,38 +31,16 @@ func (e *env) dmPod(name, node string, init []v1.Container, containers ...v1.Con
 	}
 }
 
-// checkContainers: per container, the devices kubelet's device manager chose and the environment the
-// plugin returned name the same GPUs, all of them assigned to the pod; together the app containers
-// use every assigned GPU. Returns whether the pod is consistent ("not swapped").
+// checkContainers judges a device-manager admission by admissionMatches and prints what broke it.
+// Returns whether the pod is consistent ("not swapped").
 func (e *env) checkContainers(p *v1.Pod, rec admissionRecord) bool {
-	assigned := assignedGPUs(p)
-	in := map[string]bool{}
-	for _, u := range assigned {
-		in[u] = true
-	}
-	used := map[string]bool{}
-	ok := len(rec.Containers) > 0
-	appNames := map[string]bool{}
-	for _, c := range p.Spec.Containers {
-		appNames[c.Name] = true
-	}
-	for name, c := range rec.Containers {
-		dev := deviceGPUs(c.Devices)
-		vis := strings.Split(c.Env["NVIDIA_VISIBLE_DEVICES"], ",")
-		sort.Strings(vis)
-		same := strings.Join(dev, ",") == strings.Join(vis, ",") && strings.Join(dev, ",") == strings.Join(cdiGPUs(c.CDI), ",")
-		for _, u := range dev {
-			same = same && in[u]
-			if appNames[name] {
-				used[u] = true
-			}
+	return admissionMatches(p, rec, func(container string, assigned, got, visible, cdi []string) {
+		if container == "" {
+			fmt.Printf("    %s: assigned %v, not every assigned GPU reached an app container\n", p.Name, assigned)
+			return
 		}
-		if !same {
-			fmt.Printf("    %s/%s: assigned %v, devices on %v, NVIDIA_VISIBLE_DEVICES %v, CDI %v\n", p.Name, name, assigned, dev, vis, c.CDI)
-		}
-		ok = ok && same
-	}
-	return ok && len(used) == len(assigned)
+		fmt.Printf("    %s/%s: assigned %v, devices on %v, NVIDIA_VISIBLE_DEVICES %v, CDI %v\n", p.Name, container, assigned, got, visible, cdi)
+	})
 }
 
 // scenarioDeviceManager: the kubelet's own device manager admits every pod shape through carma's

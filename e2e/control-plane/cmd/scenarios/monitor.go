@@ -102,7 +102,7 @@ func (m *monitor) sawPod(obj any) {
 func (m *monitor) poll(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	gn, err := m.e.gpuNodes(pctx)
+	gn, replicas, err := m.e.gpuNodesAndReplicas(pctx)
 	var list *v1.PodList
 	if err == nil {
 		list, err = m.e.kube.CoreV1().Pods("").List(pctx, metav1.ListOptions{
@@ -116,7 +116,11 @@ func (m *monitor) poll(ctx context.Context) {
 		return
 	}
 	now := time.Now()
-	for _, f := range overCommitFindings(list.Items, gn, m.e.schedulerName, replicasPerGPU) {
+	if replicas == 0 {
+		// No GpuNode publishes its replicas yet: judge by what the chart gives every plugin here.
+		replicas = replicasPerGPU
+	}
+	for _, f := range overCommitFindings(list.Items, gn, m.e.schedulerName, replicas) {
 		if _, seen := m.findings[f.ID()]; !seen {
 			m.findings[f.ID()] = f
 			m.firstSeen[f.ID()] = now

@@ -130,20 +130,57 @@ func TestRecovered(t *testing.T) {
 	}
 }
 
+type recContainer = struct {
+	Devices []string          `json:"devices"`
+	Env     map[string]string `json:"env"`
+	CDI     []string          `json:"cdi"`
+}
+
+func gave(gpus ...string) recContainer {
+	c := recContainer{Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(gpus, ",")}}
+	for _, g := range gpus {
+		c.Devices = append(c.Devices, g+"::3")
+		c.CDI = append(c.CDI, "nvidia.com/gpu="+g)
+	}
+	return c
+}
+
 func TestAdmissionMatchesCatchesASwap(t *testing.T) {
 	p := boundPod("a", "p", "G0", `{"mib":1}`)
-	rec := admissionRecord{Containers: map[string]struct {
-		Devices []string          `json:"devices"`
-		Env     map[string]string `json:"env"`
-		CDI     []string          `json:"cdi"`
-	}{"c": {Devices: []string{"G0::3"}, Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "G0"}, CDI: []string{"nvidia.com/gpu=G0"}}}}
-	if !admissionMatches(&p, rec, func(string, string, string) {}) {
+	rec := admissionRecord{Containers: map[string]recContainer{"c": gave("G0")}}
+	if !admissionMatches(&p, rec, func(string, []string, []string, []string, []string) {}) {
 		t.Fatal("a matching admission was flagged")
 	}
 	p.Annotations[annAssignedGPUs] = "G1"
 	var flagged []string
-	if admissionMatches(&p, rec, func(c, _, _ string) { flagged = append(flagged, c) }) || len(flagged) != 1 {
+	if admissionMatches(&p, rec, func(c string, _, _, _, _ []string) { flagged = append(flagged, c) }) || len(flagged) != 2 {
 		t.Fatalf("a swapped assignment passed (%v)", flagged)
+	}
+}
+
+// The load and device-manager scenarios share one rule: a pod's GPUs may be split over its
+// containers, but each container's devices, environment and CDI names agree and are assigned to it,
+// and the app containers together use them all.
+func TestAdmissionMatchesPerContainerSubsets(t *testing.T) {
+	p := boundPod("a", "p", "G0,G1", `{"mib":1}`)
+	p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "d"})
+	none := func(string, []string, []string, []string, []string) {}
+	split := admissionRecord{Containers: map[string]recContainer{"c": gave("G0"), "d": gave("G1")}}
+	if !admissionMatches(&p, split, none) {
+		t.Fatal("two containers with one assigned GPU each were flagged")
+	}
+	half := admissionRecord{Containers: map[string]recContainer{"c": gave("G0")}}
+	if admissionMatches(&p, half, none) {
+		t.Fatal("an assigned GPU no app container received passed")
+	}
+	stray := admissionRecord{Containers: map[string]recContainer{"c": gave("G0"), "d": gave("G1", "G2")}}
+	if admissionMatches(&p, stray, none) {
+		t.Fatal("a container holding an unassigned GPU passed")
+	}
+	envOff := gave("G1")
+	envOff.Env["NVIDIA_VISIBLE_DEVICES"] = "G0"
+	if admissionMatches(&p, admissionRecord{Containers: map[string]recContainer{"c": gave("G0"), "d": envOff}}, none) {
+		t.Fatal("a container whose environment names another GPU than its devices passed")
 	}
 }
 

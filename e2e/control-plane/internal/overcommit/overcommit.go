@@ -164,7 +164,8 @@ func Findings(pods []v1.Pod, gpus map[string]map[string]GPU, scheduler string, r
 
 // GPUsOf reads the GPUs each GpuNode's status lists (node → GPU UUID → GPU) and the smallest
 // spec.replicasPerGpu among them: the figures Findings judges pods against. A GpuNode whose status
-// cannot be read lists no GPUs, so its pods are findings (unknown-gpu), never skipped.
+// cannot be read lists no GPUs, so its pods are findings (unknown-gpu), never skipped; one without a
+// positive replicasPerGpu does not count towards the minimum (0 when no GpuNode gives one).
 func GPUsOf(gpuNodes []unstructured.Unstructured) (map[string]map[string]GPU, int) {
 	gpus := map[string]map[string]GPU{}
 	replicas := 0
@@ -182,7 +183,11 @@ func GPUsOf(gpuNodes []unstructured.Unstructured) (map[string]map[string]GPU, in
 			}
 		}
 		gpus[item.GetName()] = m
-		r, _, _ := unstructured.NestedInt64(item.Object, "spec", "replicasPerGpu")
+		// A GpuNode that does not say (yet) leaves the minimum to those that do.
+		r, found, _ := unstructured.NestedInt64(item.Object, "spec", "replicasPerGpu")
+		if !found || r <= 0 {
+			continue
+		}
 		if replicas == 0 || int(r) < replicas {
 			replicas = int(r)
 		}

@@ -38,6 +38,12 @@ func TestGPUsOfFeedsFindings(t *testing.T) {
 	if replicas != 4 || len(gpus["n1"]) != 2 || gpus["n2"]["GPU-c"].TotalMiB != 81920 {
 		t.Fatalf("GPUsOf: replicas %d, gpus %v", replicas, gpus)
 	}
+	// A GpuNode that does not give replicasPerGpu (not yet published) leaves the minimum alone.
+	unsaid := gpuNode("n3", 0, "GPU-d")
+	delete(unsaid.Object["spec"].(map[string]interface{}), "replicasPerGpu")
+	if _, r := GPUsOf([]unstructured.Unstructured{gpuNode("n1", 4, "GPU-a"), unsaid, gpuNode("n2", 8, "GPU-c")}); r != 4 {
+		t.Fatalf("a GpuNode without replicasPerGpu moved the minimum to %d", r)
+	}
 	pods := []v1.Pod{gpuPod("a", "n1", "GPU-a", `{"mib":40000}`), gpuPod("b", "n1", "GPU-a", `{"mib":40000}`)}
 	if f := Findings(pods, gpus, "carma", replicas); len(f) != 0 {
 		t.Fatalf("within memory: %v", f)
