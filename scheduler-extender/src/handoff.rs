@@ -4,16 +4,28 @@
 //! pods bound to one node await admission together, the device plugin can only guess which one
 //! kubelet is admitting — and the real kubelet device manager showed that guesses go wrong under load
 //! (a container got another pod's GPU and reservation). HAMi avoids this with a node lock; carma
-//! does it inside the (single-active) extender: a bind to a node waits until the previous carma pod
-//! bound there has been allocated by the device plugin (`carma.io/allocated`), has started, or has
-//! ended — at most [`Handoff::admission_wait`] — so at most one carma pod per node is ever pending
-//! admission. The bind that took the turn answers kube-scheduler once its Binding is written and
-//! leaves the turn to a task that waits for the admission. A bind that cannot get its node within
-//! [`Handoff::lock_wait`] is refused as a conflict and kube-scheduler retries it; that wait and the
+//! does it inside the (single-active) extender: a node whose last carma pod is bound but not yet
+//! admitted takes no other carma pod.
+//!
+//! The rule has no timeout that lets a bind through. A bind takes the node's turn
+//! ([`Handoff::turn`]): it waits, at most [`Handoff::lock_wait`], for any bind in progress on the
+//! node to finish and for every pod bound there before to be admitted. A bind that cannot get the
+//! turn in that time is refused as a conflict and kube-scheduler retries it later; that wait and the
 //! write stay below kube-scheduler's extender `httpTimeout` (5 s in the chart), and a bind it hangs
-//! up on still runs to its end (`crate::server`).
+//! up on still runs to its end (`crate::server`). The bind that got the turn answers kube-scheduler
+//! as soon as its Binding is written; the node stays closed to carma pods until the pod watch sees
+//! that pod admitted.
+//!
+//! A pod counts as admitted once the device plugin marked it allocated (`carma.io/allocated`), the
+//! kubelet started it (`status.startTime` is set only after admission), it runs or ended, or it is
+//! gone. Each of those ends the wait; time alone never does. A pod the kubelet never admits and
+//! nobody deletes keeps its node closed to carma pods; the node cannot admit one anyway (its kubelet
+//! or device plugin is not answering), and the pod's eviction from a `NotReady` node reopens it.
+//!
+//! The awaited pods are rebuilt from the pod watch ([`Handoff::await_bound`]), so a restarted or
+//! newly elected extender keeps the rule for pods bound before it started.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,185 +35,248 @@ use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
 /// Per-node bind serialization and admission tracking.
 #[derive(Debug)]
 pub struct Handoff {
-    nodes: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
-    waiting: Mutex<Awaited>,
+    /// Held for the length of one bind to the node.
+    binding: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    /// Pods bound to each node and not yet seen admitted.
+    awaited: Mutex<HashMap<String, BTreeSet<String>>>,
     admitted: Notify,
-    /// Longest wait for the previous pod on the node to be admitted.
-    pub admission_wait: Duration,
-    /// Longest wait for the node's turn.
+    /// Longest wait for the node's turn before the bind is refused as a conflict.
     pub lock_wait: Duration,
 }
 
 impl Default for Handoff {
     fn default() -> Self {
-        Self::new(Duration::from_secs(2), Duration::from_millis(2500))
+        Self::new(Duration::from_millis(2500))
     }
 }
 
-/// The pods the nodes' turns wait on.
-#[derive(Debug, Default)]
-struct Awaited {
-    /// The pod each node's turn waits on, by node.
-    by_node: HashMap<String, String>,
-    /// Those of them seen admitted.
-    admitted: HashSet<String>,
+/// Why a bind did not get its node's turn within [`Handoff::lock_wait`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TurnRefused {
+    /// Another bind to the node was still writing.
+    #[error("another bind to node {node} is still in progress")]
+    Binding {
+        /// The node.
+        node: String,
+    },
+    /// A pod bound to the node before has not been admitted by its kubelet.
+    #[error("node {node} has not yet admitted pod {pod} (uid), bound to it before")]
+    Admitting {
+        /// The node.
+        node: String,
+        /// UID of one pod it still has to admit.
+        pod: String,
+    },
 }
 
-impl Awaited {
-    fn awaits(&self, uid: &str) -> bool {
-        self.by_node.values().any(|u| u == uid)
-    }
-}
-
-/// Held while a node admits the pod just bound to it.
+/// Held by the bind that may place a pod on the node; dropping it lets the next bind see the node's
+/// awaited pods.
 #[derive(Debug)]
 pub struct NodeTurn {
     _guard: OwnedMutexGuard<()>,
 }
 
 impl Handoff {
-    /// Waits as documented on the module.
-    pub fn new(admission_wait: Duration, lock_wait: Duration) -> Self {
+    /// A handoff whose binds wait at most `lock_wait` for their node's turn.
+    pub fn new(lock_wait: Duration) -> Self {
         Self {
-            nodes: Mutex::new(HashMap::new()),
-            waiting: Mutex::new(Awaited::default()),
+            binding: Mutex::new(HashMap::new()),
+            awaited: Mutex::new(HashMap::new()),
             admitted: Notify::new(),
-            admission_wait,
             lock_wait,
         }
     }
 
-    /// Wait for `node`'s turn; `None` after [`Self::lock_wait`].
-    pub async fn turn(&self, node: &str) -> Option<NodeTurn> {
+    /// Take `node`'s turn: no other bind to it in progress and every pod bound to it admitted.
+    /// Refused after [`Self::lock_wait`], with the reason.
+    pub async fn turn(&self, node: &str) -> Result<NodeTurn, TurnRefused> {
+        let deadline = tokio::time::Instant::now() + self.lock_wait;
         let lock = self
-            .nodes
+            .binding
             .lock()
             .entry(node.to_string())
             .or_insert_with(|| Arc::new(AsyncMutex::new(())))
             .clone();
-        tokio::time::timeout(self.lock_wait, lock.lock_owned())
+        let guard = tokio::time::timeout_at(deadline, lock.lock_owned())
             .await
-            .ok()
-            .map(|g| NodeTurn { _guard: g })
+            .map_err(|_| TurnRefused::Binding {
+                node: node.to_string(),
+            })?;
+        loop {
+            let notified = self.admitted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let Some(pod) = self.first_awaited(node) else {
+                return Ok(NodeTurn { _guard: guard });
+            };
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(TurnRefused::Admitting {
+                    node: node.to_string(),
+                    pod,
+                });
+            }
+        }
     }
 
-    /// The nodes whose turn a bind holds: each is binding a carma pod or waiting for the kubelet to
-    /// admit it, and a bind to it now would wait for that. A node whose awaited pod has been seen
-    /// admitted is not among them, even before its turn is handed on.
-    pub fn admitting(&self) -> HashSet<String> {
-        let w = self.waiting.lock();
-        self.nodes
+    fn first_awaited(&self, node: &str) -> Option<String> {
+        self.awaited
+            .lock()
+            .get(node)
+            .and_then(|pods| pods.first().cloned())
+    }
+
+    /// The nodes a bind would wait for now: each is binding a carma pod or waiting for its kubelet
+    /// to admit one.
+    pub fn admitting(&self) -> BTreeSet<String> {
+        let mut nodes: BTreeSet<String> = self
+            .awaited
             .lock()
             .iter()
-            .filter(|(_, turn)| turn.try_lock().is_err())
-            .filter(|(node, _)| {
-                w.by_node
-                    .get(*node)
-                    .is_none_or(|uid| !w.admitted.contains(uid))
-            })
+            .filter(|(_, pods)| !pods.is_empty())
             .map(|(node, _)| node.clone())
-            .collect()
+            .collect();
+        nodes.extend(
+            self.binding
+                .lock()
+                .iter()
+                .filter(|(_, turn)| turn.try_lock().is_err())
+                .map(|(node, _)| node.clone()),
+        );
+        nodes
     }
 
-    /// Start watching for the admission of pod `uid`, about to be bound to `node` (call before
-    /// binding it, holding the node's turn).
+    /// Pod `uid` is about to be bound to `node` (call holding the node's turn): the node takes no
+    /// other carma pod until this one is admitted or [`Self::forget`]-ten.
     pub fn expect(&self, node: &str, uid: &str) {
-        self.waiting
+        self.await_bound(node, uid);
+    }
+
+    /// The pod watch saw pod `uid` bound to `node` with carma's assignment and not yet admitted
+    /// (e.g. bound before this extender started).
+    pub fn await_bound(&self, node: &str, uid: &str) {
+        self.awaited
             .lock()
-            .by_node
-            .insert(node.to_string(), uid.to_string());
+            .entry(node.to_string())
+            .or_default()
+            .insert(uid.to_string());
     }
 
-    /// Stop watching `uid` (a failed bind, or its wait is over).
+    /// The bind of `uid` failed: its node no longer waits for it.
     pub fn forget(&self, uid: &str) {
-        let mut w = self.waiting.lock();
-        w.by_node.retain(|_, awaited| awaited != uid);
-        w.admitted.remove(uid);
+        self.admitted(uid);
     }
 
-    /// The pod watcher saw pod `uid` allocated, running or ended.
-    pub fn admitted(&self, uid: &str) {
-        let mut w = self.waiting.lock();
-        if w.awaits(uid) && w.admitted.insert(uid.to_string()) {
-            drop(w);
+    /// After a re-list: stop waiting for the pods that no longer exist (`exists` is false for them).
+    pub fn retain_pods(&self, exists: impl Fn(&str) -> bool) {
+        let mut changed = false;
+        self.awaited.lock().retain(|_, pods| {
+            let before = pods.len();
+            pods.retain(|uid| exists(uid));
+            changed |= pods.len() != before;
+            !pods.is_empty()
+        });
+        if changed {
             self.admitted.notify_waiters();
         }
     }
 
-    /// Wait until `uid` is admitted or [`Self::admission_wait`] passes; whether it was admitted.
-    /// Either way `uid` is no longer watched afterwards.
-    pub async fn wait_admitted(&self, uid: &str) -> bool {
-        let deadline = tokio::time::Instant::now() + self.admission_wait;
-        let seen = loop {
-            let notified = self.admitted.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.waiting.lock().admitted.contains(uid) {
-                break true;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                break false;
-            }
-        };
-        self.forget(uid);
-        seen
+    /// The pod watch saw pod `uid` allocated, started, running, ended or gone.
+    pub fn admitted(&self, uid: &str) {
+        let mut changed = false;
+        self.awaited.lock().retain(|_, pods| {
+            changed |= pods.remove(uid);
+            !pods.is_empty()
+        });
+        if changed {
+            self.admitted.notify_waiters();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
+
+    fn set(nodes: &[&str]) -> BTreeSet<String> {
+        nodes.iter().map(|n| n.to_string()).collect()
+    }
 
     #[tokio::test]
     async fn a_node_takes_its_next_pod_only_after_the_previous_is_admitted() {
-        let h = Arc::new(Handoff::new(
-            Duration::from_secs(5),
-            Duration::from_millis(100),
-        ));
+        let h = Arc::new(Handoff::new(Duration::from_millis(100)));
         let first = h.turn("n1").await.expect("free node");
         h.expect("n1", "a");
+        drop(first);
         // A second bind to the same node waits; to another node it does not.
-        assert_eq!(h.admitting(), HashSet::from(["n1".to_string()]));
-        assert!(h.turn("n1").await.is_none(), "n1 is busy admitting a");
-        assert!(h.turn("n2").await.is_some());
+        assert_eq!(h.admitting(), set(&["n1"]));
+        assert_eq!(
+            h.turn("n1").await.unwrap_err(),
+            TurnRefused::Admitting {
+                node: "n1".into(),
+                pod: "a".into()
+            }
+        );
+        assert!(h.turn("n2").await.is_ok());
         let h2 = h.clone();
-        let waiter = tokio::spawn(async move { h2.wait_admitted("a").await });
+        let waiter = tokio::spawn(async move { h2.turn("n1").await.is_ok() });
         tokio::time::sleep(Duration::from_millis(20)).await;
         h.admitted("b"); // not awaited: ignored
+        assert!(!waiter.is_finished());
         h.admitted("a");
-        assert!(waiter.await.unwrap());
-        drop(first);
+        assert!(waiter.await.unwrap(), "the turn passes once a is admitted");
         assert!(h.admitting().is_empty());
-        assert!(h.turn("n1").await.is_some());
     }
 
-    #[tokio::test]
-    async fn a_pod_never_admitted_releases_its_node_after_the_wait() {
-        let h = Handoff::new(Duration::from_millis(30), Duration::from_millis(100));
+    /// The guard never gives way to time: however long the kubelet takes, the next bind is refused
+    /// (kube-scheduler retries it) until the pod bound before is admitted.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_never_admitted_keeps_its_node_closed_however_long_it_takes() {
+        let h = Handoff::new(Duration::from_millis(100));
+        drop(h.turn("n1").await.expect("free node"));
         h.expect("n1", "stuck");
-        assert!(!h.wait_admitted("stuck").await);
-        // Admission seen before the wait began still counts.
-        h.expect("n1", "quick");
-        h.admitted("quick");
-        assert!(h.wait_admitted("quick").await);
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            assert!(matches!(
+                h.turn("n1").await,
+                Err(TurnRefused::Admitting { .. })
+            ));
+        }
+        assert_eq!(h.admitting(), set(&["n1"]));
+        h.admitted("stuck");
+        assert!(h.turn("n1").await.is_ok());
     }
 
     #[tokio::test]
-    async fn a_node_whose_pod_is_admitted_is_no_longer_admitting_before_its_turn_passes() {
-        let h = Handoff::new(Duration::from_secs(5), Duration::from_millis(100));
+    async fn a_bind_in_progress_holds_its_node_and_a_failed_bind_frees_it() {
+        let h = Handoff::new(Duration::from_millis(50));
         let turn = h.turn("n1").await.expect("free node");
-        assert_eq!(h.admitting(), HashSet::from(["n1".to_string()]), "binding");
-        h.expect("n1", "a");
+        assert_eq!(h.admitting(), set(&["n1"]), "binding");
         assert_eq!(
-            h.admitting(),
-            HashSet::from(["n1".to_string()]),
-            "awaiting a"
+            h.turn("n1").await.unwrap_err(),
+            TurnRefused::Binding { node: "n1".into() }
         );
-        // The pod watch saw it admitted; the task holding the turn has not run yet.
-        h.admitted("a");
-        assert!(h.admitting().is_empty());
-        assert!(h.wait_admitted("a").await);
+        h.expect("n1", "a");
+        // The Binding write failed: the node waits for nothing.
+        h.forget("a");
         drop(turn);
         assert!(h.admitting().is_empty());
+        assert!(h.turn("n1").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn pods_bound_before_a_restart_are_awaited_from_the_watch() {
+        let h = Handoff::new(Duration::from_millis(50));
+        h.await_bound("n1", "old-1");
+        h.await_bound("n1", "old-2");
+        h.admitted("old-1");
+        assert!(matches!(
+            h.turn("n1").await,
+            Err(TurnRefused::Admitting { pod, .. }) if pod == "old-2"
+        ));
+        // A re-list no longer shows old-2: it was deleted while the watch was down.
+        h.retain_pods(|uid| uid != "old-2");
+        assert!(h.turn("n1").await.is_ok());
     }
 }

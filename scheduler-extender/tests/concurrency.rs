@@ -230,8 +230,8 @@ async fn a_node_still_admitting_ranks_below_the_nodes_free_now() {
     assert_eq!(free, idle);
 }
 
-/// A bind answers kube-scheduler as soon as the Binding is written; the node's turn stays taken
-/// until the kubelet admits the pod, so the next bind to that node still waits for the admission.
+/// A bind answers kube-scheduler as soon as the Binding is written; the node stays closed to carma
+/// pods until the kubelet admits the pod, so the next bind to that node still waits for the admission.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bind_answers_before_admission_and_the_node_waits_for_it() {
     let snap = synthetic::cluster(1, 4);
@@ -259,14 +259,14 @@ async fn a_bind_answers_before_admission_and_the_node_waits_for_it() {
     for pod in [&first, &second] {
         post(&r, "/filter", &args_names(pod, &[node.as_str()])).await;
     }
-    let admission_wait = ext.cluster().handoff().admission_wait;
+    let lock_wait = ext.cluster().handoff().lock_wait;
 
-    // Answered long before the admission wait would end.
+    // Answered long before the turn's wait would end.
     let started = std::time::Instant::now();
     let (_, out) = post(&r, "/bind", &bind_args(&first, &node)).await;
     assert_eq!(out["Error"], "", "{out}");
     assert!(
-        started.elapsed() < admission_wait / 4,
+        started.elapsed() < lock_wait / 4,
         "the bind waited {:?} for the pod's admission",
         started.elapsed()
     );
@@ -287,6 +287,55 @@ async fn a_bind_answers_before_admission_and_the_node_waits_for_it() {
         .await
         .expect("the second bind goes ahead once the first pod is admitted")
         .unwrap();
+    assert_eq!(out["Error"], "", "{out}");
+    assert_eq!(rec.binds.lock().len(), 2);
+}
+
+/// However long the kubelet takes, the next bind to its node never goes ahead on a timeout: it is
+/// refused as a conflict that names the pod still awaited, and kube-scheduler retries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_to_a_node_that_never_admits_is_refused_not_let_through() {
+    let snap = synthetic::cluster(1, 4);
+    let rec = Arc::new(Recorder {
+        live: true,
+        ..Recorder::default()
+    });
+    let ext = extender_with(&snap, Policy::Magm, PlacementConfig::default(), rec.clone());
+    let r = router(ext.clone());
+    let node = synthetic::node_name(0);
+    let pods: Vec<Value> = (0..2)
+        .map(|i| {
+            pod_json(
+                "ml",
+                &format!("p{i}"),
+                &format!("uid-p{i}"),
+                1,
+                &[(ANNOTATION_GPU_MEMORY, "6Gi")],
+            )
+        })
+        .collect();
+    for pod in &pods {
+        post(&r, "/filter", &args_names(pod, &[node.as_str()])).await;
+    }
+    let (_, out) = post(&r, "/bind", &bind_args(&pods[0], &node)).await;
+    assert_eq!(out["Error"], "", "{out}");
+
+    let lock_wait = ext.cluster().handoff().lock_wait;
+    let started = std::time::Instant::now();
+    let (_, out) = post(&r, "/bind", &bind_args(&pods[1], &node)).await;
+    let error = out["Error"].as_str().unwrap();
+    assert!(
+        error.contains("has not yet admitted pod uid-p0"),
+        "refused, naming the pod awaited: {out}"
+    );
+    assert!(started.elapsed() >= lock_wait, "{:?}", started.elapsed());
+    assert_eq!(rec.binds.lock().len(), 1, "nothing else was bound");
+    assert!(ext.cluster().handoff().admitting().contains(&node));
+
+    // kube-scheduler's retry, once the pod is admitted, binds.
+    ext.cluster().handoff().admitted("uid-p0");
+    post(&r, "/filter", &args_names(&pods[1], &[node.as_str()])).await;
+    let (_, out) = post(&r, "/bind", &bind_args(&pods[1], &node)).await;
     assert_eq!(out["Error"], "", "{out}");
     assert_eq!(rec.binds.lock().len(), 2);
 }

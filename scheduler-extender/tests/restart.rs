@@ -253,3 +253,54 @@ async fn relist_drops_pods_that_vanished_but_keeps_binds_in_progress() {
     let stale: Pod = serde_json::from_value(stale).unwrap();
     assert!(!ext.cluster().apply_pod(&stale));
 }
+
+/// A pod bound before a restart (or before this replica was elected) and not yet admitted keeps its
+/// node closed to the next carma pod: the awaited pods are rebuilt from the pod watch, and the
+/// kubelet's `startTime` (set only after admission) opens the node again.
+#[tokio::test]
+async fn a_restarted_extender_awaits_the_admission_of_pods_bound_before_it() {
+    let snap = fixture();
+    let pending_bound = snap
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("mlp-sweep-7"))
+        .expect("the fixture's pod bound to gpu-node-b, not yet admitted")
+        .clone();
+    let empty = Snapshot {
+        nodes: snap.nodes.clone(),
+        gpu_nodes: snap.gpu_nodes.clone(),
+        ..Snapshot::default()
+    };
+
+    // A dry run binds nothing, so it awaits nothing.
+    let dry = extender_with(
+        &empty,
+        Policy::Magm,
+        PlacementConfig::default(),
+        Arc::new(Recorder::default()),
+    );
+    dry.observe_pod(&pending_bound);
+    assert!(dry.cluster().handoff().admitting().is_empty());
+
+    let live = extender_with(
+        &empty,
+        Policy::Magm,
+        PlacementConfig::default(),
+        Arc::new(Recorder {
+            live: true,
+            ..Recorder::default()
+        }),
+    );
+    live.observe_pod(&pending_bound);
+    assert_eq!(
+        live.cluster().handoff().admitting(),
+        [B.to_string()].into(),
+        "gpu-node-b still has to admit mlp-sweep-7"
+    );
+
+    let mut started = pending_bound.clone();
+    started.status.as_mut().unwrap().start_time =
+        Some(serde_json::from_value(serde_json::json!("2026-01-05T10:00:00Z")).unwrap());
+    live.observe_pod(&started);
+    assert!(live.cluster().handoff().admitting().is_empty());
+}

@@ -158,13 +158,7 @@ impl ClusterState {
             return false;
         };
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let allocated = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(carma_api::names::ANNOTATION_ALLOCATED))
-            .is_some_and(|v| v.trim() == "true");
-        if allocated || matches!(phase, Some("Running" | "Succeeded" | "Failed")) {
+        if admission_seen(pod) {
             self.handoff.admitted(uid);
         }
         if matches!(phase, Some("Succeeded" | "Failed")) {
@@ -251,5 +245,27 @@ impl ClusterState {
         for uid in gone {
             inner.unbook(&uid);
         }
+        drop(inner);
+        self.handoff
+            .retain_pods(|uid| uids.contains(uid) || keep(uid));
     }
+}
+
+/// Whether the kubelet has admitted `pod` (or it no longer needs admitting): the device plugin
+/// marked it allocated, the kubelet started it (`status.startTime` is set only after admission,
+/// device Allocate included), or it runs or ended.
+pub(crate) fn admission_seen(pod: &Pod) -> bool {
+    let allocated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(carma_api::names::ANNOTATION_ALLOCATED))
+        .is_some_and(|v| v.trim() == "true");
+    let status = pod.status.as_ref();
+    allocated
+        || status.is_some_and(|s| s.start_time.is_some())
+        || matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Running" | "Succeeded" | "Failed")
+        )
 }

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use carma_core::{Ledger, Millis, PlacementConfig};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+pub(crate) use feed::admission_seen;
 pub use inner::Inner;
 pub(crate) use inner::NodeEntry;
 use inner::summarize;

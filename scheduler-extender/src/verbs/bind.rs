@@ -2,7 +2,6 @@
 //! write the output annotations and create the Binding; a failed write releases the booking.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use carma_api::{Assignment, EstimateAnnotation};
 use chrono::{TimeZone, Utc};
@@ -128,13 +127,13 @@ impl Extender {
             None
         } else {
             match handoff.turn(&args.node).await {
-                Some(t) => Some(t),
-                None => {
+                Ok(t) => Some(t),
+                Err(refused) => {
                     return fail(
                         BindResultKind::Conflict,
                         format!(
-                            "node {} is still admitting the carma pod bound to it before {}/{}; retry",
-                            args.node, args.pod_namespace, args.pod_name
+                            "pod {}/{} not bound: {refused}; retry",
+                            args.pod_namespace, args.pod_name
                         ),
                     );
                 }
@@ -194,26 +193,9 @@ impl Extender {
         }
         // Bound: it waits for GPUs no longer (the watch will say so too, a moment later).
         self.recovery.forget(uid);
-        // The node's turn passes to its next carma pod once the kubelet has admitted this one.
-        // kube-scheduler need not wait for that: the turn is handed to a task of its own, and the
-        // answer goes back as soon as the Binding is written.
-        if let Some(turn) = turn {
-            let cluster = Arc::clone(&self.cluster);
-            let (uid, node) = (uid.to_string(), args.node.clone());
-            let pod = format!("{}/{}", args.pod_namespace, args.pod_name);
-            tokio::spawn(async move {
-                let handoff = cluster.handoff();
-                if !handoff.wait_admitted(&uid).await {
-                    tracing::warn!(
-                        pod = %pod,
-                        node = %node,
-                        wait_ms = handoff.admission_wait.as_millis() as u64,
-                        "the node did not admit the pod in time; letting the next bind to it go ahead"
-                    );
-                }
-                drop(turn);
-            });
-        }
+        // The Binding is written: the next bind to this node may run, and will wait until the pod
+        // watch sees this pod admitted (crate::handoff). kube-scheduler need not wait for that.
+        drop(turn);
         self.decisions.forget(uid);
         (
             ok_kind,

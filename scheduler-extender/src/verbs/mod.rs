@@ -277,10 +277,34 @@ impl Extender {
     /// cached decision once it is bound.
     pub fn observe_pod(&self, pod: &Pod) {
         self.cluster.apply_pod(pod);
+        self.await_admission_of(pod);
         self.recovery.observe(pod);
         let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
         if bound && let Some(uid) = &pod.metadata.uid {
             self.decisions.forget(uid);
+        }
+    }
+
+    /// A live extender keeps a pod that carma bound (perhaps before this process started or was
+    /// elected) and the kubelet has not admitted yet as its node's awaited pod, so the node takes
+    /// no other carma pod meanwhile (crate::handoff). A dry run binds nothing and awaits nothing.
+    fn await_admission_of(&self, pod: &Pod) {
+        if self.backend.dry_run() || crate::cluster::admission_seen(pod) {
+            return;
+        }
+        let (Some(uid), Some(node)) = (
+            pod.metadata.uid.as_deref(),
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        ) else {
+            return;
+        };
+        let assigned = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| matches!(carma_api::Assignment::from_annotations(a), Ok(Some(_))));
+        if assigned {
+            self.cluster.handoff().await_bound(node, uid);
         }
     }
 
