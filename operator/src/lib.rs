@@ -17,6 +17,8 @@
 //! * [`mod@classify`] — how a finished attempt ended: the pod read into `carma_core::exit`'s rule
 //!   (success, GPU OOM, failure, host-memory kill), plus what only a pod shows (eviction);
 //! * [`attempt`] — the attempt pod built from `spec.template`;
+//! * [`waiting`] — why an attempt pod that has not started waits (no node fits, an image that
+//!   cannot be pulled);
 //! * [`observe`] — what is read off a pod and its node's `GpuNode`;
 //! * [`status`] — conditions and the status merge patch;
 //! * [`mod@plan`] — one reconcile step as data: pod to create, status, events, requeue;
@@ -48,6 +50,7 @@ pub mod reconcile;
 pub mod server;
 pub mod sizing;
 pub mod status;
+pub mod waiting;
 
 pub use classify::{DEFAULT_OOM_PATTERNS, OomPatterns, PodProgress, Verdict, classify};
 pub use controller::{OperatorConfig, run};

@@ -11,6 +11,7 @@ use carma_core::quantity::parse_mib;
 
 use crate::attempt::attempt_index_from_name;
 use crate::classify::{PodProgress, training_container_status};
+use crate::waiting::{Waiting, waiting};
 
 /// One existing attempt pod, as the planner needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +46,8 @@ pub struct ObservedAttempt {
     pub gpu_memory_mib: Option<u64>,
     /// Its `carma.io/model-profile` annotation (the key its peak is recorded under).
     pub model_profile: Option<String>,
+    /// Why it has not started, when its status says (no node fits, an image that cannot be pulled).
+    pub waiting: Option<Waiting>,
 }
 
 /// The attempt number of a pod: its `carma.io/attempt` label, else its name suffix.
@@ -111,6 +114,7 @@ pub fn observe(
         peak_mib,
         gpu_memory_mib,
         model_profile: annotation(pod, ANNOTATION_MODEL_PROFILE).map(str::to_string),
+        waiting: waiting(pod),
     })
 }
 

@@ -6,8 +6,13 @@ use serde_json::{Map, Value};
 
 use carma_api::{TaskCondition, TaskPhase, TrainingTaskStatus};
 
-/// Condition: the current attempt's pod is bound to a node.
+/// Condition: the current attempt's pod is bound to a node. False with reason `Unschedulable`
+/// and the scheduler's message while no node fits it.
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
+/// Condition: the current attempt's training container has started. False while it waits, with
+/// kubelet's reason (`ImagePullBackOff`, `CreateContainerConfigError`, …) when a container cannot
+/// start; False with reason `AttemptEnded` once it ended.
+pub const CONDITION_ATTEMPT_STARTED: &str = "AttemptStarted";
 /// Condition: an attempt runs.
 pub const CONDITION_RUNNING: &str = "Running";
 /// Condition: an attempt crashed and the next one is on its way.
@@ -60,7 +65,7 @@ pub fn set_condition(
 }
 
 /// Turn condition `type_` False if it exists and is True (absent stays absent).
-fn clear_condition(
+pub fn clear_condition(
     conditions: &mut [TaskCondition],
     type_: &str,
     reason: &str,

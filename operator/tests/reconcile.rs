@@ -790,3 +790,70 @@ async fn a_failed_task_still_records_its_last_crash() {
         8000
     );
 }
+
+#[tokio::test]
+async fn a_pending_attempt_says_why_it_waits_in_the_status() {
+    let h = Harness::new(task_json(json!({})));
+    h.reconcile().await.unwrap();
+
+    // kube-scheduler found no node: its message, the extender's per-node reasons in it.
+    let refusal = "0/2 nodes are available: 1 carma: gpu-1: no GPU has 8000 MiB free (largest 5120 MiB), \
+                   1 node(s) didn't match Pod's node affinity/selector.";
+    h.with_pod("train-a1", |p| {
+        p["status"] = json!({"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": refusal, "lastTransitionTime": "2027-01-15T08:00:01Z"}]});
+    });
+    h.set_now(10);
+    h.reconcile().await.unwrap();
+    let s = h.status();
+    let want = format!("attempt 1 (train-a1) cannot be scheduled: {refusal}");
+    assert_eq!(s["phase"], "Pending");
+    assert_eq!(s["message"], json!(want));
+    let condition = |s: &Value, t: &str| {
+        s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let scheduled = condition(&s, "Scheduled");
+    assert_eq!(scheduled["status"], "False");
+    assert_eq!(scheduled["reason"], "Unschedulable");
+    assert_eq!(scheduled["message"], json!(want));
+
+    // Bound, but kubelet cannot pull the image.
+    h.with_pod("train-a1", |p| {
+        p["spec"]["nodeName"] = json!("gpu-1");
+        p["status"] = json!({"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{
+                "name": "train", "image": "pytorch", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ImagePullBackOff",
+                                      "message": "Back-off pulling image \"pytorch\""}}}]});
+    });
+    h.set_now(20);
+    h.reconcile().await.unwrap();
+    let s = h.status();
+    let want = "attempt 1 (train-a1) cannot start on node gpu-1: container train: ImagePullBackOff: \
+                Back-off pulling image \"pytorch\"";
+    assert_eq!(s["message"], want);
+    assert_eq!(condition(&s, "Scheduled")["status"], "True");
+    let started = condition(&s, "AttemptStarted");
+    assert_eq!(started["status"], "False");
+    assert_eq!(started["reason"], "ImagePullBackOff");
+    assert_eq!(started["message"], want);
+
+    // Running: the message says so and AttemptStarted turns True.
+    h.run_pod("train-a1", "gpu-1", 8000);
+    h.set_now(30);
+    h.reconcile().await.unwrap();
+    let s = h.status();
+    assert_eq!(s["phase"], "Running");
+    assert_eq!(s["message"], "attempt 1 (train-a1) runs on node gpu-1");
+    let started = condition(&s, "AttemptStarted");
+    assert_eq!(started["status"], "True");
+    assert_eq!(started["reason"], "Running");
+}

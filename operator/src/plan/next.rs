@@ -15,7 +15,8 @@ use crate::attempt::{
 };
 use crate::classify::PodProgress;
 use crate::observe::ObservedAttempt;
-use crate::status::{self, CONDITION_SCHEDULED, parse_time, rfc3339};
+use crate::status::{self, CONDITION_ATTEMPT_STARTED, CONDITION_SCHEDULED, parse_time, rfc3339};
+use crate::waiting::Waiting;
 
 impl Step<'_, '_> {
     pub(super) fn next(&mut self) {
@@ -213,6 +214,14 @@ impl Step<'_, '_> {
             ),
             now,
         );
+        status::set_condition(
+            &mut self.st.conditions,
+            CONDITION_ATTEMPT_STARTED,
+            false,
+            "NotScheduled",
+            &not_on_a_node(req.index, &name),
+            now,
+        );
         let class = match pod
             .spec
             .as_ref()
@@ -260,27 +269,79 @@ impl Step<'_, '_> {
                 class: e.class.clone(),
             });
         }
-        match &o.node {
-            Some(node) => status::set_condition(
-                &mut self.st.conditions,
-                CONDITION_SCHEDULED,
+        // Why it waits, when the pod says: no node fits, or a container cannot start.
+        let blocked = match (&o.node, &o.waiting) {
+            (None, Some(w @ Waiting::Unschedulable { .. })) => Some((
+                w.reason(),
+                format!(
+                    "attempt {} ({}) cannot be scheduled: {}",
+                    a.index,
+                    a.pod,
+                    w.describe()
+                ),
+            )),
+            (Some(node), Some(w @ Waiting::ContainerBlocked { .. })) => Some((
+                w.reason(),
+                format!(
+                    "attempt {} ({}) cannot start on node {node}: {}",
+                    a.index,
+                    a.pod,
+                    w.describe()
+                ),
+            )),
+            _ => None,
+        };
+        let (scheduled, reason, message) = match (&o.node, &blocked) {
+            (Some(node), _) => (
                 true,
                 "Bound",
-                &format!("attempt {} is on node {node}", a.index),
-                now,
+                format!("attempt {} is on node {node}", a.index),
             ),
-            None => status::set_condition(
-                &mut self.st.conditions,
-                CONDITION_SCHEDULED,
+            (None, Some((reason, message))) => (false, *reason, message.clone()),
+            (None, None) => (
                 false,
                 "WaitingForScheduler",
-                &format!(
+                format!(
                     "attempt {} waits for scheduler {}",
                     a.index, self.input.scheduler_name
                 ),
-                now,
             ),
-        }
+        };
+        status::set_condition(
+            &mut self.st.conditions,
+            CONDITION_SCHEDULED,
+            scheduled,
+            reason,
+            &message,
+            now,
+        );
+        let (started, reason, message) = match (&o.progress, &o.node, &blocked) {
+            (PodProgress::Running, node, _) => (
+                true,
+                "Running",
+                format!(
+                    "attempt {} ({}) runs on node {}",
+                    a.index,
+                    a.pod,
+                    node.as_deref().unwrap_or("?")
+                ),
+            ),
+            (_, Some(_), Some((reason, message))) => (false, *reason, message.clone()),
+            (_, Some(node), None) => (
+                false,
+                "Starting",
+                format!("attempt {} ({}) is starting on node {node}", a.index, a.pod),
+            ),
+            (_, None, _) => (false, "NotScheduled", not_on_a_node(a.index, &a.pod)),
+        };
+        status::set_condition(
+            &mut self.st.conditions,
+            CONDITION_ATTEMPT_STARTED,
+            started,
+            reason,
+            &message,
+            now,
+        );
         if o.progress == PodProgress::Running {
             let node = a.node.as_deref().unwrap_or("?");
             let message = format!("attempt {} ({}) runs on node {node}", a.index, a.pod);
@@ -306,9 +367,12 @@ impl Step<'_, '_> {
             self.check_expected_duration(a, &o);
             return;
         }
-        let waiting = match &o.node {
-            Some(node) => format!("attempt {} ({}) is starting on node {node}", a.index, a.pod),
-            None => format!(
+        let waiting = match (&o.node, blocked) {
+            (_, Some((_, message))) => message,
+            (Some(node), None) => {
+                format!("attempt {} ({}) is starting on node {node}", a.index, a.pod)
+            }
+            (None, None) => format!(
                 "attempt {} ({}) waits for scheduler {}",
                 a.index, a.pod, self.input.scheduler_name
             ),
@@ -347,6 +411,12 @@ impl Step<'_, '_> {
         let gpu_memory = self.pod(a.index).and_then(|o| o.gpu_memory_mib);
         let kind = a.outcome.unwrap_or(AttemptOutcomeKind::Failed);
         self.st.node.clone_from(&a.node);
+        status::clear_condition(
+            &mut self.st.conditions,
+            CONDITION_ATTEMPT_STARTED,
+            "AttemptEnded",
+            now,
+        );
         match carma_core::decide_next(&history, gpu_memory, &cfg) {
             RecoveryDecision::Done => {
                 let message = format!("attempt {} ({}) succeeded", a.index, a.pod);
@@ -439,6 +509,11 @@ impl Step<'_, '_> {
             }
         }
     }
+}
+
+/// The `AttemptStarted` message of an attempt whose pod has no node yet.
+fn not_on_a_node(index: u32, pod: &str) -> String {
+    format!("attempt {index} ({pod}) is not on a node yet")
 }
 
 /// Condition reason of `Recovering` after an attempt ended this way.

@@ -52,6 +52,7 @@ fn pod(index: u32, progress: PodProgress) -> ObservedAttempt {
         peak_mib: None,
         gpu_memory_mib: None,
         model_profile: None,
+        waiting: None,
     }
 }
 
@@ -211,6 +212,117 @@ fn a_repeated_step_changes_nothing() {
     apply(&mut tk, &p);
     let p = step(&tk, &pods, t(10));
     assert_eq!(p, Plan::default());
+}
+
+#[test]
+fn a_pending_attempt_says_why_it_waits() {
+    use crate::status::CONDITION_ATTEMPT_STARTED;
+    use crate::waiting::Waiting;
+    let mut tk = task(json!({}));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let started = |tk: &TrainingTask| {
+        condition(st(tk), CONDITION_ATTEMPT_STARTED)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(started(&tk).reason.as_deref(), Some("NotScheduled"));
+
+    // No node fits: the scheduler's message reaches the Scheduled condition and the message.
+    let mut a1 = pod(1, PodProgress::Pending);
+    a1.waiting = Some(Waiting::Unschedulable {
+        message: "0/2 nodes are available: 2 carma: no GPU has 8000 MiB free.".into(),
+    });
+    let p = step(&tk, std::slice::from_ref(&a1), t(5));
+    apply(&mut tk, &p);
+    let s = st(&tk);
+    let want = "attempt 1 (train-a1) cannot be scheduled: 0/2 nodes are available: 2 carma: no GPU has 8000 MiB free.";
+    assert_eq!(s.phase, Some(TaskPhase::Pending));
+    assert_eq!(s.message.as_deref(), Some(want));
+    let c = condition(s, CONDITION_SCHEDULED).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+        ("False", Some("Unschedulable"), Some(want))
+    );
+    assert_eq!(started(&tk).reason.as_deref(), Some("NotScheduled"));
+    // The same refusal again writes nothing.
+    assert_eq!(step(&tk, std::slice::from_ref(&a1), t(10)).status, None);
+
+    // Bound, but its image cannot be pulled: Scheduled, not started, and the message says why.
+    let mut a1 = bound(pod(1, PodProgress::Pending), 8000);
+    a1.waiting = Some(Waiting::ContainerBlocked {
+        container: "train".into(),
+        reason: "ImagePullBackOff".into(),
+        message: "Back-off pulling image \"pytorch\"".into(),
+    });
+    let p = step(&tk, std::slice::from_ref(&a1), t(20));
+    apply(&mut tk, &p);
+    let s = st(&tk);
+    let want = "attempt 1 (train-a1) cannot start on node gpu-node-1: container train: ImagePullBackOff: Back-off pulling image \"pytorch\"";
+    assert_eq!(s.message.as_deref(), Some(want));
+    assert_eq!(condition(s, CONDITION_SCHEDULED).unwrap().status, "True");
+    let c = started(&tk);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+        ("False", Some("ImagePullBackOff"), Some(want))
+    );
+
+    // The image came: the message says it runs, and AttemptStarted turns True.
+    let p = step(&tk, &[bound(pod(1, PodProgress::Running), 8000)], t(40));
+    apply(&mut tk, &p);
+    let s = st(&tk);
+    assert_eq!(
+        s.message.as_deref(),
+        Some("attempt 1 (train-a1) runs on node gpu-node-1")
+    );
+    let c = started(&tk);
+    assert_eq!(
+        (
+            c.status.as_str(),
+            c.reason.as_deref(),
+            c.last_transition_time.clone()
+        ),
+        ("True", Some("Running"), Some(crate::status::rfc3339(t(40))))
+    );
+
+    // Once it ended, AttemptStarted is False again.
+    let p = step(&tk, &[ended(bound(pod(1, oom()), 8000), t(100))], t(101));
+    apply(&mut tk, &p);
+    let c = started(&tk);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("False", Some("AttemptEnded"))
+    );
+}
+
+#[test]
+fn a_recovery_attempt_that_cannot_be_scheduled_says_so_and_keeps_its_reason() {
+    use crate::waiting::Waiting;
+    let (mut tk, _, p) = after_first_oom(json!({"recovery": {"backoffSeconds": 0}}));
+    apply(&mut tk, &p);
+    assert_eq!(st(&tk).attempt_count, 2);
+    let mut a2 = pod(2, PodProgress::Pending);
+    a2.waiting = Some(Waiting::Unschedulable {
+        message: "0/1 nodes are available: 1 carma: no GPU has 9024 MiB free.".into(),
+    });
+    let pods = vec![ended(bound(pod(1, oom()), 8000), t(100)), a2];
+    let p = step(&tk, &pods, t(110));
+    apply(&mut tk, &p);
+    let s = st(&tk);
+    assert_eq!(s.phase, Some(TaskPhase::Recovering));
+    assert_eq!(
+        s.message.as_deref(),
+        Some(
+            "attempt 2 (train-a2) cannot be scheduled: 0/1 nodes are available: 1 carma: no GPU has 9024 MiB free."
+        )
+    );
+    // Recovering still says why the task recovers.
+    let c = condition(s, "Recovering").unwrap();
+    assert_eq!(c.reason.as_deref(), Some("GpuOutOfMemory"));
+    assert_eq!(
+        condition(s, CONDITION_SCHEDULED).unwrap().reason.as_deref(),
+        Some("Unschedulable")
+    );
 }
 
 #[test]
