@@ -8,7 +8,9 @@
 //! whole duration **as measured on this replica's own monotonic clock**; otherwise
 //! we follow. A leader that cannot renew keeps leading only until the renew deadline
 //! has passed since its last successful renewal (again on its own clock), which is
-//! shorter than the lease duration, so it stops before anyone may take over.
+//! shorter than the lease duration, so it stops before anyone may take over. Every
+//! round is bounded by that deadline ([`Leadership::round_budget`]): a request that
+//! never gets an answer ends the leadership on time, as client-go bounds its renewals.
 //!
 //! **Clock skew.** Like client-go, a candidate never compares the holder's
 //! `renewTime` with its own wall clock: replicas' clocks may disagree by minutes or
@@ -281,6 +283,26 @@ impl Leadership {
         }
     }
 
+    /// How long the lease round starting at local time `now` may take. A leader's round ends by its
+    /// renew deadline, counted from its last renewal, so that a request that hangs (an API server
+    /// that accepts the connection and never answers) cannot keep it leading past that deadline;
+    /// a follower's round is given one renew deadline.
+    pub fn round_budget(&self, now: Instant, timing: &LeaseTiming) -> Duration {
+        match self.last_renewed {
+            Some(last) if self.leading => timing
+                .renew_deadline
+                .saturating_sub(now.saturating_duration_since(last)),
+            _ => timing.renew_deadline,
+        }
+    }
+
+    /// The round ran out of its [`Self::round_budget`]: a leader has not renewed within its renew
+    /// deadline and stops leading, whatever the request may still do.
+    pub fn on_round_timeout(&mut self) {
+        self.leading = false;
+        self.last_renewed = None;
+    }
+
     /// Whether this replica may reconcile.
     pub fn is_leading(&self) -> bool {
         self.leading
@@ -489,18 +511,26 @@ pub async fn run_elector(
     loop {
         // The time the round started: a renewal counts from before its request.
         let started = lock.clock.monotonic();
-        match lock.try_acquire_or_renew().await {
-            Ok(true) => {
+        let budget = state.round_budget(started, &timing);
+        match tokio::time::timeout(budget, lock.try_acquire_or_renew()).await {
+            Ok(Ok(true)) => {
                 state.on_acquired(started);
                 on_contact();
             }
-            Ok(false) => {
+            Ok(Ok(false)) => {
                 state.on_follow();
                 on_contact();
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 warn!(error = %e, "lease round failed");
                 state.on_error(lock.clock.monotonic(), &timing);
+            }
+            Err(_) => {
+                warn!(
+                    budget_ms = budget.as_millis() as u64,
+                    "lease round got no answer within its budget"
+                );
+                state.on_round_timeout();
             }
         }
         let now_leading = state.is_leading();
@@ -698,6 +728,22 @@ mod tests {
         l.on_acquired(at(20));
         l.on_follow();
         assert!(!l.is_leading());
+    }
+
+    #[test]
+    fn a_leaders_round_may_last_only_until_its_renew_deadline() {
+        let timing = LeaseTiming::default();
+        let t0 = Instant::now();
+        let at = |s| t0 + secs(s);
+        let mut l = Leadership::default();
+        assert_eq!(l.round_budget(at(0), &timing), timing.renew_deadline);
+        l.on_acquired(at(0));
+        assert_eq!(l.round_budget(at(0), &timing), secs(10));
+        assert_eq!(l.round_budget(at(7), &timing), secs(3));
+        assert_eq!(l.round_budget(at(12), &timing), Duration::ZERO);
+        l.on_round_timeout();
+        assert!(!l.is_leading());
+        assert_eq!(l.round_budget(at(13), &timing), timing.renew_deadline);
     }
 
     #[test]

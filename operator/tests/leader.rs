@@ -260,3 +260,78 @@ async fn elector_leads_and_releases_on_shutdown() {
             .is_empty()
     );
 }
+
+/// A client whose requests go to `inner` until `hang` turns true; from then on every request is
+/// accepted and never answered, as by an API server (or a proxy) that hangs.
+fn hanging_client(inner: kube::Client, hang: Arc<std::sync::atomic::AtomicBool>) -> kube::Client {
+    use std::sync::atomic::Ordering;
+    let (service, handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    tokio::spawn(async move {
+        let mut handle = std::pin::pin!(handle);
+        let mut unanswered = Vec::new();
+        while let Some((req, send)) = handle.next_request().await {
+            if hang.load(Ordering::SeqCst) {
+                unanswered.push(send);
+                continue;
+            }
+            let inner = inner.clone();
+            tokio::spawn(async move {
+                match inner.send(req).await {
+                    Ok(resp) => send.send_response(resp),
+                    Err(e) => send.send_error(e),
+                }
+            });
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// A leader whose API server stops answering stops leading within its renew deadline, before its
+/// lease can expire for the others, instead of waiting for its client to time out.
+#[tokio::test]
+async fn a_leader_whose_api_server_hangs_stops_leading_within_the_renew_deadline() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fake = Arc::new(Mutex::new(Fake::default()));
+    let hang = Arc::new(AtomicBool::new(false));
+    let timing = LeaseTiming {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(100),
+    };
+    let a = LeaseLock::new(
+        Api::<Lease>::namespaced(
+            hanging_client(client(fake.clone()), hang.clone()),
+            "carma-system",
+        ),
+        "carma-operator",
+        "replica-a",
+        timing,
+    );
+    let (leading_tx, mut leading_rx) = watch::channel(false);
+    let (_shutdown_tx, shutdown_rx) = watch::channel(false);
+    let _task = tokio::spawn(run_elector(a, leading_tx, shutdown_rx, || {}));
+    tokio::time::timeout(Duration::from_secs(5), leading_rx.wait_for(|l| *l))
+        .await
+        .expect("replica-a leads")
+        .unwrap();
+
+    hang.store(true, Ordering::SeqCst);
+    let hung_at = tokio::time::Instant::now();
+    tokio::time::timeout(
+        timing.renew_deadline + Duration::from_millis(500),
+        leading_rx.wait_for(|l| !*l),
+    )
+    .await
+    .expect("replica-a still leads after its renew deadline with no answer from the API server")
+    .unwrap();
+    let demoted_after = hung_at.elapsed();
+    assert!(
+        demoted_after <= timing.renew_deadline + Duration::from_millis(200),
+        "{demoted_after:?}"
+    );
+    // It stopped before the lease it last renewed could expire for anyone else.
+    assert!(demoted_after < timing.lease_duration);
+}
