@@ -77,7 +77,7 @@ for needle in "kind: DeviceClass" "- dra-driver" "--plugin-dir=/srv/kubelet/plug
 done
 
 # The operator on DRA claims: its flags and the one extra RBAC rule; without the driver it is refused.
-if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 --set dra.enabled=true \
+if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 --set dra.enabled=true --set dra.featureGatesEnabled=true \
     --set operator.gpuClaims=dra --set scheduler.enabled=false > "$tmp/operator-dra.yaml"; then
   for needle in "- --gpu-claims=dra" "- --dra-device-class=carma-gpu" "- --scheduler-name=default-scheduler" \
       'resources: ["resourceclaimtemplates"]'; do
@@ -148,7 +148,7 @@ sys.exit(1 if bad else 0)
 PY
 
 step "with dra.enabled the device plugin stays off the DRA nodes (one GPU path per node)"
-if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 --set dra.enabled=true > "$tmp/dra-default.yaml"; then
+if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.36.0 --set dra.enabled=true > "$tmp/dra-default.yaml"; then
   run "device plugin affinity: devicePlugin.affinity's terms, each with one dra.nodeSelector label NotIn its value" \
     "$PY" - "$tmp/dra-default.yaml" "$tmp/nondefault-dra.yaml" "$tmp/default.yaml" "$NONDEFAULT" <<'PY'
 import sys, yaml
@@ -225,6 +225,11 @@ expect_reject "dra.enabled as a string" "at '/dra/enabled'" --set-string dra.ena
 expect_reject "a relative DRA plugin directory" "at '/dra/pluginDir'" --set dra.enabled=true --set dra.pluginDir=plugins/gpu.carma.io
 expect_reject "a DRA gate margin of 0.5" "at '/dra/gateReopenMargin'" --set dra.enabled=true --set-json dra.gateReopenMargin=0.5
 expect_reject "dra.enabled below Kubernetes 1.34" "1.34" --set dra.enabled=true --kube-version 1.33.0
+expect_reject "dra.enabled on Kubernetes 1.35 without its feature gates" "needs the feature gates DRAConsumableCapacity and DRADeviceTaints" --set dra.enabled=true
+if "$HELM" template carma "$CHART" --kube-version 1.36.0 --set dra.enabled=true >/dev/null 2>"$tmp/err" &&
+   "$HELM" template carma "$CHART" --kube-version 1.35.0 --set dra.enabled=true --set dra.featureGatesEnabled=true >/dev/null 2>>"$tmp/err"; then
+  echo "PASS: dra.enabled renders on 1.36 as is, and on 1.35 once dra.featureGatesEnabled says the gates are on"
+else echo "FAIL: dra.enabled did not render on 1.36, or on 1.35 with dra.featureGatesEnabled: $(head -c 300 "$tmp/err")"; failures+=("dra on 1.36 / with gates"); fi
 
 step "deploy/rendered/carma.yaml is current"
 run "tools/render-chart.sh --check" tools/render-chart.sh --check
