@@ -272,26 +272,28 @@ dra_plant() {
   dra_snapshot planted
 }
 
-# dra_own_node: step 7. Sets DRA_OWN_NODE to "<own write> / <other node's write>", each allowed or denied.
+# dra_own_node: step 7. Sets DRA_OWN_NODE to "<own write> / <other node's write> / <write with a token
+# naming no node>", each allowed or denied.
 dra_own_node() {
   local own other
   own="$(node_name 1)"; other="$(node_name "$NODES")"
   [[ "$own" != "$other" ]] || { DRA_OWN_NODE="not run (one node)"; return; }
-  DRA_OWN_NODE="$(dra_write_slice "$own" "$own") / $(dra_write_slice "$own" "$other")"
-  log "dra: the driver of $own writing a slice of $own / of $other: $DRA_OWN_NODE"
+  DRA_OWN_NODE="$(dra_write_slice "$own" "$own") / $(dra_write_slice "$own" "$other") / $(dra_write_slice "" "$own")"
+  log "dra: the driver of $own writing a slice of $own / of $other / of $own with no node in its token: $DRA_OWN_NODE"
 }
 
 # dra_write_slice <driver's node> <slice's node>: create a slice of the second node as the driver's
-# service account with the first node in its token; prints allowed, denied (by the policy) or error: ...
+# service account with the first node in its token (none when empty); prints allowed, denied (by the
+# policy) or error: ...
 dra_write_slice() {
-  local name="carma-e2e-own-node-$2" out
+  local name="carma-e2e-own-node-$2" out extra=()
+  [[ -z "$1" ]] || extra=(--as-user-extra "authentication.kubernetes.io/node-name=$1")
   if out=$(printf '%s\n' "apiVersion: resource.k8s.io/v1" "kind: ResourceSlice" "metadata: {name: $name}" \
       "spec: {driver: $DRA_DRIVER, nodeName: $2, pool: {name: $2-e2e, generation: 1, resourceSliceCount: 1}}" |
-      k create --as "system:serviceaccount:$DRA_NS:carma-dra-driver" \
-        --as-user-extra "authentication.kubernetes.io/node-name=$1" -f - 2>&1); then
+      k create --as "system:serviceaccount:$DRA_NS:carma-dra-driver" "${extra[@]}" -f - 2>&1); then
     k delete resourceslice "$name" >/dev/null
     echo allowed
-  elif grep -q "may only write the ResourceSlice of its own node" <<<"$out"; then
+  elif grep -q "may only write the ResourceSlice of its own node\|token names no node" <<<"$out"; then
     echo denied
   else
     echo "error: $(tr '\n' ' ' <<<"$out" | cut -c1-200)"
@@ -488,7 +490,7 @@ print(f"dra detail: {cluster}; driver pods Ready {ready_s} s after helm install,
       f"{len(running)} of {sharers} sharer pods Running; bookings {{{', '.join(f'{k[1]}@{k[0]}: ' + str(len(v)) for k, v in sorted(b.items()))}}}; "
       f"refusal {why}; {taint_note}; recovery: {recover_note}; burst: {burst_note}; CDI specs while prepared {cdi_prepared}, after the pods' deletion {cdi_left}, "
       f"claims left {claims_left}; dra-share-1's CARMA/NVIDIA environment {share_env.strip()!r}; "
-      f"the driver's service account writing its own node's slice / another node's: {own_node}; "
+      f"the driver's service account writing its own node's slice / another node's / with no node in its token: {own_node}; "
       f"snapshots {[x for x in snaps if not x.startswith('burst-')]} and {len(bsnaps)} of the burst")
 for o in over:
     print(f"  over-commit: {o}")
@@ -499,7 +501,7 @@ ok = (len(allocated) >= int(sharers) and shared and len(running) == int(sharers)
       and skipped == 1 and recoveries == 1 and burst_ok and not over and checks > 0
       and "DRAConsumableCapacity on, DRADeviceTaints on" in cluster and int(registered) == int(nodes)
       and int(cdi_prepared) > 0 and cdi_left == "0" and claims_left == "0"
-      and (own_node == "allowed / denied" or (int(nodes) == 1 and own_node.startswith("not run"))))
+      and (own_node == "allowed / denied / denied" or (int(nodes) == 1 and own_node.startswith("not run"))))
 sys.exit(0 if ok else 1)
 PY
 }
