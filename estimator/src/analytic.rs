@@ -337,7 +337,8 @@ pub fn summary_values(
 /// A module printout read at `batch_size` and `seq_len` tokens: its profile and what
 /// [`detailed_bound`] counts of it (the printout parser's docs say what: module
 /// outputs, the projections an attention block holds as bare parameters, and the
-/// score tensors of each attention block by its kind, once per head).
+/// score tensors of each attention block by its kind, once per head). What it had no rule for
+/// is counted conservatively; [`printout_reading`] says what that was.
 pub fn printout_values(
     text: &str,
     family: Family,
@@ -345,6 +346,58 @@ pub fn printout_values(
     seq_len: u32,
 ) -> Result<(crate::Profile, SavedValues), crate::PrintoutError> {
     crate::printout::parse_printout_values(text, family, batch_size, seq_len)
+}
+
+/// A table or printout read layer by layer: its profile, what [`detailed_bound`] counts of it,
+/// and what it had no measured rule for (counted conservatively in `values`; see
+/// [`crate::Caveat`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    /// The job's profile (without its `layerReading`).
+    pub profile: crate::Profile,
+    /// What the detailed bound counts.
+    pub values: SavedValues,
+    /// What had no rule; empty when every module and pattern had one.
+    pub caveats: Vec<crate::Caveat>,
+}
+
+/// [`summary_values`] with its caveats: an attention row that may keep score tensors no row
+/// shows makes every value count [`crate::FALLBACK_PERCENT`] %.
+pub fn summary_reading(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+    torchinfo: bool,
+) -> Result<Reading, crate::SummaryError> {
+    let (profile, values, caveats) = if torchinfo {
+        crate::torchinfo::parse_torchinfo_reading(text, family, batch_size)?
+    } else {
+        crate::torchsummary::parse_torchsummary_reading(text, family, batch_size)?
+    };
+    Ok(Reading {
+        profile,
+        values,
+        caveats: caveats.into_vec(),
+    })
+}
+
+/// [`printout_values`] with its caveats ([`crate::printout_rules`]). A shared layer group
+/// (ALBERT's) runs `shared_runs` times — the model's `num_hidden_layers` — when given, else
+/// [`crate::printout_rules::ASSUMED_SHARED_RUNS`] times with a caveat.
+pub fn printout_reading(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+    seq_len: u32,
+    shared_runs: Option<u32>,
+) -> Result<Reading, crate::PrintoutError> {
+    let (profile, values, caveats) =
+        crate::printout::parse_printout_reading(text, family, batch_size, seq_len, shared_runs)?;
+    Ok(Reading {
+        profile,
+        values,
+        caveats: caveats.into_vec(),
+    })
 }
 
 #[cfg(test)]

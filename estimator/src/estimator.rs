@@ -46,6 +46,10 @@ pub enum EstimateSource {
     /// The traced reservation (`traced`): the profile carries the peaks of a training
     /// step traced without a GPU ([`crate::Traced`]); it comes before any model.
     Traced,
+    /// The analytic bound read from a table or printout that holds a module type, or an
+    /// attention or sharing pattern, with no measured rule (`analytic-fallback`): that part was
+    /// counted conservatively ([`crate::Caveat`]), and [`Estimate::warnings`] says what it was.
+    AnalyticFallback,
 }
 
 impl EstimateSource {
@@ -66,7 +70,16 @@ impl EstimateSource {
             EstimateSource::GpumemnetTransformer => "gpumemnet-transformer",
             EstimateSource::AnalyticUpperBound => "analytic-upper-bound",
             EstimateSource::Traced => "traced",
+            EstimateSource::AnalyticFallback => "analytic-fallback",
         }
+    }
+
+    /// Whether the reservation is the analytic bound, read with measured rules or not.
+    pub fn is_analytic(self) -> bool {
+        matches!(
+            self,
+            EstimateSource::AnalyticUpperBound | EstimateSource::AnalyticFallback
+        )
     }
 }
 
@@ -91,6 +104,28 @@ pub struct Estimate {
     pub probabilities: Vec<f32>,
     /// Where `mib` comes from.
     pub source: EstimateSource,
+    /// What the reservation could not read with a measured rule, one line each (see
+    /// [`Estimate::with_caveats`]); empty when it read everything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Estimate {
+    /// This estimate of a job whose table or printout reading recorded `caveats`: each becomes a
+    /// warning, and an analytic bound that rests on one becomes
+    /// [`EstimateSource::AnalyticFallback`]. The reservation is unchanged: the reading already
+    /// counted the unknown part conservatively. A profile's `layerReading` carries those counts
+    /// but not the caveats, so an estimate from the profile alone says `analytic-upper-bound`.
+    pub fn with_caveats(mut self, caveats: &[crate::Caveat]) -> Estimate {
+        if caveats.is_empty() {
+            return self;
+        }
+        if self.source == EstimateSource::AnalyticUpperBound {
+            self.source = EstimateSource::AnalyticFallback;
+        }
+        self.warnings.extend(caveats.iter().map(|c| c.to_string()));
+        self
+    }
 }
 
 /// Why an [`Estimator`] could not be built.
@@ -288,6 +323,7 @@ fn traced(p: &Profile, gpus: u32) -> Option<Estimate> {
         class: format!("(0,{mib}]"),
         probabilities: Vec::new(),
         source: EstimateSource::Traced,
+        warnings: Vec::new(),
     })
 }
 
@@ -307,6 +343,7 @@ fn analytic(p: &Profile, probabilities: Vec<f32>, gpus: u32) -> Estimate {
         class: format!("(0,{mib}]"),
         probabilities,
         source: EstimateSource::AnalyticUpperBound,
+        warnings: Vec::new(),
     }
 }
 
@@ -344,5 +381,6 @@ fn decide(model: &Model, p: &Profile, probabilities: Vec<f32>, gpus: u32) -> Est
         class: class.label.clone(),
         probabilities,
         source: EstimateSource::model(p.family),
+        warnings: Vec::new(),
     }
 }

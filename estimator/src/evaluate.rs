@@ -228,7 +228,7 @@ pub fn evaluate_csv(estimator: &Estimator, text: &str) -> Result<Evaluation, Eva
                 source,
             })?;
             let truth = meta.class_of_mib(row.measured_mib);
-            let predicted = if est.source == crate::EstimateSource::AnalyticUpperBound {
+            let predicted = if est.source.is_analytic() {
                 analytic_rows += 1;
                 meta.class_of_mib(est.mib as f64)
             } else {

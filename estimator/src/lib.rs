@@ -16,7 +16,10 @@
 //! * other families (CNN and Transformer until their datasets exist), and profiles
 //!   beyond a model's training range, get the [analytic bound](analytic): what a
 //!   training step keeps (weights, gradients, optimizer state, saved activations,
-//!   CUDA context), calibrated on measured peaks.
+//!   CUDA context), calibrated on measured peaks. Read from a table or printout that holds
+//!   a module type or an attention or sharing pattern with no measured rule, it counts that
+//!   part conservatively and says so: source [`EstimateSource::AnalyticFallback`], and a
+//!   [`Caveat`] per unknown pattern in [`Estimate::warnings`].
 //!
 //! ```
 //! use carma_estimator::{Estimator, EstimateSource, parse_profile};
@@ -38,6 +41,7 @@
 
 pub mod activity;
 pub mod analytic;
+mod caveat;
 mod estimator;
 mod evaluate;
 mod family;
@@ -46,12 +50,15 @@ mod fingerprint;
 mod layer_reading;
 mod model;
 mod printout;
+mod printout_line;
+pub mod printout_rules;
 mod profile;
 mod torchinfo;
 mod torchsummary;
 mod traced;
 
 pub use analytic::analytic_upper_bound_mib;
+pub use caveat::{Caveat, CaveatKind, Caveats, FALLBACK_PERCENT};
 pub use estimator::{
     EMBEDDED_MODELS, Estimate, EstimateError, EstimateSource, Estimator, EstimatorError, ModelParts,
 };

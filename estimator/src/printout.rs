@@ -50,9 +50,15 @@
 //! * module outputs as above, each once (no score tensors);
 //! * an attention block whose own parameters (its count less its children's) hold
 //!   whole `width × width` matrices — XLNet's q, k, v, o and r, which are bare
-//!   parameters, not `Linear` modules — adds one `seq × width` output per matrix;
-//! * scores: 3.25 `heads × seq²` tensors per relative-position block (type name containing
-//!   `Relative`), none for a plain block; see [`score_quarters`] for why;
+//!   parameters, not `Linear` modules — adds one `seq × width` output per matrix, and a
+//!   relative-position block 4 more (its biased queries and its position projection's second
+//!   half);
+//! * scores by the block's kind ([`crate::printout_rules`]): none for fused attention, 3.25
+//!   `heads × seq²` tensors per relative-position block (twice with an LM head: two streams),
+//!   2.25 per block with a learned position bias (T5), 3.25 and a caveat for a kind with no rule;
+//! * a shared layer group (ALBERT's) counts once per run, its parameters once;
+//! * a module type with no rule, or a container holding a parameter matrix no rule reads, makes
+//!   every value count [`crate::FALLBACK_PERCENT`] %, with a caveat;
 //! * a GELU written as elementwise operations ([`COMPOSITE_GELUS`], GPT-2's `NewGELUActivation`)
 //!   keeps [`COMPOSITE_GELU_TENSORS`] more tensors for backward, each the size of the widest output
 //!   in its block (the feed-forward's inner width);
@@ -81,8 +87,12 @@
 //! outermost module closes (a `Total params` footer, say) are ignored.
 
 use crate::analytic::SavedValues;
+use crate::caveat::{CaveatKind, Caveats, with_fallback_factor};
+use crate::printout_line::{first_dim, keyword, module_line, params_suffix, positional};
+use crate::printout_rules::{
+    AttentionRule, RELATIVE_EXTRA_WIDTHS, RuleState, is_position_bias, known_leaf,
+};
 use crate::profile::{Family, Layers, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Profile, ProfileError};
-use crate::torchsummary::parse_count;
 
 /// Head size assumed to infer the number of attention heads from the width.
 pub const HEAD_DIM: u64 = 64;
@@ -183,7 +193,7 @@ pub fn looks_like_printout(text: &str) -> bool {
         .is_some_and(|name| !name.is_empty() && name.bytes().all(is_name_byte))
 }
 
-fn is_name_byte(b: u8) -> bool {
+pub(crate) fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'.'
 }
 
@@ -195,9 +205,13 @@ struct Totals {
     saved: u128,
     /// …the part of it kept in fp32 under mixed precision (see [`SavedValues::kept_fp32`])…
     kept_fp32: u128,
-    /// …and score values in quarters of a tensor per head (see [`score_quarters`]).
+    /// …and score values in quarters of a tensor per head ([`AttentionRule::score_quarters`]).
     score_quarters: u128,
     largest: u128,
+    /// What relative-attention blocks add to `saved` and `score_quarters`: a two-stream XLNet
+    /// runs them twice.
+    relative_saved: u128,
+    relative_quarters: u128,
     linear: u64,
     attention: u64,
     layer_norm: u64,
@@ -216,6 +230,8 @@ impl Totals {
         self.saved = more(self.saved, before.saved);
         self.kept_fp32 = more(self.kept_fp32, before.kept_fp32);
         self.score_quarters = more(self.score_quarters, before.score_quarters);
+        self.relative_saved = more(self.relative_saved, before.relative_saved);
+        self.relative_quarters = more(self.relative_quarters, before.relative_quarters);
         self.linear = more64(self.linear, before.linear);
         self.attention = more64(self.attention, before.attention);
         self.layer_norm = more64(self.layer_norm, before.layer_norm);
@@ -237,17 +253,10 @@ struct Open {
     /// is among its modules: two and one make a gated feed-forward.
     widest_linears: u32,
     activation: bool,
+    /// The heads of a position-bias table inside it (T5's `relative_attention_bias`).
+    bias_heads: Option<u64>,
     /// Where its modules closed on their line start in the parser's list of their counts.
     leaves_from: usize,
-}
-
-/// One module line: `(key): [N x ]Type(args)[, n params]` or the root `Type(…`.
-struct ModuleLine<'a> {
-    repeat: u32,
-    kind: &'a str,
-    /// `Some(args)` for a module closed on its line, `None` for an opening one.
-    args: Option<&'a str>,
-    params: Option<u64>,
 }
 
 /// Parses a module printout into a transformer [`Profile`] at `batch_size` and
@@ -269,6 +278,18 @@ pub(crate) fn parse_printout_values(
     batch_size: u32,
     seq_len: u32,
 ) -> Result<(Profile, SavedValues), PrintoutError> {
+    parse_printout_reading(text, family, batch_size, seq_len, None).map(|(p, v, _)| (p, v))
+}
+
+/// [`parse_printout_values`] with what it had no rule for ([`crate::printout_rules`]); a shared
+/// layer group runs `shared_runs` times when given.
+pub(crate) fn parse_printout_reading(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+    seq_len: u32,
+    shared_runs: Option<u32>,
+) -> Result<(Profile, SavedValues, Caveats), PrintoutError> {
     if family != Family::Transformer {
         return Err(PrintoutError::WrongFamily(family));
     }
@@ -287,6 +308,9 @@ pub(crate) fn parse_printout_values(
     // the first Embedding's vocabulary: a Linear with that many outputs is an LM head
     let mut vocab: Option<u64> = None;
     let mut root_params: Option<u64> = None;
+    let mut rules = RuleState::new(shared_runs);
+    // whether a Linear as wide as the vocabulary (a language-model head) was read
+    let mut lm_head = false;
     // Counts of the modules closed on their line, in order, with their repeats.
     let mut leaf_counts: Vec<(u64, u32)> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
@@ -308,7 +332,15 @@ pub(crate) fn parse_printout_values(
             let count = params_suffix(rest)
                 .ok_or_else(|| bad("expected `)` followed by `, <n> params`"))?;
             let inside = &leaf_counts[open.leaves_from..];
-            let own = close_module(open, inside, count, line_no, &mut totals, width, seq)?;
+            let own = close_module(
+                open,
+                inside,
+                count,
+                line_no,
+                (&mut totals, &mut rules),
+                width,
+                seq,
+            )?;
             match stack.last_mut() {
                 Some(parent) => parent.children_params = parent.children_params.saturating_add(own),
                 None => root_params = Some(count),
@@ -327,6 +359,7 @@ pub(crate) fn parse_printout_values(
                 max_width: 0,
                 widest_linears: 0,
                 activation: false,
+                bias_heads: None,
                 leaves_from: leaf_counts.len(),
             }),
             Some(args) => {
@@ -334,8 +367,36 @@ pub(crate) fn parse_printout_values(
                     .params
                     .ok_or_else(|| bad("a module must end with `, <n> params`"))?;
                 let before = totals;
+                if !known_leaf(m.kind) {
+                    rules.unknown_module(m.kind, "no rule sizes its output");
+                }
+                if let Some(parent) = stack.last_mut()
+                    && parent.kind.contains("Attention")
+                    && let Some(heads) = positional(args, 1)
+                    && is_position_bias(m.kind, heads, width)
+                {
+                    // A learned position bias (T5): one `heads × seq²` table per sample, shared by
+                    // the blocks after it; it sets the block's heads, not the width.
+                    parent.bias_heads = Some(heads);
+                    let table = u128::from(heads).saturating_mul(seq).saturating_mul(seq);
+                    totals.score_quarters = totals.score_quarters.saturating_add(4 * table);
+                    leaf_counts.push((count, m.repeat));
+                    parent.children_params = parent
+                        .children_params
+                        .saturating_add(u128::from(count) * u128::from(m.repeat));
+                    continue;
+                }
                 let siblings_width = stack.last().map_or(0, |p| p.max_width);
-                leaf(m.kind, args, seq, &mut width, siblings_width, &mut totals).map_err(&bad)?;
+                leaf(
+                    m.kind,
+                    args,
+                    seq,
+                    &mut width,
+                    siblings_width,
+                    (&mut totals, &mut rules),
+                )
+                .map_err(&bad)?;
+                lm_head |= is_lm_head(m.kind, args, vocab);
                 if m.kind == "Embedding" && vocab.is_none() {
                     vocab = positional(args, 0);
                 }
@@ -412,13 +473,29 @@ pub(crate) fn parse_printout_values(
         activations = profile.activations,
         "parsed module printout"
     );
-    let values = SavedValues {
+    if lm_head && totals.relative_quarters > 0 {
+        // XLNet with its language-model head: the two-stream objective (permutation LM) runs
+        // every relative block once for the content stream and once for the query stream.
+        totals.saved = totals.saved.saturating_add(totals.relative_saved);
+        totals.score_quarters = totals
+            .score_quarters
+            .saturating_add(totals.relative_quarters);
+    }
+    let mut values = SavedValues {
         saved: totals.saved,
         largest: totals.largest,
         scores: totals.score_quarters.div_ceil(4),
         kept_fp32: totals.kept_fp32,
     };
-    Ok((profile, values))
+    if rules.caveats.has(CaveatKind::UnknownModule) {
+        values = SavedValues {
+            saved: with_fallback_factor(values.saved),
+            largest: with_fallback_factor(values.largest),
+            scores: with_fallback_factor(values.scores),
+            kept_fp32: with_fallback_factor(values.kept_fp32),
+        };
+    }
+    Ok((profile, values, rules.caveats))
 }
 
 /// Ends a container: checks its count against its children, counts it as an
@@ -429,7 +506,7 @@ fn close_module(
     leaves: &[(u64, u32)],
     count: u64,
     line: usize,
-    totals: &mut Totals,
+    (totals, rules): (&mut Totals, &mut RuleState),
     width: Option<u64>,
     seq: u128,
 ) -> Result<u128, PrintoutError> {
@@ -455,18 +532,28 @@ fn close_module(
             children: open.children_params,
         });
     }
+    let own = u128::from(count).saturating_sub(open.children_params);
+    let w = u128::from(width.unwrap_or(0));
     if open.kind.contains("Attention") && totals.attention == open.before.attention {
-        add_attention(totals, width, seq, &open.kind);
+        let rule = rules.attention(&open.kind, open.bias_heads.is_some());
+        add_attention(totals, width, seq, rule, open.bias_heads);
         // projections held as bare parameters (XLNet's q, k, v, o and r) are not
         // modules: their outputs are counted from the block's own parameters
-        let own = u128::from(count).saturating_sub(open.children_params);
-        let w = u128::from(width.unwrap_or(0));
         if w > 0 {
             let projections = own / (w * w);
-            totals.saved = totals
-                .saved
-                .saturating_add(projections.saturating_mul(seq).saturating_mul(w));
+            let mut outputs = projections.saturating_mul(seq).saturating_mul(w);
+            if rule == AttentionRule::Relative {
+                outputs = outputs
+                    .saturating_add(RELATIVE_EXTRA_WIDTHS.saturating_mul(seq).saturating_mul(w));
+                totals.relative_saved = totals.relative_saved.saturating_add(outputs);
+            }
+            totals.saved = totals.saved.saturating_add(outputs);
         }
+    } else if w > 0 && own >= w * w && !open.kind.contains("Attention") {
+        rules.unknown_module(
+            &open.kind,
+            "holds a parameter matrix of its own that no rule reads",
+        );
     }
     if open.widest_linears >= 2 && open.activation {
         // A gated feed-forward (Llama's gate_proj, up_proj and act_fn; T5 v1.1's wi_0 and
@@ -474,25 +561,37 @@ fn close_module(
         let product = seq.saturating_mul(u128::from(open.max_width));
         totals.saved = totals.saved.saturating_add(product);
     }
-    if open.repeat > 1 {
-        totals.repeat(&open.before, u128::from(open.repeat - 1));
+    // A shared layer group (ALBERT) runs its one set of parameters several times.
+    let runs = rules.shared_runs(&open.kind).unwrap_or(1).max(1);
+    let copies = u128::from(open.repeat).saturating_mul(u128::from(runs));
+    if copies > 1 {
+        totals.repeat(&open.before, copies - 1);
     }
     Ok(u128::from(count) * u128::from(open.repeat))
 }
 
 /// One attention block and its score tensors (see the module docs).
-fn add_attention(totals: &mut Totals, width: Option<u64>, seq: u128, kind: &str) {
-    let heads = u128::from((width.unwrap_or(0) / HEAD_DIM).max(1));
+fn add_attention(
+    totals: &mut Totals,
+    width: Option<u64>,
+    seq: u128,
+    rule: AttentionRule,
+    heads: Option<u64>,
+) {
+    let heads = u128::from(heads.unwrap_or(width.unwrap_or(0) / HEAD_DIM).max(1));
     let per_head = seq.saturating_mul(seq);
     totals.attention = totals.attention.saturating_add(1);
     totals.activations = totals
         .activations
         .saturating_add(SCORE_TENSORS.saturating_mul(heads).saturating_mul(per_head));
-    totals.score_quarters = totals.score_quarters.saturating_add(
-        score_quarters(kind)
-            .saturating_mul(heads)
-            .saturating_mul(per_head),
-    );
+    let quarters = rule
+        .score_quarters()
+        .saturating_mul(heads)
+        .saturating_mul(per_head);
+    totals.score_quarters = totals.score_quarters.saturating_add(quarters);
+    if rule == AttentionRule::Relative {
+        totals.relative_quarters = totals.relative_quarters.saturating_add(quarters);
+    }
     // Tensors of a Transformer layer that are no module's output: the attention's context (the
     // fused kernel's output, which the output projection saves as its input), and the two
     // residual sums around the attention and the feed-forward, which the norms after them save
@@ -504,19 +603,6 @@ fn add_attention(totals: &mut Totals, width: Option<u64>, seq: u128, kind: &str)
         .saturating_add(RESIDUAL_SUMS.saturating_mul(w));
 }
 
-/// Score tensors per head that the detailed bound counts for an attention block of
-/// type `kind`, in quarters: none for a plain block, 13 (3.25) for relative-position
-/// attention (`*Relative*`, XLNet's), which builds a content, a position and a segment score
-/// beside the probabilities in eager operations. A plain block runs PyTorch's fused attention
-/// (`scaled_dot_product_attention`), which keeps the output and one log-sum-exp per query, no
-/// `seq²` tensor: the traced BERT and GPT-2 steps keep none, and BERT-large measures below its
-/// module outputs with one score tensor per head. The relative figure is fitted on XLNet-base;
-/// the traced XLNet steps hold 3,176 and 8,217 MiB beyond their state at batch 4 where module
-/// outputs and 3.25 score tensors count 3,055 and 8,105 (docs/estimator-evaluation.md).
-fn score_quarters(kind: &str) -> u128 {
-    if kind.contains("Relative") { 13 } else { 0 }
-}
-
 /// Values per token that a module closed on its line keeps beyond its output (see the module
 /// docs): a composite GELU's intermediates at its block's widest output, an LM head's loss
 /// tensors at the vocabulary.
@@ -524,9 +610,8 @@ fn kept_beyond_output(kind: &str, args: &str, vocab: Option<u64>, block_width: u
     if COMPOSITE_GELUS.contains(&kind) {
         return COMPOSITE_GELU_TENSORS.saturating_mul(u128::from(block_width));
     }
-    let is_linear = matches!(kind, "Linear" | "LazyLinear");
-    match (is_linear, vocab, keyword(args, "out_features")) {
-        (true, Some(v), Some(out)) if out == v => {
+    match vocab {
+        Some(v) if is_lm_head(kind, args, vocab) => {
             let v = u128::from(v);
             LM_LOSS_TENSORS
                 .saturating_mul(v)
@@ -534,6 +619,14 @@ fn kept_beyond_output(kind: &str, args: &str, vocab: Option<u64>, block_width: u
         }
         _ => 0,
     }
+}
+
+/// Whether a module is a language-model head: a `Linear` as wide as the first `Embedding`'s
+/// vocabulary.
+fn is_lm_head(kind: &str, args: &str, vocab: Option<u64>) -> bool {
+    matches!(kind, "Linear" | "LazyLinear")
+        && vocab.is_some()
+        && keyword(args, "out_features") == vocab
 }
 
 /// A `torch.nn` activation or a Hugging Face `*Activation` (not `Identity`, which allocates
@@ -554,10 +647,12 @@ fn leaf(
     seq: u128,
     width: &mut Option<u64>,
     siblings_width: u64,
-    t: &mut Totals,
+    (t, rules): (&mut Totals, &mut RuleState),
 ) -> Result<(), &'static str> {
     let out: Option<u64> = match kind {
         "Embedding" => Some(positional(args, 1).ok_or("Embedding needs `(num, dim)`")?),
+        // OPT's learned positions; a rotary table (`LlamaRotaryEmbedding()`) has no size
+        k if k.ends_with("Embedding") => positional(args, 1),
         "Linear" | "LazyLinear" | "NonDynamicallyQuantizableLinear" => {
             Some(keyword(args, "out_features").ok_or("Linear needs `out_features=`")?)
         }
@@ -587,7 +682,7 @@ fn leaf(
         t.activations = t.activations.saturating_add(values);
         // Embeddings are not autocast and norms run in fp32 under it: their outputs stay
         // fp32 under mixed precision.
-        if kind == "Embedding" || kind.ends_with("LayerNorm") || kind.ends_with("RMSNorm") {
+        if kind.ends_with("Embedding") || kind.ends_with("LayerNorm") || kind.ends_with("RMSNorm") {
             t.kept_fp32 = t.kept_fp32.saturating_add(values);
         } else if is_activation {
             // Printed order is definition order: an activation defined after its block's
@@ -604,107 +699,18 @@ fn leaf(
     match kind {
         "Linear" | "LazyLinear" | "Conv1D" => bump(&mut t.linear),
         "Conv2d" => bump(&mut t.conv2d),
-        "NonDynamicallyQuantizableLinear" => add_attention(t, *width, seq, kind),
+        "NonDynamicallyQuantizableLinear" => {
+            add_attention(t, *width, seq, AttentionRule::Fused, None)
+        }
         k if k.ends_with("LayerNorm") || k.ends_with("RMSNorm") => bump(&mut t.layer_norm),
         k if k.starts_with("Dropout") => bump(&mut t.dropout),
-        k if k.contains("Attention") => add_attention(t, *width, seq, k),
+        k if k.contains("Attention") => {
+            let rule = rules.attention(k, false);
+            add_attention(t, *width, seq, rule, None)
+        }
         _ => {}
     }
     Ok(())
-}
-
-/// Splits a module line. The root has no `(key): ` prefix.
-fn module_line(line: &str, is_root: bool) -> Result<ModuleLine<'_>, &'static str> {
-    let mut rest = line;
-    let mut repeat = 1u32;
-    if !is_root {
-        let after = rest
-            .strip_prefix('(')
-            .ok_or("expected `(name): Module(…)` or `)`")?;
-        let (key, tail) = after
-            .split_once("): ")
-            .ok_or("expected `(name): Module(…)` or `)`")?;
-        if key.is_empty() || key.contains(char::is_whitespace) {
-            return Err("module name must be one word");
-        }
-        rest = tail;
-        if let Some((n, tail)) = rest.split_once(" x ")
-            && !n.is_empty()
-            && n.bytes().all(|b| b.is_ascii_digit())
-        {
-            repeat = n.parse().map_err(|_| "repeat count is too large")?;
-            if repeat == 0 {
-                return Err("repeat count must be at least 1");
-            }
-            rest = tail;
-        }
-    }
-    let open = rest.find('(').ok_or("expected `Module(`")?;
-    let kind = &rest[..open];
-    if kind.is_empty() || !kind.bytes().all(is_name_byte) {
-        return Err("module type must be a name like `Linear`");
-    }
-    let body = &rest[open + 1..];
-    if body.is_empty() {
-        return Ok(ModuleLine {
-            repeat,
-            kind,
-            args: None,
-            params: None,
-        });
-    }
-    let close = matching_paren(body).ok_or("unbalanced parentheses")?;
-    let params =
-        params_suffix(&body[close + 1..]).ok_or("expected `, <n> params` after the module")?;
-    Ok(ModuleLine {
-        repeat,
-        kind,
-        args: Some(&body[..close]),
-        params: Some(params),
-    })
-}
-
-/// Index of the `)` that closes an already opened `(` in `s`.
-fn matching_paren(s: &str) -> Option<usize> {
-    let mut depth = 0usize;
-    for (i, b) in s.bytes().enumerate() {
-        match b {
-            b'(' => depth += 1,
-            b')' if depth == 0 => return Some(i),
-            b')' => depth -= 1,
-            _ => {}
-        }
-    }
-    None
-}
-
-/// `, 1,536 params` → 1536.
-fn params_suffix(s: &str) -> Option<u64> {
-    let n = s.trim().strip_prefix(',')?.trim().strip_suffix("params")?;
-    parse_count(n)
-}
-
-/// The `i`-th comma-separated argument as a positive number.
-fn positional(args: &str, i: usize) -> Option<u64> {
-    positive(args.split(',').nth(i)?)
-}
-
-/// The value of `key=` as a positive number.
-fn keyword(args: &str, key: &str) -> Option<u64> {
-    args.split(',').find_map(|a| {
-        let (k, v) = a.split_once('=')?;
-        (k.trim() == key).then(|| positive(v)).flatten()
-    })
-}
-
-/// `(768,), eps=…` or `768, eps=…` → 768.
-fn first_dim(args: &str) -> Option<u64> {
-    let a = args.trim_start().trim_start_matches(['(', '[']);
-    positive(a.split([',', ')', ']']).next()?)
-}
-
-fn positive(s: &str) -> Option<u64> {
-    s.trim().parse::<u64>().ok().filter(|v| *v > 0)
 }
 
 #[cfg(test)]
@@ -769,8 +775,9 @@ Total params: 1
         .replace("277,504 params", "211,464 params");
         let (_, r) = parse_printout_values(&relative, Family::Transformer, 2, 10).unwrap();
         assert_eq!(r.scores, (2 * 13 * 2 * 100_u128).div_ceil(4));
-        // the two projections (2 × 1280) in place of out_proj (1280), per block
-        assert_eq!(r.saved, v.saved + 2 * 10 * 128);
+        // the two projections (2 × 1280) in place of out_proj (1280), and the query with its three
+        // biases and the position projection's second half (4 × 1280), per block
+        assert_eq!(r.saved, v.saved + 2 * 10 * 128 + 2 * 4 * 10 * 128);
         // and the norm inside the attention block, in fp32
         assert_eq!(r.kept_fp32, v.kept_fp32 + 2 * 10 * 128);
     }
@@ -880,22 +887,6 @@ Total params: 1
         assert!(matches!(
             parse_printout(TINY, Family::Transformer, 2, 0),
             Err(PrintoutError::OutOfRange { .. })
-        ));
-    }
-
-    #[test]
-    fn helpers() {
-        assert_eq!(params_suffix(", 1,536 params"), Some(1536));
-        assert_eq!(params_suffix(" 1,536 params"), None);
-        assert_eq!(first_dim("(768,), eps=1e-12"), Some(768));
-        assert_eq!(
-            keyword("in_features=3, out_features=7, bias=True", "out_features"),
-            Some(7)
-        );
-        assert_eq!(matching_paren("(a)b), x"), Some(4));
-        assert!(looks_like_printout("\n  Net(\n"));
-        assert!(!looks_like_printout(
-            "Layer (type)  Output Shape  Param #\n"
         ));
     }
 }

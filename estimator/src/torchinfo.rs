@@ -50,6 +50,16 @@ pub(crate) fn parse_torchinfo_values(
     parse_torchsummary_values(&to_torchsummary(text), family, batch_size)
 }
 
+/// [`parse_torchinfo_values`] with what the table had no rule for (see
+/// [`crate::torchsummary::parse_torchsummary_reading`]).
+pub(crate) fn parse_torchinfo_reading(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+) -> Result<(Profile, SavedValues, crate::Caveats), SummaryError> {
+    crate::torchsummary::parse_torchsummary_reading(&to_torchsummary(text), family, batch_size)
+}
+
 /// Rewrites the table line by line (see the module docs).
 fn to_torchsummary(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

@@ -26,6 +26,7 @@
 use std::collections::HashMap;
 
 use crate::analytic::SavedValues;
+use crate::caveat::{CaveatKind, Caveats, FALLBACK_PERCENT, with_fallback_factor};
 use crate::features::{CNN_ACTIVATIONS, MLP_ACTIVATIONS, activation_index};
 use crate::profile::{Family, Layers, MAX_BATCH_SIZE, Profile};
 
@@ -100,6 +101,35 @@ pub(crate) fn parse_torchsummary_values(
     family: Family,
     batch_size: u32,
 ) -> Result<(Profile, SavedValues), SummaryError> {
+    parse_torchsummary_reading(text, family, batch_size).map(|(p, v, _)| (p, v))
+}
+
+/// Activations whose backward reads only their output when they run in place (`relu_`,
+/// `hardtanh_`, `leaky_relu_`, `elu_`) or always (`sigmoid`, `tanh`): in place they keep no
+/// tensor beside the one their input had, so their rows count at half weight. Every other
+/// activation reads its input in backward, and an in-place one (`nn.SiLU(inplace=True)`) saves a
+/// copy of it: its output is a tensor of its own, and its row counts in full.
+pub const OUTPUT_SAVING_ACTIVATIONS: [&str; 10] = [
+    "ReLU",
+    "ReLU6",
+    "Hardtanh",
+    "LeakyReLU",
+    "ELU",
+    "CELU",
+    "SELU",
+    "Sigmoid",
+    "Tanh",
+    "Threshold",
+];
+
+/// [`parse_torchsummary_values`] with what the table had no rule for: an attention row other
+/// than `MultiheadAttention` (which runs fused attention) may keep score tensors that no row
+/// shows, so every value of such a table counts [`FALLBACK_PERCENT`] %.
+pub(crate) fn parse_torchsummary_reading(
+    text: &str,
+    family: Family,
+    batch_size: u32,
+) -> Result<(Profile, SavedValues, Caveats), SummaryError> {
     if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
         return Err(SummaryError::BadBatchSize(batch_size));
     }
@@ -127,6 +157,7 @@ pub(crate) fn parse_torchsummary_values(
     // the output shape of the row before, to tell which rows read a tensor no row shows
     let mut prev_shape: Option<&str> = None;
     let mut in_table = true;
+    let mut caveats = Caveats::default();
     for (i, raw) in lines.iter().enumerate().skip(header + 1) {
         let line_no = i + 1;
         let line = raw.trim();
@@ -178,7 +209,21 @@ pub(crate) fn parse_torchsummary_values(
             && crate::profile::TORCH_ACTIVATIONS
                 .iter()
                 .any(|a| a.eq_ignore_ascii_case(kind));
-        let halves = if is_activation { 1 } else { 2 };
+        let halves = if is_activation && OUTPUT_SAVING_ACTIVATIONS.contains(&kind) {
+            1
+        } else {
+            2
+        };
+        if kind.contains("Attention") && kind != "MultiheadAttention" {
+            caveats.note(
+                CaveatKind::UnknownAttention,
+                kind,
+                format!(
+                    "its score tensors are no row's output; every activation value counted \
+                     {FALLBACK_PERCENT} %"
+                ),
+            );
+        }
         saved_halves = saved_halves.saturating_add(halves * u128::from(per_sample));
         // A batch norm keeps its output's shape, so one whose input is not the row before it
         // normalises a tensor no row shows: a concatenation (DenseNet's dense layers), which
@@ -247,13 +292,17 @@ pub(crate) fn parse_torchsummary_values(
     };
     profile.depth = Some(profile.effective_depth());
     tracing::debug!(rows, parameters, activations, %family, "parsed torchsummary table");
-    let values = SavedValues {
+    let mut values = SavedValues {
         saved: saved_halves.div_ceil(2),
         largest: u128::from(largest),
         scores: 0,
         kept_fp32: 0,
     };
-    Ok((profile, values))
+    if !caveats.is_empty() {
+        values.saved = with_fallback_factor(values.saved);
+        values.largest = with_fallback_factor(values.largest);
+    }
+    Ok((profile, values, caveats))
 }
 
 /// `Conv2d-12  [-1, 64, 8, 8]  36,864` → (`Conv2d-12`, `[-1, 64, 8, 8]`, `36,864`).
@@ -387,6 +436,50 @@ mod tests {
         assert_eq!(saved(&table(96)), (2 * 32 + 96 + 96) * 64);
         // a norm of the row before it reads that row's output
         assert_eq!(saved(&table(32)), 3 * 32 * 64);
+    }
+
+    #[test]
+    fn an_attention_row_of_no_known_kind_scales_every_value() {
+        let table = |attention: &str| {
+            format!(
+                "Layer (type)   Output Shape   Param #\n====\n\
+                 Linear-1  [-1, 49, 96]  9,312\n\
+                 {attention}-2  [-1, 49, 96]  0\n\
+                 LayerNorm-3  [-1, 49, 96]  192\n\
+                 ====\nTotal params: 9,504\n"
+            )
+        };
+        let read = |text: &str| parse_torchsummary_reading(text, Family::Transformer, 1).unwrap();
+        let (_, fused, none) = read(&table("MultiheadAttention"));
+        assert!(none.is_empty());
+        assert_eq!((fused.saved, fused.largest), (3 * 49 * 96, 49 * 96));
+        // a window attention's scores are no row's output: every value half as much again
+        let (_, v, caveats) = read(&table("ShiftedWindowAttention"));
+        assert_eq!((v.saved, v.largest), (3 * 49 * 96 * 3 / 2, 49 * 96 * 3 / 2));
+        assert_eq!(caveats.as_slice()[0].kind, CaveatKind::UnknownAttention);
+        assert_eq!(caveats.as_slice()[0].modules, ["ShiftedWindowAttention"]);
+    }
+
+    #[test]
+    fn activations_that_read_their_input_count_in_full() {
+        let table = |act: &str| {
+            format!(
+                "Layer (type)   Output Shape   Param #\n====\n\
+                 Conv2d-1  [-1, 8, 4, 4]  80\n\
+                 {act}-2  [-1, 8, 4, 4]  0\n\
+                 ====\nTotal params: 80\n"
+            )
+        };
+        let saved = |act: &str| {
+            parse_torchsummary_values(&table(act), Family::Cnn, 1)
+                .unwrap()
+                .1
+                .saved
+        };
+        // an in-place ReLU keeps no tensor beside its input's; an in-place SiLU saves a copy
+        assert_eq!(saved("ReLU"), 128 + 64);
+        assert_eq!(saved("SiLU"), 128 + 128);
+        assert_eq!(saved("Hardswish"), 128 + 128);
     }
 
     #[test]

@@ -15,6 +15,11 @@
 //! profile's optional fields for either. Where a table or printout is read with the
 //! layer-by-layer bound, the JSON's `terms` says what the reservation counts (context,
 //! weights, gradients, optimizer state, activations, attention scores, step temporaries).
+//! Every estimate's JSON has `source` and `warnings`: a table or printout that holds a module
+//! type or an attention or sharing pattern the bound has no measured rule for is counted
+//! conservatively, its source is `analytic-fallback` and `warnings` names what was unknown.
+//! `--gpus` reads the job per GPU of a pod with that many GPUs (the bound's multi-GPU term);
+//! `--shared-layer-runs` says how often a shared layer group (ALBERT's) runs.
 //!
 //! Output is JSON on stdout (a table with `eval --peaks --table`). Bad input (unreadable
 //! file, malformed profile, summary or CSV) prints a message naming the problem on stderr and
@@ -25,10 +30,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use carma_estimator::analytic::{detailed_bound, printout_values, summary_values};
+use carma_estimator::analytic::{detailed_bound_for, printout_reading, summary_reading};
 use carma_estimator::{
-    Estimate, EstimateSource, Estimator, Family, LayerReading, MAX_BATCH_SIZE, MAX_SEQ_LENGTH,
-    Optimizer, Profile, evaluate, looks_like_printout, looks_like_torchinfo, parse_profile,
+    Caveat, Estimate, Estimator, Family, LayerReading, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer,
+    Profile, evaluate, looks_like_printout, looks_like_torchinfo, parse_profile,
 };
 use serde_json::json;
 
@@ -81,6 +86,16 @@ pub struct EstimateArgs {
     /// The `--summary` job trains with mixed precision (16-bit activations).
     #[arg(long, requires = "summary")]
     pub mixed_precision: bool,
+    /// GPUs per pod of the job (1 to 64, default 1): the reservation is per GPU, and a table's or
+    /// printout's bound adds what each GPU beyond the first holds. `--batch-size` is then the
+    /// per-GPU batch.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub gpus: Option<u32>,
+    /// How many times a shared layer group of a `--summary` printout runs (ALBERT's
+    /// `num_hidden_layers`, 1 to 1024); without it such a group counts 24 runs and the estimate
+    /// is a fallback.
+    #[arg(long, requires = "summary", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub shared_layer_runs: Option<u32>,
     /// Print the job's model profile (with the table's or printout's `layerReading`) instead
     /// of the estimate: a `carma.io/model-profile` annotation or a TrainingTask's
     /// `modelProfile` that makes the cluster reserve what this command estimates.
@@ -205,52 +220,67 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
         out["dataset"] = json!(dataset.display().to_string());
         return Ok(Output::Json(out));
     }
-    let profile = read_profile(args)?;
+    let (profile, caveats) = read_profile(args)?;
     if args.emit_profile {
+        // The profile carries the conservative counts, not the caveats (the annotation has no
+        // place for them): say them here.
+        for c in &caveats {
+            eprintln!("carma estimate: warning: {c}");
+        }
         let out = serde_json::to_value(&profile).map_err(|e| BadInput(e.to_string()))?;
         return Ok(Output::Json(out));
     }
     // A table or printout carries its layer-by-layer reading: where the analytic bound is
     // used, the estimator reads it, and the answer says what it counts.
+    let gpus = args.gpus.unwrap_or(1);
     let estimate = estimator
-        .estimate(&profile)
-        .map_err(|e| BadInput(e.to_string()))?;
+        .estimate_for(&profile, gpus)
+        .map_err(|e| BadInput(e.to_string()))?
+        .with_caveats(&caveats);
     let mut out = render(&estimate);
     if let Some(reading) = &profile.layer_reading
-        && estimate.source == EstimateSource::AnalyticUpperBound
+        && estimate.source.is_analytic()
     {
-        let terms = detailed_bound(&profile, &reading.values());
+        let terms = detailed_bound_for(&profile, &reading.values(), gpus);
         out["terms"] = serde_json::to_value(terms).map_err(|e| BadInput(e.to_string()))?;
     }
     Ok(Output::Json(out))
 }
 
-/// The job's profile; from a table or a printout, with its layer-by-layer reading.
-fn read_profile(args: &EstimateArgs) -> Result<Profile, BadInput> {
+/// The job's profile and what its reading had no rule for; from a table or a printout, with its
+/// layer-by-layer reading.
+fn read_profile(args: &EstimateArgs) -> Result<(Profile, Vec<Caveat>), BadInput> {
     match (&args.profile, &args.summary, args.family, args.batch_size) {
         (Some(path), None, _, _) => {
             let text = read_input(path)?;
-            parse_profile(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
+            let profile =
+                parse_profile(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
+            Ok((profile, Vec::new()))
         }
         (None, Some(path), Some(family), Some(batch)) => {
             let text = read_input(path)?;
             let at = |e: &dyn std::fmt::Display| BadInput(format!("{}: {e}", path.display()));
-            let (mut profile, values) = if looks_like_printout(&text) {
+            let mut reading = if looks_like_printout(&text) {
                 let seq = args
                     .seq_len
                     .ok_or_else(|| at(&"a module printout needs --seq-len (tokens per sample)"))?;
-                printout_values(&text, family, batch, seq).map_err(|e| at(&e))?
+                printout_reading(&text, family, batch, seq, args.shared_layer_runs)
+                    .map_err(|e| at(&e))?
             } else {
-                let (mut p, v) = summary_values(&text, family, batch, looks_like_torchinfo(&text))
+                if args.shared_layer_runs.is_some() {
+                    return Err(at(&"--shared-layer-runs goes with a module printout"));
+                }
+                let mut r = summary_reading(&text, family, batch, looks_like_torchinfo(&text))
                     .map_err(|e| at(&e))?;
-                p.seq_length = args.seq_len;
-                (p, v)
+                r.profile.seq_length = args.seq_len;
+                r
             };
+            let profile = &mut reading.profile;
             profile.optimizer = args.optimizer;
             profile.mixed_precision = args.mixed_precision.then_some(true);
-            profile.layer_reading = Some(LayerReading::from(&values));
+            profile.layer_reading = Some(LayerReading::from(&reading.values));
             profile.validate().map_err(|e| at(&e))?;
-            Ok(profile)
+            Ok((reading.profile, reading.caveats))
         }
         (None, Some(_), _, _) => Err(BadInput("--summary needs --family and --batch-size".into())),
         _ => Err(BadInput(
@@ -271,12 +301,14 @@ fn read_input(path: &Path) -> Result<String, BadInput> {
         .map_err(|e| BadInput(format!("cannot read {}: {e}", path.display())))
 }
 
-/// The JSON printed for one estimate.
+/// The JSON printed for one estimate (`warnings` always, empty when the reading had a rule for
+/// everything).
 fn render(e: &Estimate) -> serde_json::Value {
     json!({
         "estimate_mib": e.mib,
         "class": e.class,
         "source": e.source,
+        "warnings": e.warnings,
         "probabilities": e.probabilities,
     })
 }
@@ -391,6 +423,7 @@ mod tests {
         assert_eq!(out["estimate_mib"], 2000);
         assert_eq!(out["class"], "(1000,2000]");
         assert_eq!(out["source"], "gpumemnet-mlp");
+        assert_eq!(out["warnings"], json!([]));
         assert_eq!(out["probabilities"].as_array().unwrap().len(), 5);
     }
 
@@ -595,6 +628,120 @@ mod printout_tests {
         ])
         .unwrap_err();
         assert!(msg.contains("transformer family only"), "{msg}");
+    }
+
+    fn repo_file(rel: &str) -> String {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+        assert!(p.is_file(), "{}", p.display());
+        p.to_string_lossy().into_owned()
+    }
+
+    /// XLNet-large as CARMA ran it (v2 xlnet_large_cased_2.rad: batch 8 over 2 GPUs, 4 per GPU)
+    /// peaked at 19,330 MiB per GPU. One GPU's reading is below that; the job's GPU count covers it.
+    #[test]
+    fn xlnet_large_on_its_two_gpus_covers_the_measured_peak() {
+        let path =
+            repo_file("estimator/tests/data/model-printouts/xlnet_large_cased_bs8_sl512.txt");
+        let base = [
+            "--summary",
+            &path,
+            "--family",
+            "transformer",
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "512",
+        ];
+        let one = run_with(&base).unwrap();
+        let two = run_with(&[&base[..], &["--gpus", "2"]].concat()).unwrap();
+        let mib = |v: &serde_json::Value| v["estimate_mib"].as_u64().unwrap();
+        assert!(mib(&one) < 19_330, "{one}");
+        assert!(mib(&two) >= 19_330, "{two}");
+        assert_eq!(
+            two["terms"]["multi_gpu_mib"],
+            carma_estimator::MULTI_GPU_MIB,
+            "{two}"
+        );
+        assert_eq!(two["terms"]["total_mib"], two["estimate_mib"]);
+        for out in [&one, &two] {
+            assert_eq!(out["source"], "analytic-upper-bound");
+            assert_eq!(out["warnings"], json!([]));
+        }
+    }
+
+    #[test]
+    fn a_fallback_says_so_and_why() {
+        let albert = repo_file("estimator/tests/data/held-out/albert_base_mlm_bs16_sl512.txt");
+        let base = [
+            "--summary",
+            &albert,
+            "--family",
+            "transformer",
+            "--batch-size",
+            "16",
+            "--seq-len",
+            "512",
+        ];
+        // ALBERT's shared layer group, run count not given: the most runs of its configurations
+        let assumed = run_with(&base).unwrap();
+        assert_eq!(assumed["source"], "analytic-fallback");
+        let warnings = assumed["warnings"].as_array().unwrap();
+        assert_eq!(warnings.len(), 1, "{assumed}");
+        assert!(
+            warnings[0]
+                .as_str()
+                .unwrap()
+                .starts_with("shared-layers: AlbertLayerGroup"),
+            "{assumed}"
+        );
+        // given: the measured rule, no warning, and a smaller reservation
+        let told = run_with(&[&base[..], &["--shared-layer-runs", "12"]].concat()).unwrap();
+        assert_eq!(told["source"], "analytic-upper-bound");
+        assert_eq!(told["warnings"], json!([]));
+        assert!(told["estimate_mib"].as_u64() < assumed["estimate_mib"].as_u64());
+        // an attention block of a type no rule knows
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            f.path(),
+            "Net(\n  (emb): Embedding(100, 128), 12,800 params\n  (attn): MysteryAttention(\n    \
+             (o): Linear(in_features=128, out_features=128, bias=False), 16,384 params\n  ), \
+             16,384 params\n), 29,184 params\n",
+        )
+        .unwrap();
+        let path = f.path().to_string_lossy().into_owned();
+        let out = run_with(&[
+            "--summary",
+            &path,
+            "--family",
+            "transformer",
+            "--batch-size",
+            "8",
+            "--seq-len",
+            "512",
+        ])
+        .unwrap();
+        assert_eq!(out["source"], "analytic-fallback");
+        assert!(
+            out["warnings"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("unknown-attention: MysteryAttention"),
+            "{out}"
+        );
+        assert!(out["terms"]["scores_mib"].as_u64().unwrap() > 0, "{out}");
+        // the flag goes with a printout
+        let BadInput(msg) = run_with(&[
+            "--summary",
+            &repo_file("estimator/tests/data/model-summaries/vgg.model"),
+            "--family",
+            "cnn",
+            "--batch-size",
+            "8",
+            "--shared-layer-runs",
+            "2",
+        ])
+        .unwrap_err();
+        assert!(msg.contains("--shared-layer-runs"), "{msg}");
     }
 
     #[test]

@@ -1,0 +1,130 @@
+//! The syntax of one line of an annotated module printout ([`crate::printout`]): a module
+//! `(key): [N x ]Type(args)[, n params]`, and the numbers inside its arguments.
+
+use crate::printout::is_name_byte;
+use crate::torchsummary::parse_count;
+
+/// One module line: `(key): [N x ]Type(args)[, n params]` or the root `Type(…`.
+pub(crate) struct ModuleLine<'a> {
+    pub repeat: u32,
+    pub kind: &'a str,
+    /// `Some(args)` for a module closed on its line, `None` for an opening one.
+    pub args: Option<&'a str>,
+    pub params: Option<u64>,
+}
+
+/// Splits a module line. The root has no `(key): ` prefix.
+pub(crate) fn module_line(line: &str, is_root: bool) -> Result<ModuleLine<'_>, &'static str> {
+    let mut rest = line;
+    let mut repeat = 1u32;
+    if !is_root {
+        let after = rest
+            .strip_prefix('(')
+            .ok_or("expected `(name): Module(…)` or `)`")?;
+        let (key, tail) = after
+            .split_once("): ")
+            .ok_or("expected `(name): Module(…)` or `)`")?;
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return Err("module name must be one word");
+        }
+        rest = tail;
+        if let Some((n, tail)) = rest.split_once(" x ")
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+        {
+            repeat = n.parse().map_err(|_| "repeat count is too large")?;
+            if repeat == 0 {
+                return Err("repeat count must be at least 1");
+            }
+            rest = tail;
+        }
+    }
+    let open = rest.find('(').ok_or("expected `Module(`")?;
+    let kind = &rest[..open];
+    if kind.is_empty() || !kind.bytes().all(is_name_byte) {
+        return Err("module type must be a name like `Linear`");
+    }
+    let body = &rest[open + 1..];
+    if body.is_empty() {
+        return Ok(ModuleLine {
+            repeat,
+            kind,
+            args: None,
+            params: None,
+        });
+    }
+    let close = matching_paren(body).ok_or("unbalanced parentheses")?;
+    let params =
+        params_suffix(&body[close + 1..]).ok_or("expected `, <n> params` after the module")?;
+    Ok(ModuleLine {
+        repeat,
+        kind,
+        args: Some(&body[..close]),
+        params: Some(params),
+    })
+}
+
+/// Index of the `)` that closes an already opened `(` in `s`.
+pub(crate) fn matching_paren(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, b) in s.bytes().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' if depth == 0 => return Some(i),
+            b')' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `, 1,536 params` → 1536.
+pub(crate) fn params_suffix(s: &str) -> Option<u64> {
+    let n = s.trim().strip_prefix(',')?.trim().strip_suffix("params")?;
+    parse_count(n)
+}
+
+/// The `i`-th comma-separated argument as a positive number.
+pub(crate) fn positional(args: &str, i: usize) -> Option<u64> {
+    positive(args.split(',').nth(i)?)
+}
+
+/// The value of `key=` as a positive number.
+pub(crate) fn keyword(args: &str, key: &str) -> Option<u64> {
+    args.split(',').find_map(|a| {
+        let (k, v) = a.split_once('=')?;
+        (k.trim() == key).then(|| positive(v)).flatten()
+    })
+}
+
+/// `(768,), eps=…` or `768, eps=…` → 768.
+pub(crate) fn first_dim(args: &str) -> Option<u64> {
+    let a = args.trim_start().trim_start_matches(['(', '[']);
+    positive(a.split([',', ')', ']']).next()?)
+}
+
+pub(crate) fn positive(s: &str) -> Option<u64> {
+    s.trim().parse::<u64>().ok().filter(|v| *v > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::printout::looks_like_printout;
+
+    #[test]
+    fn helpers() {
+        assert_eq!(params_suffix(", 1,536 params"), Some(1536));
+        assert_eq!(params_suffix(" 1,536 params"), None);
+        assert_eq!(first_dim("(768,), eps=1e-12"), Some(768));
+        assert_eq!(
+            keyword("in_features=3, out_features=7, bias=True", "out_features"),
+            Some(7)
+        );
+        assert_eq!(matching_paren("(a)b), x"), Some(4));
+        assert!(looks_like_printout("\n  Net(\n"));
+        assert!(!looks_like_printout(
+            "Layer (type)  Output Shape  Param #\n"
+        ));
+    }
+}
