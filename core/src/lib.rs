@@ -10,6 +10,7 @@
 //! * [`gate`] — the utilization gate for each telemetry source's metric set ([`gate_rule`]: the
 //!   rules' names).
 //! * [`ledger`] — placements in flight and the warm-up lock.
+//! * [`memory_limit`] — the memory limit a placed container is told next to its reservation.
 //! * [`placement`] — the exclusive-first rule, memory test, utilization gate, the
 //!   policies (CARMA's six and carma's `pack`) and node scores.
 //! * [`reason`] — actionable rejection reasons.
@@ -29,6 +30,7 @@ pub mod gate;
 pub mod gate_rule;
 pub mod history;
 pub mod ledger;
+pub mod memory_limit;
 pub mod model;
 pub mod placement;
 pub mod quantity;

@@ -1,5 +1,6 @@
 //! Wiring: backend, telemetry loop, publisher, kubelet link and HTTP server of one node.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -236,6 +237,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
     let metrics = Arc::new(Metrics::new(node.clone(), config.sm_activity_cap));
     let health = Arc::new(Health::new(config.sample_interval));
     let gpus = Arc::new(RwLock::new(Vec::new()));
+    let gpu_memory = Arc::new(RwLock::new(HashMap::new()));
     let (devices_tx, devices_rx) = watch::channel(Vec::<Device>::new());
     let (snap_tx, snap_rx) = watch::channel(None);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -254,6 +256,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
             ),
         devices: devices_tx,
         gpus: gpus.clone(),
+        gpu_memory: gpu_memory.clone(),
         metrics: metrics.clone(),
         health: health.clone(),
         snapshots: snap_tx,
@@ -309,13 +312,16 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         }));
     }
 
-    let allocator = Arc::new(Allocator::new(
-        node.clone(),
-        lookup,
-        config.mps.clone(),
-        metrics.clone(),
-        gpus,
-    ));
+    let allocator = Arc::new(
+        Allocator::new(
+            node.clone(),
+            lookup,
+            config.mps.clone(),
+            metrics.clone(),
+            gpus,
+        )
+        .with_gpu_memory(gpu_memory),
+    );
     let link = KubeletLink {
         dir: config.device_plugin_dir.clone(),
         socket_name: config.socket_name.clone(),
@@ -367,6 +373,8 @@ struct Sampler {
     telemetry: Telemetry,
     devices: watch::Sender<Vec<Device>>,
     gpus: Arc<RwLock<Vec<String>>>,
+    /// Total memory of each GPU (UUID → MiB), for the containers' memory limits.
+    gpu_memory: Arc<RwLock<HashMap<String, u64>>>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     snapshots: watch::Sender<Option<Arc<Snapshot>>>,
@@ -448,6 +456,11 @@ impl Sampler {
             true
         });
         *self.gpus.write() = advertised.into_iter().map(|g| g.uuid).collect();
+        *self.gpu_memory.write() = snapshot
+            .gpus
+            .iter()
+            .map(|g| (g.sample.uuid.clone(), g.sample.memory_total_bytes >> 20))
+            .collect();
         self.metrics.set_snapshot(snapshot.clone());
         self.health.sampled();
         self.snapshots.send_replace(Some(snapshot));

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use carma_device_plugin::backends::simulated::simulated_uuid;
+use carma_device_plugin::config::SimulatedGpus;
 use carma_device_plugin::proto::{
     AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
     PreferredAllocationRequest,
@@ -204,6 +205,12 @@ async fn allocate_chooses_among_pending_pods() {
     assert_eq!(envs["CARMA_ASSIGNED_GPUS"], g[1]);
     assert_eq!(envs["CARMA_RESERVED_MIB"], "7000");
     assert_eq!(envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=7000M");
+    // In bytes; d (4000 MiB) is the only other pod on the GPU, so the limit is the reservation.
+    assert_eq!(
+        envs["NVIDIA_GPU_MEMORY_REQUEST"],
+        (7000u64 << 20).to_string()
+    );
+    assert_eq!(envs["NVIDIA_GPU_MEMORY_LIMIT"], (7000u64 << 20).to_string());
     assert!(
         !envs.contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
         "SMs are not split statically unless configured"
@@ -309,6 +316,68 @@ async fn allocate_chooses_among_pending_pods() {
     assert!(
         body.contains("carma_device_plugin_allocations_total{result=\"no_pod\"} 1"),
         "{body}"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_limits_memory_so_the_limits_on_a_gpu_fit_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let g: Vec<String> = (0..2).map(|i| simulated_uuid(NODE, i)).collect();
+    let pods = Arc::new(FakePods::default());
+    // 16 GiB GPUs. On GPU 0 a running pod reserves 10000 MiB and a finished one 16000 MiB (its
+    // memory is free again); the telemetry's free memory let a pod reserving 8000 MiB join.
+    *pods.pods.lock() = vec![
+        TestPod {
+            allocated: true,
+            phase: "Running",
+            ..TestPod::new("big", NODE, &[&g[0]], "2026-01-01T09:00:00Z", 10000)
+        }
+        .info(),
+        TestPod {
+            allocated: true,
+            phase: "Succeeded",
+            ..TestPod::new("done", NODE, &[&g[0]], "2026-01-01T08:00:00Z", 16000)
+        }
+        .info(),
+        TestPod::new("late", NODE, &[&g[0]], "2026-01-01T10:00:00Z", 8000).info(),
+    ];
+    let mut config = test_config(NODE, dir.path());
+    config.simulated_gpus = SimulatedGpus {
+        count: 2,
+        memory_mib: 16384,
+    };
+    let running = start(
+        config,
+        Dependencies {
+            pods: Some(pods.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let socket = running.socket().to_path_buf();
+    eventually(WAIT, || {
+        let socket = socket.clone();
+        async move { socket.exists().then_some(()) }
+    })
+    .await;
+    let mut client = plugin_client(&socket).await;
+    let r = client
+        .allocate(alloc(&[format!("{}::1", g[0])]))
+        .await
+        .unwrap()
+        .into_inner();
+    let envs = &r.container_responses[0].envs;
+    assert_eq!(envs["NVIDIA_VISIBLE_DEVICES"], g[0]);
+    assert_eq!(
+        envs["NVIDIA_GPU_MEMORY_REQUEST"],
+        (8000u64 << 20).to_string()
+    );
+    assert_eq!(
+        envs["NVIDIA_GPU_MEMORY_LIMIT"],
+        ((16384u64 - 10000) << 20).to_string(),
+        "what the running pod's reservation leaves of the GPU"
     );
     running.shutdown().await;
 }

@@ -2,7 +2,9 @@
 //!
 //! The DRA kubelet API carries only CDI device names (no environment or mounts, unlike the device
 //! plugin's Allocate), so the environment the device plugin sets — `NVIDIA_VISIBLE_DEVICES`,
-//! `CARMA_ASSIGNED_GPUS`, `CARMA_RESERVED_MIB`, and with MPS the memory limit and mounts — is
+//! `CARMA_ASSIGNED_GPUS`, `CARMA_RESERVED_MIB`, `NVIDIA_GPU_MEMORY_REQUEST` and
+//! `NVIDIA_GPU_MEMORY_LIMIT` (bytes; the limit by [`carma_core::memory_limit`], against the other
+//! prepared claims), and with MPS the memory limit and mounts — is
 //! written into a CDI spec, one file per claim, built by the device plugin's own
 //! `container_response`. One CDI device per allocated device; every device of a request carries
 //! the whole request's environment, so a container that gets several of them sees identical
@@ -10,10 +12,11 @@
 //! variables to different values.
 
 use std::collections::BTreeMap;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use carma_api::{Assignment, EstimateAnnotation};
+use carma_core::memory_limit::{GpuMemory, container_memory_limit_mib};
 use carma_device_plugin::allocate::container_response;
 use carma_device_plugin::config::MpsConfig;
 use chrono::{DateTime, Utc};
@@ -90,15 +93,41 @@ pub fn qualified_name(claim_uid: &str, dev: &PreparedDevice) -> String {
     format!("{CDI_KIND}={}", device_name(claim_uid, dev))
 }
 
-/// The spec of claim `claim_uid` with its devices on this node.
-pub fn claim_spec(claim_uid: &str, devices: &[PreparedDevice], mps: Option<&MpsConfig>) -> Spec {
+/// The spec of claim `claim_uid` with its devices on this node. `others_reserved_mib` is what the
+/// other prepared claims book on each GPU (by UUID): with what other requests of this claim book
+/// there, it bounds each request's memory limit ([`carma_core::memory_limit`]).
+pub fn claim_spec(
+    claim_uid: &str,
+    devices: &[PreparedDevice],
+    mps: Option<&MpsConfig>,
+    others_reserved_mib: &BTreeMap<String, u64>,
+) -> Spec {
     let mut by_request: BTreeMap<&str, Vec<&PreparedDevice>> = BTreeMap::new();
     for d in devices {
         by_request.entry(&d.request).or_default().push(d);
     }
     let edits: BTreeMap<&str, ContainerEdits> = by_request
         .iter()
-        .map(|(request, devs)| (*request, request_edits(devs, mps)))
+        .map(|(request, devs)| {
+            let limit_mib = container_memory_limit_mib(
+                request_reservation_mib(devs),
+                devs.iter().map(|d| GpuMemory {
+                    total_mib: d.gpu.memory_mib,
+                    others_reserved_mib: others_reserved_mib
+                        .get(&d.gpu.uuid)
+                        .copied()
+                        .unwrap_or(0)
+                        .saturating_add(
+                            devices
+                                .iter()
+                                .filter(|o| o.request != d.request && o.gpu.uuid == d.gpu.uuid)
+                                .map(|o| o.reserved_mib)
+                                .sum(),
+                        ),
+                }),
+            );
+            (*request, request_edits(devs, mps, limit_mib))
+        })
         .collect();
     Spec {
         cdi_version: CDI_VERSION.to_string(),
@@ -113,14 +142,23 @@ pub fn claim_spec(claim_uid: &str, devices: &[PreparedDevice], mps: Option<&MpsC
     }
 }
 
+/// A request's reservation per GPU: the largest of its devices' (the environment carries one).
+fn request_reservation_mib(devs: &[&PreparedDevice]) -> u64 {
+    devs.iter().map(|d| d.reserved_mib).max().unwrap_or(0)
+}
+
 /// The device plugin's container environment and mounts for one request's GPUs.
-fn request_edits(devs: &[&PreparedDevice], mps: Option<&MpsConfig>) -> ContainerEdits {
+fn request_edits(
+    devs: &[&PreparedDevice],
+    mps: Option<&MpsConfig>,
+    limit_mib: u64,
+) -> ContainerEdits {
     let gpus: Vec<String> = devs.iter().map(|d| d.gpu.uuid.clone()).collect();
     let assignment = Assignment {
         gpus: gpus.clone(),
         assigned_at: DateTime::<Utc>::UNIX_EPOCH,
         estimate: EstimateAnnotation {
-            mib: devs.iter().map(|d| d.reserved_mib).max().unwrap_or(0),
+            mib: request_reservation_mib(devs),
             source: "resource-claim".to_string(),
             class: None,
             samples: None,
@@ -128,7 +166,7 @@ fn request_edits(devs: &[&PreparedDevice], mps: Option<&MpsConfig>) -> Container
         exclusive: devs.iter().all(|d| d.whole()),
         allocated: true,
     };
-    let response = container_response(&assignment, &gpus, mps);
+    let response = container_response(&assignment, &gpus, mps, limit_mib);
     let mut env: Vec<String> = response
         .envs
         .into_iter()
@@ -152,25 +190,67 @@ fn request_edits(devs: &[&PreparedDevice], mps: Option<&MpsConfig>) -> Container
 
 /// The spec file of claim `claim_uid` in `dir`.
 pub fn spec_path(dir: &Path, claim_uid: &str) -> PathBuf {
-    dir.join(format!("gpu.carma.io-claim_{claim_uid}.json"))
+    dir.join(format!(
+        "{}{claim_uid}.json",
+        crate::checkpoint::SPEC_PREFIX
+    ))
 }
 
-/// Write `spec` for `claim_uid` into `dir`, atomically: the runtime may read the directory at any
-/// time, and reads only `*.json` and `*.yaml`, so the temporary name is never loaded.
+/// Write `spec` for `claim_uid` into `dir`, atomically and durably ([`write_durably`]): the
+/// runtime may read the directory at any time, and reads only `*.json` and `*.yaml`, so the
+/// temporary name is never loaded. Blocking: call it off the async runtime.
 pub fn write_spec(dir: &Path, claim_uid: &str, spec: &Spec) -> io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let path = spec_path(dir, claim_uid);
-    let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_vec_pretty(spec).map_err(io::Error::other)?;
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, &path)?;
+    write_durably(&path, &text)?;
     Ok(path)
 }
 
+/// The temporary name `path` is written under before it is renamed into place (`<name>.tmp`).
+pub fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Replace `path` with `bytes` so that a crash leaves either the old or the new content, never a
+/// torn file, and the new content survives a power loss once this returns: write a temporary file
+/// ([`temp_path`]), fsync it, rename it over `path`, fsync the directory (the rename is durable
+/// only then). The temporary file is removed when a step fails. Blocking.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = temp_path(path);
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        sync_parent(path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Fsync the directory holding `path`, so a rename or removal in it is durable.
+fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::File::open(dir)?.sync_all(),
+        _ => std::fs::File::open(".")?.sync_all(),
+    }
+}
+
 /// Remove the spec of `claim_uid`; `false` when there was none (unprepare is idempotent).
+/// Blocking.
 pub fn remove_spec(dir: &Path, claim_uid: &str) -> io::Result<bool> {
-    match std::fs::remove_file(spec_path(dir, claim_uid)) {
-        Ok(()) => Ok(true),
+    let path = spec_path(dir, claim_uid);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {
+            sync_parent(&path)?;
+            Ok(true)
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
     }
@@ -207,7 +287,7 @@ mod tests {
             dev("train", 2, 12288),
             dev("eval/small", 1, 2048),
         ];
-        let spec = claim_spec("uid-1", &devs, None);
+        let spec = claim_spec("uid-1", &devs, None, &BTreeMap::new());
         assert_eq!(spec.kind, "gpu.carma.io/claim");
         let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(
@@ -223,6 +303,8 @@ mod tests {
             [
                 "CARMA_ASSIGNED_GPUS=GPU-0,GPU-2",
                 "CARMA_RESERVED_MIB=12288",
+                "NVIDIA_GPU_MEMORY_LIMIT=12884901888",
+                "NVIDIA_GPU_MEMORY_REQUEST=12884901888",
                 "NVIDIA_VISIBLE_DEVICES=GPU-0,GPU-2"
             ]
         );
@@ -232,6 +314,8 @@ mod tests {
             [
                 "CARMA_ASSIGNED_GPUS=GPU-1",
                 "CARMA_RESERVED_MIB=2048",
+                "NVIDIA_GPU_MEMORY_LIMIT=2147483648",
+                "NVIDIA_GPU_MEMORY_REQUEST=2147483648",
                 "NVIDIA_VISIBLE_DEVICES=GPU-1"
             ]
         );
@@ -243,11 +327,38 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_limit_leaves_room_for_what_the_others_on_the_gpu_book() {
+        let limit = |spec: &Spec, i: usize| -> String {
+            env(spec, i)
+                .iter()
+                .find_map(|e| e.strip_prefix("NVIDIA_GPU_MEMORY_LIMIT="))
+                .unwrap()
+                .to_string()
+        };
+        let gib = |n: u64| (n << 30).to_string();
+        // Other claims book 36 GiB of GPU-0's 40: an 8 GiB request there is limited to 4 GiB.
+        let others = BTreeMap::from([("GPU-0".to_string(), 36864), ("GPU-1".to_string(), 1024)]);
+        let spec = claim_spec("u", &[dev("gpu", 0, 8192)], None, &others);
+        assert_eq!(limit(&spec, 0), gib(4));
+        assert!(env(&spec, 0).contains(&format!("NVIDIA_GPU_MEMORY_REQUEST={}", gib(8))));
+        // Two requests of one claim on one GPU count each other as others.
+        let spec = claim_spec(
+            "u",
+            &[dev("a", 1, 30720), dev("b", 1, 10240)],
+            None,
+            &others,
+        );
+        assert_eq!(limit(&spec, 0), gib(29), "40 − 1 − 10");
+        assert_eq!(limit(&spec, 1), gib(9), "40 − 1 − 30");
+    }
+
+    #[test]
     fn with_mps_the_limit_and_mounts_are_in_the_spec() {
         let spec = claim_spec(
             "u",
             &[dev("gpu", 0, 4096)],
             Some(&MpsConfig::with_defaults()),
+            &BTreeMap::new(),
         );
         let e = env(&spec, 0);
         assert!(
@@ -272,7 +383,7 @@ mod tests {
     #[test]
     fn specs_are_written_as_cdi_json_and_removed_idempotently() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = claim_spec("uid-9", &[dev("gpu", 3, 40960)], None);
+        let spec = claim_spec("uid-9", &[dev("gpu", 3, 40960)], None, &BTreeMap::new());
         let path = write_spec(dir.path(), "uid-9", &spec).unwrap();
         assert_eq!(path.file_name().unwrap(), "gpu.carma.io-claim_uid-9.json");
         let json: serde_json::Value =

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::DRIVER_NAME;
-use crate::slice::{CAPACITY_MEMORY, device_index};
+use crate::slice::{ATTRIBUTE_UUID, CAPACITY_MEMORY, device_index, device_name};
 
 /// A claim could not be read from the API server.
 #[derive(Debug, Clone, Error)]
@@ -133,7 +134,8 @@ impl ClaimSource for StaticClaims {
 }
 
 /// One of this node's GPUs, as far as preparing a claim needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GpuInfo {
     /// Index on the node (device `gpu-<index>`).
     pub index: u32,
@@ -153,14 +155,53 @@ impl Inventory {
         *self.0.write() = gpus;
     }
 
+    /// Every GPU.
+    pub fn all(&self) -> Vec<GpuInfo> {
+        self.0.read().clone()
+    }
+
     /// The GPU with `index`.
     pub fn by_index(&self, index: u32) -> Option<GpuInfo> {
         self.0.read().iter().find(|g| g.index == index).cloned()
     }
 }
 
-/// One allocated device of a claim on this node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The GPU UUID each device name (`gpu-<index>`) carries in the node's ResourceSlice as last
+/// published: what an allocation of that name was made against. Devices are named by NVML index,
+/// and indices move (a GPU falls off the bus, the driver is reloaded), so a prepare checks the
+/// GPU now at the index against this before exposing it.
+#[derive(Debug, Clone, Default)]
+pub struct Published(Arc<RwLock<BTreeMap<String, String>>>);
+
+impl Published {
+    /// Record the `uuid` attributes of `devices`, the slice's devices as written.
+    pub fn set_from_devices(&self, devices: &[k8s_openapi::api::resource::v1::Device]) {
+        *self.0.write() = devices
+            .iter()
+            .filter_map(|d| {
+                let uuid = d.attributes.as_ref()?.get(ATTRIBUTE_UUID)?.string.clone()?;
+                Some((d.name.clone(), uuid))
+            })
+            .collect();
+    }
+
+    /// Record the GPUs as the slice names them (for a driver that writes no slice, as in tests).
+    pub fn set_from_gpus(&self, gpus: &[GpuInfo]) {
+        *self.0.write() = gpus
+            .iter()
+            .map(|g| (device_name(g.index), g.uuid.clone()))
+            .collect();
+    }
+
+    /// The UUID published for `device`.
+    pub fn uuid(&self, device: &str) -> Option<String> {
+        self.0.read().get(device).cloned()
+    }
+}
+
+/// One allocated device of a claim on this node (also the checkpoint's record of it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PreparedDevice {
     /// The claim's request (for a `firstAvailable` request, `<request>/<subrequest>`).
     pub request: String,
@@ -178,10 +219,26 @@ pub struct PreparedDevice {
 }
 
 impl PreparedDevice {
+    /// The claim's top-level request this device was allocated for: [`Self::request`] without
+    /// its `/<subrequest>` part. This is the name the kubelet knows: it matches the request names
+    /// of a prepare answer exactly against the claim's `spec.devices.requests[].name` (what a
+    /// container's `resources.claims[].request` names), never against subrequests, as the Go
+    /// helper's `BaseRequestRef` does.
+    pub fn parent_request(&self) -> &str {
+        parent_request(&self.request)
+    }
+
     /// Whether the claim books the whole GPU (nobody else can share it).
     pub fn whole(&self) -> bool {
         self.reserved_mib >= self.gpu.memory_mib
     }
+}
+
+/// `request` without a `/<subrequest>` suffix (`train/big` → `train`; `train` stays).
+pub fn parent_request(request: &str) -> &str {
+    request
+        .split_once('/')
+        .map_or(request, |(parent, _)| parent)
 }
 
 /// Why a claim cannot be prepared on this node.
@@ -232,6 +289,32 @@ pub enum PrepareError {
         /// Device.
         device: String,
     },
+    /// The GPU at the device's index is not the one the slice published under its name.
+    #[error(
+        "device {device} of request {request} was published as GPU {published}, but index {index} is now GPU {found}: the node's GPUs were renumbered since the claim was allocated; refusing to expose another GPU than the one allocated (delete the claim's pod so that it is allocated again)"
+    )]
+    UuidChanged {
+        /// Request.
+        request: String,
+        /// Device.
+        device: String,
+        /// Its index.
+        index: u32,
+        /// The UUID in the slice.
+        published: String,
+        /// The UUID at the index now.
+        found: String,
+    },
+    /// The slice never carried the device, so the GPU an allocation of it means is unknown.
+    #[error(
+        "device {device} of request {request} is not in the ResourceSlice this driver published (yet): its GPU cannot be checked"
+    )]
+    NotPublished {
+        /// Request.
+        request: String,
+        /// Device.
+        device: String,
+    },
     /// `consumedCapacity.memory` is not a quantity.
     #[error("device {device}: consumedCapacity.memory {value:?} is not a memory quantity")]
     BadCapacity {
@@ -243,12 +326,14 @@ pub enum PrepareError {
 }
 
 /// This driver's devices in `claim`'s allocation, checked against the kubelet's `uid`, this node
-/// (`node`, also the pool name) and its GPUs.
+/// (`node`, also the pool name) and its GPUs: each device's index must still hold the GPU whose
+/// UUID the slice `published` under the device's name.
 pub fn allocated_devices(
     claim: &ResourceClaim,
     uid: &str,
     node: &str,
     inventory: &Inventory,
+    published: &Published,
 ) -> Result<Vec<PreparedDevice>, PrepareError> {
     let namespace = claim.metadata.namespace.clone().unwrap_or_default();
     let name = claim.metadata.name.clone().unwrap_or_default();
@@ -288,6 +373,24 @@ pub fn allocated_devices(
                     request: r.request.clone(),
                     device: r.device.clone(),
                 })?;
+            match published.uuid(&r.device) {
+                Some(p) if p == gpu.uuid => {}
+                Some(p) => {
+                    return Err(PrepareError::UuidChanged {
+                        request: r.request.clone(),
+                        device: r.device.clone(),
+                        index: gpu.index,
+                        published: p,
+                        found: gpu.uuid,
+                    });
+                }
+                None => {
+                    return Err(PrepareError::NotPublished {
+                        request: r.request.clone(),
+                        device: r.device.clone(),
+                    });
+                }
+            }
             let reserved_mib = match r
                 .consumed_capacity
                 .as_ref()

@@ -20,6 +20,9 @@ pub const DEFAULT_PLUGIN_DIR: &str = "/var/lib/kubelet/plugins/gpu.carma.io";
 /// The container runtime's directory of dynamically generated CDI specs.
 pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
 
+/// Default of [`Config::cdi_sweep_interval`].
+pub const DEFAULT_CDI_SWEEP_INTERVAL: Duration = Duration::from_secs(300);
+
 /// Everything the DRA driver needs to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -66,6 +69,11 @@ pub struct Config {
     pub nvidia_cdi: bool,
     /// ResourceSlice writes are at least this far apart.
     pub slice_min_interval: Duration,
+    /// How often carma's CDI specs whose claim is not prepared (left by a crash) are removed,
+    /// besides once at start ([`crate::checkpoint`]). Default 5 minutes: an orphan is harmless
+    /// until a runtime is asked for its device, which only a claim that is prepared again (and
+    /// then rewritten) would do, so the sweep only keeps the directory from growing.
+    pub cdi_sweep_interval: Duration,
 }
 
 impl Config {
@@ -92,6 +100,7 @@ impl Config {
             mps: None,
             nvidia_cdi: false,
             slice_min_interval: Duration::from_secs(2),
+            cdi_sweep_interval: DEFAULT_CDI_SWEEP_INTERVAL,
         }
     }
 
@@ -150,6 +159,9 @@ impl Config {
                     dir.display()
                 ));
             }
+        }
+        if self.cdi_sweep_interval.is_zero() {
+            return bad("the CDI sweep interval must be longer than zero".into());
         }
         if self.window == 0 {
             return bad("the activity window must hold at least one sample".into());

@@ -17,7 +17,8 @@ use tonic::service::Routes;
 use tracing::{info, warn};
 
 use crate::Error;
-use crate::claims::{ClaimSource, GpuInfo, Inventory, KubeClaims};
+use crate::checkpoint::{self, PreparedClaims, checkpoint_path};
+use crate::claims::{ClaimSource, GpuInfo, Inventory, KubeClaims, Published};
 use crate::config::Config;
 use crate::node::{DraNodeService, NodeServiceParts, Prepared};
 use crate::proto::dra::dra_plugin_server::DraPluginServer;
@@ -141,6 +142,8 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     let stale = stale_after(config.sample_interval);
     let inventory = Inventory::default();
     let prepared = Prepared::default();
+    let checkpoint_file = checkpoint_path(&config.plugin_dir);
+    prepared.restore(restore_prepared(&checkpoint_file, &config.cdi_dir).await);
     let (snap_tx, snap_rx) = watch::channel(None);
     let (dev_tx, dev_rx) = watch::channel(Vec::new());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -161,6 +164,23 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     };
     // One sample before serving, so the first prepare already knows the GPUs.
     sampler.tick().await;
+    let published = Published::default();
+    let publisher = deps
+        .kube
+        .clone()
+        .map(|c| SlicePublisher::new(c, node.clone(), config.slice_min_interval));
+    match &publisher {
+        // What allocations made before this start were made against: the slice as stored.
+        Some(p) => match p.stored_devices().await {
+            Ok(Some(devices)) => published.set_from_devices(&devices),
+            Ok(None) => {}
+            Err(e) => warn!(
+                "cannot read the stored ResourceSlice: claims are prepared once it is written: {e}"
+            ),
+        },
+        // Nothing is published: the GPUs as sampled are what the devices are.
+        None => published.set_from_gpus(&inventory.all()),
+    }
 
     let mut tasks = Vec::new();
     let interval = config.sample_interval;
@@ -193,24 +213,40 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         },
         snapshots: snap_rx.clone(),
         devices: dev_tx,
-        publisher: deps
-            .kube
-            .clone()
-            .map(|c| SlicePublisher::new(c, node.clone(), config.slice_min_interval)),
+        publisher,
+        published: published.clone(),
         interval,
     };
     tasks.push(tokio::spawn(slices.run(shutdown_rx.clone())));
 
     let dra_socket = config.dra_socket();
-    let node_service = DraNodeService::new(NodeServiceParts {
+    let node_service = Arc::new(DraNodeService::new(NodeServiceParts {
         node: node.clone(),
         claims,
         inventory,
+        published,
         cdi_dir: config.cdi_dir.clone(),
+        checkpoint: checkpoint_file,
         mps: config.mps.clone(),
         nvidia_cdi: config.nvidia_cdi,
         prepared: prepared.clone(),
-    });
+    }));
+    // Once before serving, then periodically.
+    sweep(&node_service).await;
+    let sweeper = node_service.clone();
+    let sweep_every = config.cdi_sweep_interval;
+    let mut stop = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(sweep_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => sweep(&sweeper).await,
+                _ = stopped(&mut stop) => return,
+            }
+        }
+    }));
     let socket_error = |path: &std::path::Path| {
         let path = path.to_path_buf();
         move |source| Error::Socket { path, source }
@@ -219,7 +255,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     tasks.push(
         serve_unix(
             &dra_socket,
-            Routes::new(DraPluginServer::new(node_service)),
+            Routes::new(DraPluginServer::from_arc(node_service)),
             shutdown_rx.clone(),
         )
         .map_err(socket_error(&dra_socket))?,
@@ -254,6 +290,77 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         shutdown: shutdown_tx,
         tasks,
     })
+}
+
+/// The prepared claims to start with: the checkpoint's. Without a usable checkpoint (a first
+/// start, an upgrade from a version that kept none, a damaged file) every spec of carma's already
+/// in the CDI directory is adopted as a prepared claim (without devices: nothing is known of them
+/// but the UID), since the kubelet may still restart containers that use it and unprepares it
+/// once its pods are gone; only specs written later without being recorded count as orphans.
+async fn restore_prepared(
+    checkpoint_file: &std::path::Path,
+    cdi_dir: &std::path::Path,
+) -> PreparedClaims {
+    let (file, dir) = (checkpoint_file.to_path_buf(), cdi_dir.to_path_buf());
+    let read = tokio::task::spawn_blocking(move || {
+        let loaded = checkpoint::load(&file);
+        let adopt = match &loaded {
+            Ok(Some(_)) => Ok(Vec::new()),
+            _ => checkpoint::carma_specs(&dir),
+        };
+        (loaded, adopt)
+    })
+    .await;
+    let (loaded, adopt) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            warn!("reading the checkpoint failed: {e}");
+            return PreparedClaims::new();
+        }
+    };
+    match loaded {
+        Ok(Some(claims)) => {
+            info!(claims = claims.len(), checkpoint = %checkpoint_file.display(), "prepared claims restored from the checkpoint");
+            return claims;
+        }
+        Ok(None) => {}
+        Err(e) => warn!("{e}; adopting the CDI specs present instead"),
+    }
+    match adopt {
+        Ok(specs) => {
+            let claims: PreparedClaims = specs
+                .into_iter()
+                .filter(|(path, _)| path.extension().is_some_and(|e| e == "json"))
+                .map(|(_, uid)| (uid, Vec::new()))
+                .collect();
+            if !claims.is_empty() {
+                info!(
+                    claims = claims.len(),
+                    "no checkpoint: the CDI specs present are taken as prepared claims"
+                );
+            }
+            let (file, record) = (checkpoint_file.to_path_buf(), claims.clone());
+            match tokio::task::spawn_blocking(move || checkpoint::save(&file, &record)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    warn!(checkpoint = %checkpoint_file.display(), "cannot write the checkpoint: {e}")
+                }
+                Err(e) => warn!("writing the checkpoint failed: {e}"),
+            }
+            claims
+        }
+        Err(e) => {
+            warn!(cdi = %cdi_dir.display(), "cannot list the CDI directory: {e}");
+            PreparedClaims::new()
+        }
+    }
+}
+
+/// One sweep of orphaned CDI specs; a failure is logged and retried at the next one.
+async fn sweep(service: &DraNodeService) {
+    if let Err(e) = service.sweep_orphaned_specs().await {
+        warn!("sweeping orphaned CDI specs failed: {e}");
+    }
 }
 
 /// Resolves once `stop` turns true (or its sender is gone).
@@ -316,6 +423,9 @@ struct SliceLoop {
     snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
     devices: watch::Sender<Vec<Device>>,
     publisher: Option<SlicePublisher>,
+    /// Follows what the slice carries: the publisher's last write, or without a publisher the
+    /// devices as offered.
+    published: Published,
     interval: Duration,
 }
 
@@ -337,7 +447,11 @@ impl SliceLoop {
                     changed
                 });
                 if let Some(p) = self.publisher.as_mut() {
-                    match p.offer(&wanted).await {
+                    let offered = p.offer(&wanted).await;
+                    if let Some(written) = p.published() {
+                        self.published.set_from_devices(written);
+                    }
+                    match offered {
                         Ok(_) if failing => {
                             info!("ResourceSlice publishing works again");
                             failing = false;
@@ -349,6 +463,8 @@ impl SliceLoop {
                         }
                         Err(_) => {}
                     }
+                } else {
+                    self.published.set_from_devices(&wanted);
                 }
             }
             tokio::select! {

@@ -3,7 +3,8 @@
 //! * registers with the kubelet's plugin watcher as a `DRAPlugin` ([`registration`]) and serves
 //!   the DRA v1 node service ([`node`]) on Unix sockets ([`server`]);
 //! * prepares a claim by reading its allocation ([`claims`]) and writing a CDI spec with the
-//!   device plugin's container environment ([`cdi`]);
+//!   device plugin's container environment ([`cdi`]), recorded in a checkpoint that also tells
+//!   which of carma's specs are orphans ([`checkpoint`]);
 //! * publishes the node's GPUs as one ResourceSlice ([`mod@slice`], [`publisher`]): memory as
 //!   consumable capacity, the utilization gate and health as device taints ([`taints`]);
 //! * samples the GPUs with the device plugin's backends and telemetry windows (shared code in
@@ -13,6 +14,7 @@
 
 pub mod authority;
 pub mod cdi;
+pub mod checkpoint;
 pub mod claims;
 pub mod config;
 pub mod driver;

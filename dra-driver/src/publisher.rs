@@ -123,6 +123,23 @@ impl SlicePublisher {
         self
     }
 
+    /// The devices of the last write the API server accepted; `None` before the first.
+    pub fn published(&self) -> Option<&[Device]> {
+        self.last.as_deref()
+    }
+
+    /// The devices of this node's slice as stored now (written by an earlier run of the driver),
+    /// `None` when there is no slice.
+    pub async fn stored_devices(&self) -> Result<Option<Vec<Device>>, PublishError> {
+        let name = slice_name(&self.node);
+        let stored = self
+            .slices
+            .get_opt(&name)
+            .await
+            .map_err(|source| PublishError::Read { name, source })?;
+        Ok(stored.map(|s| s.spec.devices.unwrap_or_default()))
+    }
+
     /// Write `devices` if they differ from the last write and the interval allows, or re-apply
     /// them unchanged once `resync` has passed; returns the new generation written, `None` when
     /// none was. Once the devices are withdrawn every offer fails with

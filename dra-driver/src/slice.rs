@@ -21,6 +21,8 @@ use crate::taints::{EFFECT_NO_SCHEDULE, Taint};
 
 /// Name of the capacity booked by each claim, in MiB quantities.
 pub use carma_api::dra::CAPACITY_MEMORY;
+/// Name of the device attribute holding the GPU's UUID.
+pub const ATTRIBUTE_UUID: &str = "uuid";
 /// Name of the capacity that bounds the number of sharers.
 pub const CAPACITY_SLOTS: &str = "slots";
 
@@ -71,7 +73,7 @@ pub fn devices(
             let s = &g.sample;
             let total_mib = s.memory_total_bytes / MIB;
             let attrs = [
-                ("uuid", string_attr(&s.uuid)),
+                (ATTRIBUTE_UUID, string_attr(&s.uuid)),
                 ("model", string_attr(&s.model)),
                 ("gateRule", string_attr(g.gate_rule.as_str())),
                 (

@@ -9,6 +9,7 @@ use std::time::Duration;
 use carma_device_plugin::backends::simulated::simulated_uuid;
 use carma_device_plugin::config::{BackendKind, SimulatedGpus};
 use carma_device_plugin::registration::uds_channel;
+use carma_dra_driver::checkpoint::{self, PreparedClaims};
 use carma_dra_driver::claims::StaticClaims;
 use carma_dra_driver::proto::dra::dra_plugin_client::DraPluginClient;
 use carma_dra_driver::proto::dra::{
@@ -88,6 +89,14 @@ fn kubelet_claim(name: &str, uid: &str) -> Claim {
 }
 
 async fn start(dir: &std::path::Path, claims: &StaticClaims) -> RunningDriver {
+    start_with(dir, claims, |_| {}).await
+}
+
+async fn start_with(
+    dir: &std::path::Path,
+    claims: &StaticClaims,
+    tweak: impl FnOnce(&mut Config),
+) -> RunningDriver {
     let mut config = Config::new(NODE, BackendKind::Simulated);
     config.simulated_gpus = SimulatedGpus {
         count: 4,
@@ -97,6 +106,7 @@ async fn start(dir: &std::path::Path, claims: &StaticClaims) -> RunningDriver {
     config.plugin_dir = dir.join("plugins/gpu.carma.io");
     config.cdi_dir = dir.join("cdi");
     config.sample_interval = Duration::from_millis(100);
+    tweak(&mut config);
     let deps = Dependencies {
         claims: Some(Arc::new(claims.clone())),
         ..Default::default()
@@ -229,6 +239,9 @@ async fn prepare_answers_cdi_names_and_writes_the_spec_then_unprepare_removes_it
         [[
             format!("CARMA_ASSIGNED_GPUS={uuid1}"),
             "CARMA_RESERVED_MIB=12288".to_string(),
+            // Bytes; alone on its GPU, the limit is the reservation.
+            "NVIDIA_GPU_MEMORY_LIMIT=12884901888".to_string(),
+            "NVIDIA_GPU_MEMORY_REQUEST=12884901888".to_string(),
             format!("NVIDIA_VISIBLE_DEVICES={uuid1}"),
         ]]
     );
@@ -284,6 +297,201 @@ async fn prepare_answers_cdi_names_and_writes_the_spec_then_unprepare_removes_it
         .into_inner();
     assert_eq!(again.claims.len(), 2);
     assert!(again.claims.values().all(|c| c.error.is_empty()));
+    driver.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_subrequest_is_answered_under_its_parent_request() {
+    // A `firstAvailable` request `train` whose subrequest `big` was chosen: the allocation result
+    // names `train/big`, but a container's `resources.claims[].request` names `train`, and the
+    // kubelet matches the answer's request names exactly against that.
+    let dir = tempfile::tempdir().unwrap();
+    let claims = StaticClaims::default();
+    claims.insert(claim(
+        "fa",
+        "uid-fa",
+        &[
+            (
+                "gpu.carma.io",
+                NODE,
+                "gpu-2",
+                "train/big",
+                Some("8Gi"),
+                None,
+            ),
+            ("gpu.carma.io", NODE, "gpu-0", "eval", Some("2Gi"), None),
+        ],
+    ));
+    let driver = start(dir.path(), &claims).await;
+    let mut kubelet = DraPluginClient::new(uds_channel(driver.dra_socket()).await.unwrap());
+    let answer = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kubelet_claim("fa", "uid-fa")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let fa = &answer.claims["uid-fa"];
+    assert_eq!(fa.error, "");
+    let got: Vec<(&str, Vec<String>, Vec<String>)> = fa
+        .devices
+        .iter()
+        .map(|d| {
+            (
+                d.device_name.as_str(),
+                d.request_names.clone(),
+                d.cdi_device_ids.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "gpu-2",
+                vec!["train".to_string()],
+                // The CDI name keeps the subrequest: it only has to be unique in the claim.
+                vec!["gpu.carma.io/claim=uid-fa-train.big-gpu-2".to_string()]
+            ),
+            (
+                "gpu-0",
+                vec!["eval".to_string()],
+                vec!["gpu.carma.io/claim=uid-fa-eval-gpu-0".to_string()]
+            ),
+        ]
+    );
+    driver.shutdown().await;
+}
+
+/// Poll `done` for up to 10 s.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not within 10 s: {what}");
+}
+
+#[tokio::test]
+async fn orphaned_carma_specs_are_removed_at_start_and_periodically_and_nobody_elses() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdi = dir.path().join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    let file = |name: &str| cdi.join(name);
+    let kept = file("gpu.carma.io-claim_uid-kept.json");
+    let orphan = file("gpu.carma.io-claim_uid-gone.json");
+    let torn = file("gpu.carma.io-claim_uid-torn.json.tmp");
+    let others = [
+        file("nvidia.com-gpu.json"),
+        file("nvidia.yaml"),
+        file("k8s.gpu.nvidia.com-claim_uid-gone.json"),
+    ];
+    for f in [&kept, &orphan, &torn].into_iter().chain(&others) {
+        std::fs::write(f, b"{}").unwrap();
+    }
+    // A claim prepared before a restart, as the checkpoint records it.
+    checkpoint::save(
+        &checkpoint::checkpoint_path(&dir.path().join("plugins/gpu.carma.io")),
+        &PreparedClaims::from([("uid-kept".to_string(), Vec::new())]),
+    )
+    .unwrap();
+    let claims = StaticClaims::default();
+    claims.insert(claim(
+        "live",
+        "uid-live",
+        &[("gpu.carma.io", NODE, "gpu-1", "gpu", Some("4Gi"), None)],
+    ));
+    let driver = start_with(dir.path(), &claims, |c| {
+        c.cdi_sweep_interval = Duration::from_millis(200);
+    })
+    .await;
+    // At start, before the first call is served.
+    assert!(!orphan.exists(), "an orphaned spec is removed at start");
+    assert!(!torn.exists(), "a torn temporary spec is removed at start");
+    assert!(kept.exists(), "a checkpointed claim keeps its spec");
+    assert_eq!(driver.prepared().claim_uids(), ["uid-kept"]);
+
+    let mut kubelet = DraPluginClient::new(uds_channel(driver.dra_socket()).await.unwrap());
+    let answer = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kubelet_claim("live", "uid-live")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.claims["uid-live"].error, "");
+    let live = file("gpu.carma.io-claim_uid-live.json");
+    // Periodically: a spec left behind later goes too, the prepared ones stay.
+    let late = file("gpu.carma.io-claim_uid-late.json");
+    std::fs::write(&late, b"{}").unwrap();
+    eventually("the late orphan is swept", || !late.exists()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(live.exists() && kept.exists());
+    for f in &others {
+        assert!(f.exists(), "{} is not carma's", f.display());
+    }
+    driver.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_restarted_driver_keeps_the_specs_of_the_claims_it_prepared() {
+    let dir = tempfile::tempdir().unwrap();
+    let claims = StaticClaims::default();
+    claims.insert(claim(
+        "train",
+        "uid-t",
+        &[("gpu.carma.io", NODE, "gpu-2", "gpu", Some("6Gi"), None)],
+    ));
+    let fast = |c: &mut Config| c.cdi_sweep_interval = Duration::from_millis(100);
+    let driver = start_with(dir.path(), &claims, fast).await;
+    let mut kubelet = DraPluginClient::new(uds_channel(driver.dra_socket()).await.unwrap());
+    let answer = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kubelet_claim("train", "uid-t")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.claims["uid-t"].error, "");
+    driver.shutdown().await;
+
+    // The kubelet does not prepare a running claim again after a restart.
+    let spec = dir.path().join("cdi/gpu.carma.io-claim_uid-t.json");
+    let driver = start_with(dir.path(), &claims, fast).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        spec.exists(),
+        "the spec of a prepared claim survives restart and sweeps"
+    );
+    assert_eq!(driver.prepared().claim_uids(), ["uid-t"]);
+    let ctx = driver.prepared().sample_context();
+    assert_eq!(
+        ctx.pods_by_gpu[&simulated_uuid(NODE, 2)][0].reserved_mib,
+        6144,
+        "the load on the GPU is known again"
+    );
+    let mut kubelet = DraPluginClient::new(uds_channel(driver.dra_socket()).await.unwrap());
+    let gone = kubelet
+        .node_unprepare_resources(NodeUnprepareResourcesRequest {
+            claims: vec![kubelet_claim("train", "uid-t")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(gone.claims["uid-t"].error, "");
+    assert!(!spec.exists());
+    driver.shutdown().await;
+
+    // Without a checkpoint (a driver that kept none), the specs present are adopted, not swept.
+    std::fs::remove_file(dir.path().join("plugins/gpu.carma.io/checkpoint.json")).unwrap();
+    let old = dir.path().join("cdi/gpu.carma.io-claim_uid-old.json");
+    std::fs::write(&old, b"{}").unwrap();
+    let driver = start_with(dir.path(), &claims, fast).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(old.exists());
+    assert_eq!(driver.prepared().claim_uids(), ["uid-old"]);
     driver.shutdown().await;
 }
 

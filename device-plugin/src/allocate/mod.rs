@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use carma_core::memory_limit::{GpuMemory, container_memory_limit_mib};
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
@@ -31,8 +32,9 @@ use crate::proto::{
 };
 
 pub use response::{
-    CDI_KIND, ENV_MPS_LOG_DIRECTORY, ENV_MPS_MEM_LIMIT, ENV_MPS_PIPE_DIRECTORY,
-    ENV_MPS_THREAD_PERCENTAGE, MPS_SHM_MOUNT, container_response, preferred_ids,
+    CDI_KIND, ENV_GPU_MEMORY_LIMIT, ENV_GPU_MEMORY_REQUEST, ENV_MPS_LOG_DIRECTORY,
+    ENV_MPS_MEM_LIMIT, ENV_MPS_PIPE_DIRECTORY, ENV_MPS_THREAD_PERCENTAGE, MPS_SHM_MOUNT,
+    container_response, preferred_ids,
 };
 pub use select::{NoMatch, Progress, Selected, select_container, select_pod};
 
@@ -51,6 +53,8 @@ pub struct Allocator {
     serial: tokio::sync::Mutex<()>,
     /// GPUs present on this node (UUIDs), to reject assignments naming other GPUs.
     gpus: Arc<parking_lot::RwLock<Vec<String>>>,
+    /// Total memory of the GPUs (UUID → MiB), for the containers' memory limits.
+    gpu_memory: Arc<parking_lot::RwLock<HashMap<String, u64>>>,
 }
 
 /// How long a locally remembered allocation is kept (long after the annotation is visible).
@@ -110,7 +114,49 @@ impl Allocator {
             progress: Mutex::new(HashMap::new()),
             serial: tokio::sync::Mutex::new(()),
             gpus,
+            gpu_memory: Arc::default(),
         }
+    }
+
+    /// Read the GPUs' total memory (UUID → MiB) from `gpu_memory`, kept current by the sampler,
+    /// to bound each container's memory limit ([`carma_core::memory_limit`]). Without it (or
+    /// for a GPU not in it) a container's limit is its reservation.
+    pub fn with_gpu_memory(
+        mut self,
+        gpu_memory: Arc<parking_lot::RwLock<HashMap<String, u64>>>,
+    ) -> Self {
+        self.gpu_memory = gpu_memory;
+        self
+    }
+
+    /// The memory limit of `pod`'s container on `gpus` ([`carma_core::memory_limit`]): the
+    /// others on each GPU are every other pod of this node assigned to it that has not ended,
+    /// admitted or not.
+    fn memory_limit_mib(
+        &self,
+        pods: &[PodInfo],
+        pod: &PodInfo,
+        reservation_mib: u64,
+        gpus: &[String],
+    ) -> u64 {
+        let totals = self.gpu_memory.read();
+        container_memory_limit_mib(
+            reservation_mib,
+            gpus.iter().map(|gpu| GpuMemory {
+                // Unknown total: nothing to bound the reservation by.
+                total_mib: totals.get(gpu).copied().unwrap_or(u64::MAX),
+                others_reserved_mib: pods
+                    .iter()
+                    .filter(|p| {
+                        p.uid != pod.uid && p.node_name.as_deref() == Some(self.node.as_str())
+                    })
+                    .filter(|p| p.occupies_gpus())
+                    .filter_map(|p| p.assignment())
+                    .filter(|a| a.gpus.contains(gpu))
+                    .map(|a| a.estimate.mib)
+                    .sum(),
+            }),
+        )
     }
 
     fn skip_set(&self) -> HashSet<String> {
@@ -247,17 +293,28 @@ impl Allocator {
             "ok"
         };
         self.metrics.allocation(result);
+        let limit_mib = self.memory_limit_mib(&pods, &pod, assignment.estimate.mib, &gpus);
+        if limit_mib < assignment.estimate.mib {
+            warn!(pod = %pod.key(), reserved_mib = assignment.estimate.mib, limit_mib,
+                "the other pods on its GPUs reserve so much that this container's memory limit is below its reservation");
+        }
         info!(
             pod = %pod.key(),
             container = selected.container,
             of = pod.gpu_containers.len(),
             gpus = %gpus.join(","),
             reserved_mib = assignment.estimate.mib,
+            limit_mib,
             requested = ?ids,
             mps = self.mps.is_some(),
             "Allocate: exposing the container's assigned GPUs"
         );
-        Ok(container_response(&assignment, &gpus, self.mps.as_ref()))
+        Ok(container_response(
+            &assignment,
+            &gpus,
+            self.mps.as_ref(),
+            limit_mib,
+        ))
     }
 
     /// Serve GetPreferredAllocation: prefer replicas of the GPUs the pending pod's next container

@@ -20,13 +20,20 @@ pub const ENV_MPS_THREAD_PERCENTAGE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 pub const ENV_MPS_PIPE_DIRECTORY: &str = "CUDA_MPS_PIPE_DIRECTORY";
 /// MPS: directory of the control daemon's logs.
 pub const ENV_MPS_LOG_DIRECTORY: &str = "CUDA_MPS_LOG_DIRECTORY";
+/// The container's GPU memory reservation per GPU, in bytes.
+pub const ENV_GPU_MEMORY_REQUEST: &str = "NVIDIA_GPU_MEMORY_REQUEST";
+/// The container's GPU memory limit per GPU, in bytes ([`carma_core::memory_limit`]).
+pub const ENV_GPU_MEMORY_LIMIT: &str = "NVIDIA_GPU_MEMORY_LIMIT";
 /// Where a container sees the MPS server's shared memory.
 pub const MPS_SHM_MOUNT: &str = "/dev/shm";
 
 /// The container response exposing exactly `assignment`'s GPUs.
 ///
 /// Environment: `NVIDIA_VISIBLE_DEVICES` and `CARMA_ASSIGNED_GPUS` = the UUIDs comma-separated,
-/// `CARMA_RESERVED_MIB` = the per-GPU reservation. With MPS: `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` in
+/// `CARMA_RESERVED_MIB` = the per-GPU reservation; `NVIDIA_GPU_MEMORY_REQUEST` = that reservation
+/// and `NVIDIA_GPU_MEMORY_LIMIT` = `memory_limit_mib` (the caller's [`carma_core::memory_limit`]),
+/// both in bytes (NVIDIA documents no format for these names, so carma uses bytes, the unit of
+/// NVML's memory figures). With MPS: `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` = that limit in
 /// the ordinal form `0=<MiB>M,1=<MiB>M,…` (ordinals are the container's own CUDA devices, i.e. the
 /// assigned GPUs; every GPU of a pod carries the same per-GPU reservation, so their enumeration order
 /// does not matter, and the ordinal form is the one MPS is known to honour), and
@@ -37,6 +44,7 @@ pub fn container_response(
     assignment: &Assignment,
     gpus: &[String],
     mps: Option<&MpsConfig>,
+    memory_limit_mib: u64,
 ) -> ContainerAllocateResponse {
     let uuids = gpus.join(",");
     let mut envs = HashMap::new();
@@ -46,10 +54,18 @@ pub fn container_response(
         ENV_RESERVED_MIB.to_string(),
         assignment.estimate.mib.to_string(),
     );
+    envs.insert(
+        ENV_GPU_MEMORY_REQUEST.to_string(),
+        assignment.estimate.mib.saturating_mul(MIB).to_string(),
+    );
+    envs.insert(
+        ENV_GPU_MEMORY_LIMIT.to_string(),
+        memory_limit_mib.saturating_mul(MIB).to_string(),
+    );
     let mut mounts = Vec::new();
     if let Some(mps) = mps {
         let limit = (0..gpus.len())
-            .map(|i| format!("{i}={}M", assignment.estimate.mib))
+            .map(|i| format!("{i}={memory_limit_mib}M"))
             .collect::<Vec<_>>()
             .join(",");
         envs.insert(ENV_MPS_MEM_LIMIT.to_string(), limit);
@@ -97,6 +113,8 @@ pub fn container_response(
         ..Default::default()
     }
 }
+
+const MIB: u64 = 1024 * 1024;
 
 /// Replica IDs kubelet should prefer for one container.
 ///
@@ -176,15 +194,17 @@ mod tests {
     #[test]
     fn response_exposes_exactly_the_assigned_gpus() {
         let a = &assignment();
-        let r = container_response(a, &a.gpus, None);
+        let r = container_response(a, &a.gpus, None, 6000);
         assert_eq!(r.envs[ENV_VISIBLE_DEVICES], "GPU-a,GPU-b");
         assert_eq!(r.envs[ENV_ASSIGNED_GPUS], "GPU-a,GPU-b");
         assert_eq!(r.envs[ENV_RESERVED_MIB], "6000");
+        assert_eq!(r.envs[ENV_GPU_MEMORY_REQUEST], (6000u64 << 20).to_string());
+        assert_eq!(r.envs[ENV_GPU_MEMORY_LIMIT], (6000u64 << 20).to_string());
         assert!(!r.envs.contains_key(ENV_MPS_MEM_LIMIT));
         let cdi: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(cdi, ["nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"]);
         let mps = MpsConfig::with_defaults();
-        let r = container_response(a, &a.gpus, Some(&mps));
+        let r = container_response(a, &a.gpus, Some(&mps), 6000);
         assert_eq!(r.envs[ENV_MPS_MEM_LIMIT], "0=6000M,1=6000M");
         // SMs unlimited by default: a pod alone on its GPU is not held to 1/replicas of it.
         assert!(!r.envs.contains_key(ENV_MPS_THREAD_PERCENTAGE));
@@ -209,11 +229,11 @@ mod tests {
             active_thread_percentage: Some(50),
             ..MpsConfig::with_defaults()
         };
-        let r = container_response(a, &a.gpus, Some(&capped));
+        let r = container_response(a, &a.gpus, Some(&capped), 6000);
         assert_eq!(r.envs[ENV_MPS_THREAD_PERCENTAGE], "50");
         let mut alone = a.clone();
         alone.exclusive = true;
-        let r = container_response(&alone, &alone.gpus, Some(&capped));
+        let r = container_response(&alone, &alone.gpus, Some(&capped), 6000);
         assert!(!r.envs.contains_key(ENV_MPS_THREAD_PERCENTAGE));
     }
 
