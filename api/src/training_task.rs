@@ -64,32 +64,60 @@ use carma_core::{Policy, RecoveryConfig};
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.message",
+        description = "What the task does or waits for: why its attempt is not scheduled or cannot start, what it runs, why it failed"
     )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct TrainingTaskSpec {
-    /// Number of GPUs each attempt needs, all on one node.
+    /// GPUs each attempt needs, all on one node (1 to 16; default 1). The first container of each
+    /// attempt pod gets this many `carma.io/gpu` (or a DRA claim for them); a task that needs more
+    /// than one node's GPUs never schedules.
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 16))]
     pub gpus: u32,
-    /// Pod template of an attempt. carma sets the scheduler, the carma.io/gpu request on the first container, the annotations and the owner reference.
+    /// Pod template of each attempt pod (a core/v1 PodTemplateSpec: `metadata` and `spec`, as in a
+    /// Deployment); `spec.containers` must not be empty. The first container is the training
+    /// process: its exit code and termination message tell success, a GPU out-of-memory crash and
+    /// other failures apart. carma sets `schedulerName` (carma-scheduler), `restartPolicy: Never`,
+    /// the `carma.io/gpu` limit and `terminationMessagePolicy: FallbackToLogsOnError` on the first
+    /// container, the `carma.io/*` annotations, the labels `carma.io/task`, `carma.io/attempt` and
+    /// `app.kubernetes.io/managed-by`, the owner reference and, for recovery attempts (or with
+    /// `expectedDurationSeconds`), the priority class; a `nodeName` is dropped
+    /// (the extender chooses the node and GPUs). Set host memory requests and limits here: a
+    /// container killed for host memory (OOMKilled) is not a GPU out-of-memory crash.
     #[schemars(schema_with = "pod_template_schema")]
     pub template: PodTemplateSpec,
-    /// Model description for the GPUMemNet estimator, written to the pod as the carma.io/model-profile annotation.
+    /// The model, for the memory estimate the first attempt reserves (GPUMemNet, or the analytic
+    /// bound, or a traced step): written to each attempt pod as the `carma.io/model-profile`
+    /// annotation, and the key under which finished attempts' memory peaks are recorded so that
+    /// later runs of the same model reserve what it used. `python -m carma_profile` prints it from
+    /// the model itself. Without it and without `gpuMemory` each attempt reserves whole GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_profile: Option<ModelProfile>,
-    /// Explicit per-GPU memory reservation (Kubernetes quantity, e.g. 12Gi); overrides the estimate for the first attempt.
+    /// Per-GPU memory the first attempt reserves, as a Kubernetes quantity (e.g. `12Gi`, `12000Mi`);
+    /// when set, no estimate is made. After a GPU out-of-memory crash the next attempt reserves
+    /// more (see `recovery`). Written to the pod as `carma.io/gpu-memory`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"))]
     pub gpu_memory: Option<String>,
-    /// Placement policy; the extender's default when unset.
+    /// How the scheduler extender chooses GPUs for this task's attempt pods (written to them as the
+    /// `carma.io/policy` annotation); unset: the extender's default. The CRD describes each value
+    /// with `policy_description`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<PolicyName>")]
     pub policy: Option<Policy>,
-    /// Run every attempt on GPUs of its own.
+    /// Run every attempt on GPUs of its own, shared with no other pod (default false): no memory
+    /// estimate is needed and an out-of-memory crash is not retried with a larger reservation (the
+    /// task fails: the job does not fit the GPU). Without it, attempts share GPUs, and after
+    /// `recovery.exclusiveAfterOoms` crashes the next attempt runs alone anyway.
     #[serde(default)]
     pub exclusive: bool,
-    /// How crashed attempts are retried.
+    /// How crashed attempts are retried; unset fields take the operator's defaults.
     #[serde(default)]
     pub recovery: RecoverySpec,
     /// How long the task runs with its GPUs to itself, in seconds, as its user expects. Under the operator's queue order (the chart's queueOrder) the attempt pods get the matching carma-queue-* priority class, so that kube-scheduler tries them before tasks that declare nothing and, under short-then-longest, short tasks before long ones. Once an attempt has run longer than this, the task's later attempts get no such class (and a Warning Event says so). Unset keeps the pod's priority.
@@ -286,16 +314,54 @@ impl JsonSchema for PolicyName {
     }
 
     // One variant per name, as schemars derives a documented enum; the CRD lists them as an
-    // `enum` of strings.
+    // `enum` of strings, and its description says what each does (a structural schema keeps no
+    // per-value description).
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let variants: Vec<serde_json::Value> = Policy::ALL
             .iter()
             .map(|p| serde_json::json!({"type": "string", "const": p}))
             .collect();
         schemars::json_schema!({
-            "description": "Placement policy names.",
+            "description": policy_description(),
             "oneOf": variants,
         })
+    }
+}
+
+/// What `spec.policy` accepts and does, one clause per policy in [`Policy::ALL`]'s order.
+fn policy_description() -> String {
+    let values: Vec<String> = Policy::ALL
+        .iter()
+        .map(|p| format!("`{p}`: {}", policy_effect(*p)))
+        .collect();
+    format!(
+        "How the scheduler extender chooses GPUs for this task's attempt pods (their \
+         carma.io/policy annotation). Except under `pack`, a pod that can have idle GPUs gets them \
+         to itself; otherwise it shares GPUs that pass the memory test (free memory minus what is \
+         booked covers its reservation plus a margin) and the utilization gate, in the policy's \
+         order. {}. Unset: the extender's default, the chart's placement.policy (`{}` unless \
+         changed).",
+        values.join("; "),
+        Policy::DEFAULT
+    )
+}
+
+/// One policy's effect, for [`policy_description`]. Exhaustive, so a new policy is described.
+fn policy_effect(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Exclusive => "never share, wait for idle GPUs",
+        Policy::Ff => "first fit, the lowest GPU index",
+        Policy::Bf => "best fit, the GPU with the least free memory that still fits",
+        Policy::Magm => "the GPU with the most available memory",
+        Policy::Lug => "the least utilized GPU (lowest SM activity)",
+        Policy::Rr => {
+            "round robin over GPUs, without the memory test or the gate (an attempt that runs out \
+             of GPU memory is retried by recovery)"
+        }
+        Policy::Pack => {
+            "carma's own: share first where the pod's expected SM activity fits beside what the GPU \
+             already runs, then take idle GPUs, keeping them for pods that cannot share"
+        }
     }
 }
 
@@ -303,24 +369,31 @@ impl JsonSchema for PolicyName {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoverySpec {
-    /// Attempts in all, the first included (default 5).
+    /// Attempts in all, the first included, before the task is Failed (1 to 50; default 5).
+    /// Evictions and preemptions do not count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 50))]
     pub max_attempts: Option<u32>,
-    /// After this many out-of-memory crashes the next attempt runs on exclusive GPUs (default 2).
+    /// After this many GPU out-of-memory crashes the next attempt runs on GPUs of its own, at
+    /// recovery priority (default 2). A crash on GPUs of its own fails the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive_after_ooms: Option<u32>,
-    /// MiB added to an observed peak when growing the reservation (default 1024).
+    /// MiB added to the crashed attempt's observed memory peak when the next reservation is
+    /// grown (default 1024). The next reservation is the larger of that and the first of
+    /// GPUMemNet's class edges (8000, 16000, … 50000 MiB) above the reservation that crashed.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         rename = "headroomMiB"
     )]
     pub headroom_mib: Option<u64>,
-    /// Retries after failures that are not out-of-memory crashes (default 0).
+    /// Retries, at the same reservation, after failures that are not GPU out-of-memory crashes or
+    /// evictions: a non-zero exit, a container killed for host memory (default 0: such a failure
+    /// fails the task).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries_on_failure: Option<u32>,
-    /// First backoff before a retry in seconds, doubled per attempt (default 10).
+    /// Seconds to wait before the next attempt after a crash or failure, doubled with each attempt
+    /// used and capped at 300 (default 10; 0 retries at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_seconds: Option<u64>,
 }
@@ -377,13 +450,21 @@ pub struct TrainingTaskStatus {
     /// When the next attempt may be created (RFC 3339), while backing off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<String>,
-    /// Human-readable summary of the last transition.
+    /// What the task does or waits for, for a person (the `Message` column of `kubectl get
+    /// trainingtasks`): while its attempt is Pending, why — kube-scheduler's reasons when no node
+    /// fits (carma's per-node reasons among them, cut to 512 bytes with a count of what was left
+    /// out), or the container that cannot start and kubelet's reason (ErrImagePull,
+    /// ImagePullBackOff, InvalidImageName, CreateContainerConfigError); then the node it runs on,
+    /// or how it ended and what comes next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Generation of the spec last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Conditions (Scheduled, Running, Recovering, Succeeded, Failed).
+    /// Conditions. Of the current attempt: Scheduled (False with reason Unschedulable and the
+    /// scheduler's message while no node fits it) and AttemptStarted (False with kubelet's reason,
+    /// e.g. ImagePullBackOff, while a container cannot start). Of the task's phase: Running,
+    /// Recovering, Succeeded, Failed.
     #[serde(default)]
     pub conditions: Vec<TaskCondition>,
 }
@@ -507,7 +588,7 @@ pub struct EstimateStatus {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskCondition {
-    /// Condition type: Scheduled, Running, Recovering, Succeeded or Failed.
+    /// Condition type: Scheduled, AttemptStarted, Running, Recovering, Succeeded or Failed.
     #[serde(rename = "type")]
     pub type_: String,
     /// True, False or Unknown.
@@ -526,6 +607,68 @@ pub struct TaskCondition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec_schema() -> serde_json::Value {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(TrainingTask::crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone()
+    }
+
+    /// `(path, description)` of every property under `schema`, depth first.
+    fn descriptions(schema: &serde_json::Value, path: &str, out: &mut Vec<(String, String)>) {
+        let Some(props) = schema["properties"].as_object() else {
+            return;
+        };
+        for (name, prop) in props {
+            let here = format!("{path}.{name}");
+            let text = prop["description"].as_str().unwrap_or("").to_string();
+            out.push((here.clone(), text));
+            descriptions(prop, &here, out);
+            descriptions(&prop["items"], &format!("{here}[]"), out);
+        }
+    }
+
+    #[test]
+    fn every_spec_field_is_described_and_policy_names_each_value() {
+        let spec = spec_schema();
+        let mut all = Vec::new();
+        descriptions(&spec, "spec", &mut all);
+        assert!(all.len() > 20, "{all:?}");
+        for (path, text) in &all {
+            assert!(
+                text.len() >= 10,
+                "{path} has no useful description: {text:?}"
+            );
+        }
+        let policy = spec["properties"]["policy"]["description"]
+            .as_str()
+            .unwrap();
+        for p in Policy::ALL {
+            assert!(
+                policy.contains(&format!("`{p}`: ")),
+                "{p} undescribed: {policy}"
+            );
+        }
+        assert!(
+            policy.contains(&format!("(`{}` unless changed)", Policy::DEFAULT)),
+            "{policy}"
+        );
+    }
+
+    #[test]
+    fn kubectl_get_shows_the_message() {
+        use kube::CustomResourceExt;
+        let crd = TrainingTask::crd();
+        let columns = crd.spec.versions[0]
+            .additional_printer_columns
+            .clone()
+            .unwrap_or_default();
+        let message = columns.iter().find(|c| c.name == "Message").unwrap();
+        assert_eq!(message.json_path, ".status.message");
+        assert_eq!(message.type_, "string");
+        // Shown without -o wide.
+        assert_eq!(message.priority, None);
+    }
 
     #[test]
     fn the_crd_accepts_exactly_cores_policies() {
