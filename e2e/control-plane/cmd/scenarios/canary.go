@@ -22,14 +22,16 @@ const canaryNode = "canary-node"
 //	(a) two pods whose estimates over-commit one GPU    → over-commit checker, over-memory
 //	(b) a bound carma pod with an unparsable estimate   → over-commit checker, unparsable-estimate
 //	(c) a bound carma pod without assigned GPUs         → over-commit checker, no-assigned-gpus
-//	(d) an allocation swapped between two running pods  → the admission check
+//	(d) more pods on one GPU than its node's replicas   → over-commit checker, over-replicas
+//	(e) a pod assigned a GPU its GpuNode does not list  → over-commit checker, unknown-gpu
+//	(f) an allocation swapped between two running pods  → the admission check
 //
 // Its pods and GpuNode are then removed so the real checks stay clean.
 func (e *env) scenarioCanary(ctx context.Context, s *summary) {
 	ns := canaryNamespace
 	e.ensureNamespace(ctx, ns)
 	defer e.removeCanary(ctx)
-	gpus, ok := e.plantGpuNode(ctx)
+	gpus, replicas, ok := e.plantGpuNode(ctx)
 	if !ok {
 		return
 	}
@@ -43,6 +45,15 @@ func (e *env) scenarioCanary(ctx context.Context, s *summary) {
 		{"overcommit-b", gpus[0].UUID, over, finding{Kind: findOverMemory, Key: canaryNode + "/" + gpus[0].UUID}},
 		{"bad-estimate", gpus[1].UUID, `{"mib": "lots"`, finding{Kind: findBadEstimate, Key: ns + "/bad-estimate"}},
 		{"no-gpus", "", `{"mib":1024,"source":"override"}`, finding{Kind: findNoAssignedGPUs, Key: ns + "/no-gpus"}},
+		{"unknown-gpu", "GPU-canary-none", `{"mib":1024,"source":"override"}`, finding{Kind: findUnknownGPU, Key: canaryNode + "/GPU-canary-none"}},
+	}
+	// One pod more than the replicas the planted GpuNode advertises, each of a tiny share, on one GPU.
+	crowded := finding{Kind: findOverReplicas, Key: canaryNode + "/" + gpus[2].UUID}
+	for i := 0; i <= replicas; i++ {
+		planted = append(planted, struct {
+			name, gpu, estimate string
+			want                finding
+		}{fmt.Sprintf("crowd-%d", i), gpus[2].UUID, `{"mib":1,"source":"override"}`, crowded})
 	}
 	for _, p := range planted {
 		e.plantBoundPod(ctx, p.name, p.gpu, p.estimate)
@@ -72,11 +83,16 @@ func (e *env) scenarioCanary(ctx context.Context, s *summary) {
 	}
 }
 
-// plantGpuNode publishes a GpuNode for canaryNode with the GPUs of gpu-node-1 under new UUIDs.
-func (e *env) plantGpuNode(ctx context.Context) ([]gpu, bool) {
+// plantGpuNode publishes a GpuNode for canaryNode with the GPUs of gpu-node-1 under new UUIDs; it
+// returns them and the replicas per GPU it advertises (gpu-node-1's).
+func (e *env) plantGpuNode(ctx context.Context) ([]gpu, int, bool) {
 	src, err := e.dyn.Resource(gnGVR).Get(ctx, "gpu-node-1", metav1.GetOptions{})
 	if !e.check(err == nil, "canary: read GpuNode gpu-node-1 as a model (%v)", err) {
-		return nil, false
+		return nil, 0, false
+	}
+	replicas, found, _ := unstructured.NestedInt64(src.Object, "spec", "replicasPerGpu")
+	if !e.check(found && replicas > 0, "canary: GpuNode gpu-node-1 advertises its replicas per GPU (%d)", replicas) {
+		return nil, 0, false
 	}
 	status, _, _ := unstructured.NestedMap(src.Object, "status")
 	list, _, _ := unstructured.NestedSlice(status, "gpus")
@@ -84,7 +100,7 @@ func (e *env) plantGpuNode(ctx context.Context) ([]gpu, bool) {
 	for i, g := range list {
 		m, ok := g.(map[string]any)
 		if !e.check(ok, "canary: GpuNode gpu-node-1 status.gpus[%d] is an object", i) {
-			return nil, false
+			return nil, 0, false
 		}
 		m["uuid"] = fmt.Sprintf("GPU-canary-%d", i)
 		raw, _ := json.Marshal(m)
@@ -102,11 +118,11 @@ func (e *env) plantGpuNode(ctx context.Context) ([]gpu, bool) {
 	}}
 	created, err := e.dyn.Resource(gnGVR).Create(ctx, obj, metav1.CreateOptions{})
 	if !e.check(err == nil, "canary: create GpuNode %s (%v)", canaryNode, err) {
-		return nil, false
+		return nil, 0, false
 	}
 	created.Object["status"] = status
 	_, err = e.dyn.Resource(gnGVR).UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return out, e.check(err == nil && len(out) >= 2, "canary: GpuNode %s lists %d GPUs (%v)", canaryNode, len(out), err)
+	return out, int(replicas), e.check(err == nil && len(out) >= 3, "canary: GpuNode %s lists %d GPUs (%v)", canaryNode, len(out), err)
 }
 
 // plantBoundPod creates a carma GPU pod that no node can take (a node selector nothing matches), with
