@@ -27,9 +27,15 @@ source "$HERE/cluster.sh" # log, die, podrun, start_extender, kill_pod and the s
 
 # ---- process control (also reachable as `run.sh ctl ...` from the scenarios) -----------------------
 
-start_operator() { # start_operator <i>
-  podrun "$WORK/logs/operator-$1.log" "Deployment/$RELEASE-operator" operator "$RELEASE-operator-$1" \
-    "$WORK/sa/operator" --addr "0.0.0.0:8080=127.0.0.1:$(nth "$OP_PORTS" "$1")"
+start_operator() { # start_operator <i>: reaches kube-apiserver through its own hangproxy.py
+  API_PORT="$(nth "$OP_PROXY_PORTS" "$1")" podrun "$WORK/logs/operator-$1.log" "Deployment/$RELEASE-operator" \
+    operator "$RELEASE-operator-$1" "$WORK/sa/operator" --addr "0.0.0.0:8080=127.0.0.1:$(nth "$OP_PORTS" "$1")"
+}
+
+start_operator_proxy() { # start_operator_proxy <i>: hangs while $WORK/hang-operator-<i> exists
+  python3 "$HERE/hangproxy.py" "$(nth "$OP_PROXY_PORTS" "$1")" "$API_PORT" "$WORK/hang-operator-$1" \
+    >>"$WORK/logs/operator-proxy-$1.log" 2>&1 &
+  echo $! >"$WORK/pids/operator-proxy-$1"
 }
 
 start_device_plugin() { # start_device_plugin <i>: the plugin of node gpu-node-<i>
@@ -58,6 +64,8 @@ ctl() {
     start-extender) start_extender ;;
     kill-operator) kill_pod "$2" KILL ;;           # <pod name, e.g. carma-operator-0>
     start-operator) start_operator "${2##*-}" ;;
+    hang-operator-api) touch "$WORK/hang-operator-${2##*-}" ;;   # <pod name>: its API server stops answering
+    unhang-operator-api) rm -f "$WORK/hang-operator-${2##*-}" ;;
     restart-device-plugin) kill_pod "$RELEASE-device-plugin-$2" TERM; start_device_plugin "${2##*-}" ;;
     restart-node) kill_pod "node-$2" TERM; start_node "${2##*-}" ;;
     *) echo "run.sh ctl: unknown verb $1" >&2; exit 2 ;;
@@ -75,13 +83,15 @@ cp_tools
 
 cp_workdir carma-cp
 
-# Free loopback ports: etcd (2), API server, extender (verbs, metrics), 2 operators, one device plugin per node.
-cp_free_ports "$((7 + NODES))"
+# Free loopback ports: etcd (2), API server, extender (verbs, metrics), 2 operators and their API
+# proxies, one device plugin per node.
+cp_free_ports "$((9 + NODES))"
 ETCD_PORT=${PORTS[0]}; ETCD_PEER=${PORTS[1]}; API_PORT=${PORTS[2]}; EXT_PORT=${PORTS[3]}
-OP_PORTS="${PORTS[4]} ${PORTS[5]}"; EXT_METRICS_PORT=${PORTS[6]}; DP_PORTS="${PORTS[*]:7}"
+OP_PORTS="${PORTS[4]} ${PORTS[5]}"; EXT_METRICS_PORT=${PORTS[6]}; OP_PROXY_PORTS="${PORTS[7]} ${PORTS[8]}"
+DP_PORTS="${PORTS[*]:9}"
 cat >"$WORK/env.sh" <<EOF
 WORK=$WORK; BIN=$BIN; CARMA=$CARMA; API_PORT=$API_PORT; EXT_PORT=$EXT_PORT; EXT_METRICS_PORT=$EXT_METRICS_PORT
-OP_PORTS="$OP_PORTS"
+OP_PORTS="$OP_PORTS"; OP_PROXY_PORTS="$OP_PROXY_PORTS"
 DP_PORTS="$DP_PORTS"; HELM=$HELM; KUBECTL=$KUBECTL
 EOF
 
@@ -98,6 +108,8 @@ token_dir operator "$RELEASE-operator"
 log "kube-scheduler (the chart's KubeSchedulerConfiguration), the extender, two operators"
 podrun "$WORK/logs/scheduler.log" "Deployment/$RELEASE-scheduler" kube-scheduler "$RELEASE-scheduler-0" "$WORK/sa/scheduler"
 start_extender
+start_operator_proxy 0
+start_operator_proxy 1
 start_operator 0
 start_operator 1
 

@@ -61,6 +61,11 @@ type summary struct {
 	// The admission check (devices and environment against the assignment), over every pod it read.
 	admissionChecked int
 	swapped          int
+	// The operator hang: when the hung leader stepped down and the other took the Lease (seconds after
+	// the hang began), and how many samples of both replicas' /metrics showed both leading.
+	hangRan                      bool
+	hangDemotedS, hangTakeoverS  float64
+	hangBothLeading, hangSamples int
 	// The canary: faults planted and faults the checker meant for each reported.
 	planted int
 	caught  int
@@ -101,6 +106,7 @@ func main() {
 		{"oom", e.scenarioOOM},
 		{"history", e.scenarioHistory},
 		{"load", e.scenarioLoad},
+		{"hang", e.scenarioOperatorHang},
 		{"policies", e.scenarioPolicies},
 		{"devicemanager", e.scenarioDeviceManager},
 		{"canary", e.scenarioCanary},

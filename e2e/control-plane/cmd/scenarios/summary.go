@@ -74,6 +74,13 @@ func (e *env) judgeRun(ctx context.Context, m *monitor, s *summary) []string {
 	}
 	lines = append(lines, dm)
 
+	hang := "operator-hang: " + notRun
+	if s.hangRan {
+		hang = fmt.Sprintf("operator-hang: the leader whose API server hung stepped down in %.1f s (renew deadline %s), the other took over in %.1f s, %d moments with two leaders in %d samples",
+			s.hangDemotedS, operatorRenewDeadline, s.hangTakeoverS, s.hangBothLeading, s.hangSamples)
+	}
+	lines = append(lines, hang)
+
 	canary := "canary: " + notRun
 	if s.ran["canary"] {
 		canary = fmt.Sprintf("canary: %d of %d planted faults caught", s.caught, s.planted)
