@@ -9,11 +9,18 @@ ci/checks/prometheus.sh can evaluate every query against a real Prometheus. Edit
     python3 tools/gen-dashboards.py --check  # exit 1 when the committed JSON differs
     tools/sync-chart.sh                      # copy them into the chart
 
-Template variables used in queries: $node, $gpu (regex, "All" = .*), $__rate_interval, $__range.
+Template variables used in queries: $job, $node, $gpu, $namespace, $pod (regex, "All" = .*), the
+chart-set constants below ($telemetry_reserve_mib, ...), $__rate_interval, $__range.
+
+Constants the chart sets: a value of the chart (placement.telemetryReserveMiB, ...) that a query needs is
+a `constant` variable whose default is the chart's default (read from charts/carma/values.yaml) and
+whose description names the value; charts/carma/templates/dashboards.yaml replaces the default with the
+release's value when it renders the ConfigMaps, and ci/checks/prometheus.sh checks that it does.
 """
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -21,8 +28,31 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "deploy" / "grafana"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
-GPU_SEL = 'node=~"$node", gpu=~"$gpu"'
-NODE_SEL = 'node=~"$node"'
+JOB_SEL = 'job=~"$job"'
+GPU_SEL = 'job=~"$job", node=~"$node", gpu=~"$gpu"'
+NODE_SEL = 'job=~"$job", node=~"$node"'
+# Per-pod series: the workload pod's namespace and name (the device plugin is scraped with honor_labels).
+POD_SEL = 'job=~"$job", node=~"$node", namespace=~"$namespace", pod=~"$pod"'
+POD_GPU_SEL = GPU_SEL + ', namespace=~"$namespace", pod=~"$pod"'  # carma_pod_gpu_info has the GPU index
+
+# (variable, label, chart value under placement.) of the constants the chart sets; see the docstring.
+CHART_CONSTANTS = [
+    ("telemetry_reserve_mib", "Telemetry reserve (MiB)", "telemetryReserveMiB"),
+    ("memory_margin_mib", "Memory margin (MiB)", "memoryMarginMiB"),
+    ("sm_occupancy_cap", "SM occupancy cap", "smOccupancyCap"),
+    ("dram_activity_cap", "DRAM activity cap", "dramActivityCap"),
+]
+
+
+def chart_default(key: str) -> str:
+    """The chart's default of placement.<key>, read from charts/carma/values.yaml (no YAML parser needed:
+    the placement block is flat)."""
+    text = (ROOT / "charts" / "carma" / "values.yaml").read_text()
+    block = re.search(r"^placement:\n((?:[ #].*\n|\n)*)", text, re.M)
+    m = block and re.search(rf"^  {key}: *([0-9.]+) *$", block.group(1), re.M)
+    if not m:
+        raise SystemExit(f"gen-dashboards: placement.{key} not found in charts/carma/values.yaml")
+    return format(float(m.group(1)), "g")  # as Helm prints the value (Go's %v): 0.40 -> 0.4
 
 
 class Layout:
@@ -106,8 +136,8 @@ def timeseries(title: str, desc: str, targets: list[dict], unit: str = "short", 
 
 
 def stat(title: str, desc: str, expr: str, unit: str = "short", *, thresholds: list[tuple[float, str]] | None = None,
-         decimals: int | None = None, nan_text: str | None = None) -> dict:
-    steps = [{"color": "green", "value": None}] + [{"color": c, "value": v} for v, c in (thresholds or [])]
+         decimals: int | None = None, nan_text: str | None = None, base: str = "green") -> dict:
+    steps = [{"color": base, "value": None}] + [{"color": c, "value": v} for v, c in (thresholds or [])]
     defaults: dict = {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}}
     if decimals is not None:
         defaults["decimals"] = decimals
@@ -167,6 +197,26 @@ def bargauge(title: str, desc: str, targets: list[dict], unit: str = "short", *,
     }
 
 
+def state_timeline(title: str, desc: str, targets: list[dict], mappings: list[dict]) -> dict:
+    """One row per series, coloured by its value through `mappings` (e.g. 1 = open, 0 = closed)."""
+    return {
+        "type": "state-timeline", "title": title, "description": desc, "datasource": DS,
+        "targets": refs(targets),
+        "fieldConfig": {"defaults": {"mappings": mappings, "custom": {"fillOpacity": 80, "lineWidth": 0},
+                                     "color": {"mode": "thresholds"},
+                                     "thresholds": {"mode": "absolute", "steps": [{"color": "text", "value": None}]}},
+                        "overrides": []},
+        "options": {"mergeValues": True, "showValue": "never", "alignValue": "left", "rowHeight": 0.9,
+                    "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom"},
+                    "tooltip": {"mode": "single", "sort": "none"}},
+    }
+
+
+def value_map(*entries: tuple[str, str, str]) -> list[dict]:
+    """Value mapping of exact values: (value, text, colour)."""
+    return [{"type": "value", "options": {v: {"text": t, "color": c, "index": i} for i, (v, t, c) in enumerate(entries)}}]
+
+
 def nan_mapping(text: str) -> list[dict]:
     """Value mapping that shows NaN (e.g. a ratio or quantile with nothing counted) as text."""
     return [{"type": "special", "options": {"match": "nan", "result": {"text": text, "color": "text", "index": 0}}}]
@@ -175,6 +225,13 @@ def nan_mapping(text: str) -> list[dict]:
 def by_name(name: str, props: dict) -> dict:
     return {"matcher": {"id": "byName", "options": name},
             "properties": [{"id": k, "value": v} for k, v in props.items()]}
+
+
+def dashed_line(name: str, color: str) -> dict:
+    """Override drawing the series `name` (a cap, a margin) as a dashed line of its own colour."""
+    return by_name(name, {"color": {"mode": "fixed", "fixedColor": color},
+                          "custom.lineStyle": {"fill": "dash", "dash": [10, 10]},
+                          "custom.fillOpacity": 0, "custom.lineWidth": 2})
 
 
 def by_regex(rx: str, props: dict) -> dict:
@@ -187,10 +244,30 @@ def variables(with_gpu: bool) -> list[dict]:
         "name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
         "current": {}, "hide": 0, "refresh": 1, "regex": "", "includeAll": False, "multi": False,
     }]
+    # Scrape jobs of carma's processes: with the chart's ServiceMonitors, one per component Service
+    # (<release>-device-plugin, ...), so the job picks a carma installation or a component.
+    out.append(query_var("job", "Job", 'label_values({__name__=~"carma_.+"}, job)'))
     if with_gpu:
-        out.append(query_var("node", "Node", "label_values(carma_gpu_memory_total_bytes, node)"))
-        out.append(query_var("gpu", "GPU", 'label_values(carma_gpu_memory_total_bytes{node=~"$node"}, gpu)'))
+        out.append(query_var("node", "Node", 'label_values(carma_gpu_memory_total_bytes{job=~"$job"}, node)'))
+        out.append(query_var("gpu", "GPU", 'label_values(carma_gpu_memory_total_bytes{job=~"$job", node=~"$node"}, gpu)'))
+        out.append(query_var("namespace", "Namespace",
+                             'label_values(carma_pod_gpu_info{job=~"$job", node=~"$node"}, namespace)'))
+        out.append(query_var("pod", "Pod",
+                             'label_values(carma_pod_gpu_info{job=~"$job", node=~"$node", namespace=~"$namespace"}, pod)'))
+        for name, label, key in CHART_CONSTANTS:
+            out.append(constant_var(name, label, key))
     return out
+
+
+def constant_var(name: str, label: str, key: str) -> dict:
+    """A value the chart sets from placement.<key> (charts/carma/templates/dashboards.yaml matches the
+    "name" and replaces "query"; keep the two adjacent, with no braces between them)."""
+    return {
+        "name": name, "label": label, "type": "constant", "query": chart_default(key), "hide": 2,
+        "description": f"Set by the chart from placement.{key} when it renders this dashboard; "
+                       "change it here when the dashboard is imported by hand for a release with another value.",
+        "skipUrlSync": False,
+    }
 
 
 def query_var(name: str, label: str, query: str) -> dict:
@@ -203,7 +280,34 @@ def query_var(name: str, label: str, query: str) -> dict:
     }
 
 
-def dashboard(uid: str, title: str, desc: str, panels: list[dict], with_gpu: bool, links: list[dict]) -> dict:
+def annotation(name: str, expr: str, color: str, title: str, tags: str = "") -> dict:
+    """An annotation from a Prometheus query: a mark at each step where `expr` returns a series.
+    `expr` is `<query> > 0`; ci/checks/prometheus.sh evaluates it and requires data from `<query>`."""
+    assert expr.endswith(" > 0"), expr
+    return {
+        "name": name, "datasource": DS, "enable": True, "hide": False, "iconColor": color,
+        "expr": expr, "step": "1m", "titleFormat": title, "tagKeys": tags, "textFormat": "",
+        "useValueForTime": False,
+    }
+
+
+# Operator events: window 2m at a 1m step, so no increase falls between two steps.
+OOM_CRASHES = annotation(
+    "GPU OOM crashes",
+    f'sum(increase(carma_operator_attempts_total{{{JOB_SEL}, outcome="GpuOutOfMemory"}}[2m])) > 0',
+    "red", "Attempt crashed out of GPU memory")
+OOM_REQUEUES = annotation(
+    "Requeued after OOM",
+    f"sum(increase(carma_operator_oom_recoveries_total{{{JOB_SEL}}}[2m])) > 0",
+    "orange", "Attempt requeued with a larger reservation")
+LEADER_CHANGES = annotation(
+    "Operator leader changes",
+    f"sum(changes(carma_operator_leader{{{JOB_SEL}}}[2m])) > 0",
+    "purple", "An operator replica gained or lost the leader lease")
+
+
+def dashboard(uid: str, title: str, desc: str, panels: list[dict], with_gpu: bool, links: list[dict],
+              annotations: list[dict]) -> dict:
     return {
         "uid": uid, "title": title, "description": desc, "tags": ["carma", "gpu", "kubernetes"],
         "editable": True, "graphTooltip": 1, "schemaVersion": 39, "version": 1, "refresh": "30s",
@@ -211,7 +315,8 @@ def dashboard(uid: str, title: str, desc: str, panels: list[dict], with_gpu: boo
         "fiscalYearStartMonth": 0, "liveNow": False, "weekStart": "",
         "annotations": {"list": [{
             "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
-            "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"}]},
+            "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"}]
+            + annotations},
         "links": links,
         "templating": {"list": variables(with_gpu)},
         "panels": panels,
@@ -220,7 +325,7 @@ def dashboard(uid: str, title: str, desc: str, panels: list[dict], with_gpu: boo
 
 def link(title: str, uid: str) -> dict:
     return {"title": title, "type": "link", "url": f"/d/{uid}", "icon": "dashboard", "keepTime": True,
-            "includeVars": False, "asDropdown": False, "tags": [], "targetBlank": False, "tooltip": ""}
+            "includeVars": True, "asDropdown": False, "tags": [], "targetBlank": False, "tooltip": ""}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -240,7 +345,7 @@ def collocation() -> dict:
                f"sum(1 - carma_gpu_healthy{{{GPU_SEL}}})", thresholds=[(1, "red")]), 4, 4)
     L.add(stat("OOM recoveries", "TrainingTask attempts that crashed out of GPU memory and were requeued "
                "with a larger reservation, in the selected time range (all nodes).",
-               "sum(increase(carma_operator_oom_recoveries_total[$__range]))", decimals=0,
+               "sum(increase(carma_operator_oom_recoveries_total{job=~\"$job\"}[$__range]))", decimals=0,
                thresholds=[(1, "orange"), (5, "red")]), 4, 4)
 
     L.row("Which pods share each GPU")
@@ -250,13 +355,51 @@ def collocation() -> dict:
                      draw="line"), 10, 9)
     L.add(table("Pods per GPU", "Every pod carma placed, the GPU it runs on, and its reserved and observed "
                 "GPU memory (device-plugin per-pod metrics). Reserved − used is the estimator's margin.",
-                [target(f"max by (node, gpu, uuid, namespace, pod) (carma_pod_gpu_info{{{GPU_SEL}}})", instant=True, fmt="table"),
-                 target(f"max by (node, uuid, namespace, pod) (carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}})", instant=True, fmt="table"),
-                 target(f"max by (node, uuid, namespace, pod) (carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}})", instant=True, fmt="table")],
+                [target(f"max by (node, gpu, uuid, namespace, pod) (carma_pod_gpu_info{{{POD_GPU_SEL}}})", instant=True, fmt="table"),
+                 target(f"max by (node, uuid, namespace, pod) (carma_pod_gpu_memory_reserved_bytes{{{POD_SEL}}})", instant=True, fmt="table"),
+                 target(f"max by (node, uuid, namespace, pod) (carma_pod_gpu_memory_used_bytes{{{POD_SEL}}})", instant=True, fmt="table")],
                 exclude=["Time", "Value #A"],
                 rename={"node": "Node", "gpu": "GPU", "uuid": "UUID", "namespace": "Namespace", "pod": "Pod",
                         "Value #B": "Reserved", "Value #C": "Used"},
                 units={"Reserved": "bytes", "Used": "bytes"}, merge=True), 14, 9)
+
+    L.row("Sharing decision per GPU")
+    open_closed = value_map(("1", "open", "green"), ("0", "closed", "red"))
+    L.add(stat("GPUs open to sharing", "GPUs whose utilization gate lets them take another shared pod now "
+               "(carma_gpu_sharing_allowed), of the selected GPUs.",
+               f"sum(carma_gpu_sharing_allowed{{{GPU_SEL}}})", decimals=0), 4, 9)
+    L.add(state_timeline("Sharing decision per GPU",
+                         "The device plugin's utilization gate per GPU over time (carma_gpu_sharing_allowed): open "
+                         "= the GPU may take another shared pod, closed = exclusive pods only. The label rule is the "
+                         "gate its telemetry source allows (smact-smocc-drama, smact-drama, ..., none). Memory, "
+                         "replicas and warm-up are placement's tests, not the gate's.",
+                         [target(f"max by (node, gpu, rule) (carma_gpu_sharing_allowed{{{GPU_SEL}}})",
+                                 "{{node}}/{{gpu}} ({{rule}})")], open_closed), 10, 9)
+    # The reason is derived from the same series the gate reads (the device plugin exports the decision and
+    # its rule, not the reason): unhealthy, no activity telemetry, window filling, or over the caps.
+    allowed = f"carma_gpu_sharing_allowed{{{GPU_SEL}}}"
+    reasons = [
+        (f"{allowed} == 1", "open: below the caps"),
+        (f"({allowed} == 0) and on (node, uuid) (carma_gpu_healthy{{{GPU_SEL}}} == 0)", "closed: GPU unhealthy"),
+        (f'carma_gpu_sharing_allowed{{{GPU_SEL}, rule="none"}} == 0',
+         "closed: no SM-activity telemetry (exclusive pods only)"),
+        (f"({allowed} == 0) unless on (node, uuid) carma_gpu_sm_activity_risk_score{{{GPU_SEL}}}",
+         "closed: risk window still filling"),
+        (f"{allowed} == 0", "closed: SM-activity risk at or above the cap, and SM occupancy (cap $sm_occupancy_cap) "
+                            "or DRAM activity (cap $dram_activity_cap) at or above its cap"),
+    ]
+    reason_expr = " or ignoring (reason) ".join(
+        f'label_replace({e}, "reason", "{text}", "", "")' for e, text in reasons)
+    L.add(table("Sharing decision and reason per GPU",
+                "Per GPU now: the gate's decision, the rule its telemetry allows, and why. The reason is worked "
+                "out from carma_gpu_healthy, the rule and the risk scores in the order the device plugin "
+                "tests them (health, telemetry, window, caps); the SM-activity cap is the device plugin's "
+                "(carma_gpu_sm_activity_cap_ratio), the others are the chart's placement values.",
+                [target(f"max by (node, gpu, rule, reason) ({reason_expr})", instant=True, fmt="table")],
+                exclude=["Time"],
+                rename={"node": "Node", "gpu": "GPU", "rule": "Rule", "reason": "Reason", "Value": "Sharing"},
+                overrides=[by_name("Sharing", {"mappings": open_closed, "custom.cellOptions": {"type": "color-text"}})],
+                sort_by=("Sharing", False)), 10, 9)
 
     L.row("Memory")
     L.add(timeseries("Reserved vs used memory per GPU",
@@ -272,50 +415,53 @@ def collocation() -> dict:
                      "Per pod: reserved GPU memory minus the memory it is observed to use. Negative means the "
                      "estimate was too low (out-of-memory risk for the pod and its neighbours); large positive "
                      "values waste shareable memory.",
-                     [target(f"carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}} - on (node, namespace, pod, uuid) "
-                             f"carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}}", "{{namespace}}/{{pod}}")],
+                     [target(f"carma_pod_gpu_memory_reserved_bytes{{{POD_SEL}}} - on (node, namespace, pod, uuid) "
+                             f"carma_pod_gpu_memory_used_bytes{{{POD_SEL}}}", "{{namespace}}/{{pod}}")],
                      "bytes", thresholds=[(0, "red")]), 12, 9)
-    L.add(timeseries("Memory headroom per GPU",
-                     "Free memory carma may still place into: total − used − telemetry reserve (512 MiB). "
-                     "A GPU needs reservation + margin (2 GiB) free for another pod.",
-                     [target(f"carma_gpu_memory_total_bytes{{{GPU_SEL}}} - carma_gpu_memory_used_bytes{{{GPU_SEL}}} - 512 * 1024 * 1024",
-                             "{{node}}/{{gpu}}")], "bytes", thresholds=[(2 * 1024 ** 3, "orange")]), 12, 8)
+    L.add(timeseries("Memory headroom per GPU (reserve $telemetry_reserve_mib MiB)",
+                     "Free memory carma may still place into: total − used − the telemetry reserve "
+                     "(placement.telemetryReserveMiB, $telemetry_reserve_mib MiB). A GPU needs the pod's reservation "
+                     "+ the margin (placement.memoryMarginMiB, dashed line) free to take another pod.",
+                     [target(f"carma_gpu_memory_total_bytes{{{GPU_SEL}}} - carma_gpu_memory_used_bytes{{{GPU_SEL}}} "
+                             "- $telemetry_reserve_mib * 1024 * 1024", "{{node}}/{{gpu}}"),
+                      target("vector($memory_margin_mib * 1024 * 1024)", "margin")], "bytes",
+                     overrides=[dashed_line("margin", "orange")]), 12, 8)
     L.add(stat("Underestimated pods", "Pods whose observed GPU memory exceeds their reservation right now.",
-               f"sum((carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}} - on (node, namespace, pod, uuid) "
-               f"carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}}) < bool 0)", thresholds=[(1, "red")]), 6, 8)
+               f"sum((carma_pod_gpu_memory_reserved_bytes{{{POD_SEL}}} - on (node, namespace, pod, uuid) "
+               f"carma_pod_gpu_memory_used_bytes{{{POD_SEL}}}) < bool 0)", thresholds=[(1, "red")]), 6, 8)
     L.add(stat("Mean estimator margin", "Average reserved − observed memory over the pods on the selected nodes.",
-               f"avg(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}} - on (node, namespace, pod, uuid) "
-               f"carma_pod_gpu_memory_used_bytes{{{NODE_SEL}}})", "bytes"), 6, 8)
+               f"avg(carma_pod_gpu_memory_reserved_bytes{{{POD_SEL}}} - on (node, namespace, pod, uuid) "
+               f"carma_pod_gpu_memory_used_bytes{{{POD_SEL}}})", "bytes"), 6, 8)
 
     L.row("Estimator vs observed peaks")
     # Over the dashboard's time range: attempts end rarely, so per-interval rates would be mostly empty.
     L.add(stat("Underestimated attempts", "TrainingTask attempts, in the selected time range (all nodes), that "
                "ran out of GPU memory or peaked above their reservation (operator, by the device plugin's "
                "running per-pod peak). Alert CarmaEstimatorUnderestimates.",
-               "sum(increase(carma_operator_underestimates_total[$__range]))", decimals=0,
+               "sum(increase(carma_operator_underestimates_total{job=~\"$job\"}[$__range]))", decimals=0,
                thresholds=[(1, "red")]), 8, 4)
     L.add(stat("Reservations learned from history", "Share of the extender's reservations in the selected time "
                "range that came from a MemoryHistory record (largest observed peak of the same model profile "
                "+ headroom, used when lower than the estimate or when the estimate proved too small).",
-               "(sum(increase(carma_extender_reservations_total{source=\"history\"}[$__range])) or on () vector(0)) / "
-               "sum(increase(carma_extender_reservations_total[$__range]))", "percentunit", decimals=1,
+               "(sum(increase(carma_extender_reservations_total{job=~\"$job\", source=\"history\"}[$__range])) or on () vector(0)) / "
+               "sum(increase(carma_extender_reservations_total{job=~\"$job\"}[$__range]))", "percentunit", decimals=1,
                nan_text="no reservations"), 8, 4)
     L.add(stat("MemoryHistory write errors", "Observed peaks the operator failed to record in a MemoryHistory in "
                "the selected time range (recording is advisory: the pod keeps its estimate; check the "
                "operator's logs and RBAC). Alert CarmaMemoryHistoryWriteErrors.",
-               'sum(increase(carma_operator_history_writes_total{result="error"}[$__range]))', decimals=0,
+               'sum(increase(carma_operator_history_writes_total{job=~"$job", result="error"}[$__range]))', decimals=0,
                thresholds=[(1, "orange")]), 8, 4)
     L.add(table("Reservation vs observed peak per pod",
                 "Per pod over the selected time range: its largest reservation per GPU, the largest GPU memory "
                 "it was observed to use on one GPU (carma_pod_gpu_memory_peak_bytes: the device plugin's running "
                 "peak at its sample interval, so a spike shorter than a sample can be missed), and peak ÷ reservation (the largest over its GPUs). Above 100 % "
                 "the estimate was too low; far below, the reservation wasted shareable memory.",
-                [target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}}[$__range]))",
+                [target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_reserved_bytes{{{POD_SEL}}}[$__range]))",
                         instant=True, fmt="table"),
-                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_peak_bytes{{{NODE_SEL}}}[$__range]))",
+                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_peak_bytes{{{POD_SEL}}}[$__range]))",
                         instant=True, fmt="table"),
-                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_peak_bytes{{{NODE_SEL}}}[$__range]) "
-                        f"/ on (node, namespace, pod, uuid) max_over_time(carma_pod_gpu_memory_reserved_bytes{{{NODE_SEL}}}[$__range]))",
+                 target(f"max by (node, namespace, pod) (max_over_time(carma_pod_gpu_memory_peak_bytes{{{POD_SEL}}}[$__range]) "
+                        f"/ on (node, namespace, pod, uuid) max_over_time(carma_pod_gpu_memory_reserved_bytes{{{POD_SEL}}}[$__range]))",
                         instant=True, fmt="table")],
                 exclude=["Time"],
                 rename={"node": "Node", "namespace": "Namespace", "pod": "Pod", "Value #A": "Reservation",
@@ -332,12 +478,31 @@ def collocation() -> dict:
                    "GPU memory in the selected time range, by where the reservation came from (GPUMemNet, "
                    "analytic bound, history, override, whole GPU), from the operator's histogram. Above 100 % "
                    "the source underestimated; the top bucket is 125 %, so anything above shows as 125 %.",
-                   [target("histogram_quantile(0.5, sum by (source, le) (increase(carma_operator_attempt_peak_ratio_bucket[$__range])))",
+                   [target("histogram_quantile(0.5, sum by (source, le) (increase(carma_operator_attempt_peak_ratio_bucket{job=~\"$job\"}[$__range])))",
                            "p50 {{source}}", instant=True),
-                    target("histogram_quantile(0.95, sum by (source, le) (increase(carma_operator_attempt_peak_ratio_bucket[$__range])))",
+                    target("histogram_quantile(0.95, sum by (source, le) (increase(carma_operator_attempt_peak_ratio_bucket{job=~\"$job\"}[$__range])))",
                            "p95 {{source}}", instant=True)],
                    "percentunit", min_=0, max_=1.25, thresholds=[(0.9, "orange"), (1, "red")],
                    nan_text="no attempts"), 10, 9)
+
+    L.add(timeseries("Predicted vs actual peak memory per pod",
+                     "Per pod (largest over its GPUs): the reservation carma made for it per GPU (dashed: the "
+                     "prediction it was placed by, from carma.io/estimate: GPUMemNet, analytic bound, history, "
+                     "override or whole GPU), the running peak the device plugin observed "
+                     "(carma_pod_gpu_memory_peak_bytes) and the current use. A peak above the dashed line is an "
+                     "underestimate; a peak far below it is memory the GPU could have shared. Filter by namespace "
+                     "and pod to compare a few.",
+                     [target(f"max by (namespace, pod) (carma_pod_gpu_memory_reserved_bytes{{{POD_SEL}}})",
+                             "reservation {{namespace}}/{{pod}}"),
+                      target(f"max by (namespace, pod) (carma_pod_gpu_memory_peak_bytes{{{POD_SEL}}})",
+                             "peak {{namespace}}/{{pod}}"),
+                      target(f"max by (namespace, pod) (carma_pod_gpu_memory_used_bytes{{{POD_SEL}}})",
+                             "used {{namespace}}/{{pod}}")],
+                     "bytes", min_=0,
+                     overrides=[by_regex("^reservation .*", {"custom.lineStyle": {"fill": "dash", "dash": [10, 10]},
+                                                             "custom.fillOpacity": 0, "custom.lineWidth": 2}),
+                                by_regex("^used .*", {"custom.fillOpacity": 0, "custom.lineStyle": {"fill": "dot", "dash": [0, 10]}})]),
+          24, 10)
 
     L.row("SM activity against the cap")
     L.add(timeseries("SM activity risk score vs cap",
@@ -345,22 +510,24 @@ def collocation() -> dict:
                      "samples) per GPU, and the cap: a GPU at or above the cap takes no new pod when its SM "
                      "occupancy or DRAM activity is also high.",
                      [target(f"carma_gpu_sm_activity_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}"),
-                      target("max(carma_gpu_sm_activity_cap_ratio)", "cap")],
+                      target(f"max(carma_gpu_sm_activity_cap_ratio{{{GPU_SEL}}})", "cap")],
                      "percentunit", min_=0, max_=1,
-                     overrides=[by_name("cap", {"color": {"mode": "fixed", "fixedColor": "red"},
-                                                "custom.lineStyle": {"fill": "dash", "dash": [10, 10]},
-                                                "custom.fillOpacity": 0, "custom.lineWidth": 2})]), 12, 9)
+                     overrides=[dashed_line("cap", "red")]), 12, 9)
     L.add(timeseries("SM activity (last sample)",
                      "Last SM-activity sample per GPU, with its source (dcgm, gpm, nvml-util fallback, "
                      "simulated). nvml-util is kernel time, not SM activity: treat it as an upper bound.",
                      [target(f"carma_gpu_sm_activity_ratio{{{GPU_SEL}}}", "{{node}}/{{gpu}} ({{source}})")],
                      "percentunit", min_=0, max_=1), 12, 9)
-    L.add(timeseries("SM occupancy risk score", "Second gate input: SM occupancy risk score (threshold 0.45).",
-                     [target(f"carma_gpu_sm_occupancy_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}")],
-                     "percentunit", min_=0, max_=1, thresholds=[(0.45, "orange")]), 12, 8)
-    L.add(timeseries("DRAM activity risk score", "Third gate input: DRAM activity risk score (threshold 0.40).",
-                     [target(f"carma_gpu_dram_activity_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}")],
-                     "percentunit", min_=0, max_=1, thresholds=[(0.40, "orange")]), 12, 8)
+    L.add(timeseries("SM occupancy risk score", "Second gate input: SM occupancy risk score against its cap "
+                     "(placement.smOccupancyCap, dashed line).",
+                     [target(f"carma_gpu_sm_occupancy_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}"),
+                      target("vector($sm_occupancy_cap)", "cap")],
+                     "percentunit", min_=0, max_=1, overrides=[dashed_line("cap", "orange")]), 12, 8)
+    L.add(timeseries("DRAM activity risk score", "Third gate input: DRAM activity risk score against its cap "
+                     "(placement.dramActivityCap, dashed line).",
+                     [target(f"carma_gpu_dram_activity_risk_score{{{GPU_SEL}}}", "{{node}}/{{gpu}}"),
+                      target("vector($dram_activity_cap)", "cap")],
+                     "percentunit", min_=0, max_=1, overrides=[dashed_line("cap", "orange")]), 12, 8)
     L.add(timeseries("SM occupancy and DRAM activity (last sample)", "Last samples of the two gate inputs.",
                      [target(f"carma_gpu_sm_occupancy_ratio{{{GPU_SEL}}}", "occupancy {{node}}/{{gpu}}"),
                       target(f"carma_gpu_dram_activity_ratio{{{GPU_SEL}}}", "dram {{node}}/{{gpu}}")],
@@ -384,86 +551,102 @@ def collocation() -> dict:
                      [target(f"carma_gpu_healthy{{{GPU_SEL}}}", "{{node}}/{{gpu}}")], "short", min_=0, max_=1),
           8, 8)
     L.add(timeseries("OOM recoveries", "Out-of-memory crashes requeued by the operator per interval.",
-                     [target("sum(increase(carma_operator_oom_recoveries_total[$__rate_interval]))", "OOM recoveries")],
+                     [target("sum(increase(carma_operator_oom_recoveries_total{job=~\"$job\"}[$__rate_interval]))", "OOM recoveries")],
                      "short", min_=0, draw="bars"), 8, 8)
     L.add(timeseries("Allocate calls by result", "kubelet Allocate calls per device plugin and result. Anything but ok "
                      "(no_pod, lookup_off, lookup_error, bad_request, bad_assignment) means a container did not "
                      "get its GPUs.",
-                     [target("sum by (instance, result) (increase(carma_device_plugin_allocations_total[$__rate_interval]))",
+                     [target("sum by (instance, result) (increase(carma_device_plugin_allocations_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{instance}} {{result}}")],
                      "short", min_=0, draw="bars", stack=True), 12, 8)
     L.add(timeseries("GpuNode publishes by result", "Writes of each node's GpuNode status (on change beyond a "
                      "threshold or every 30 s). Errors leave the extender with stale figures.",
-                     [target("sum by (instance, result) (increase(carma_gpunode_publish_total[$__rate_interval]))",
+                     [target("sum by (instance, result) (increase(carma_gpunode_publish_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{instance}} {{result}}")], "short", min_=0, draw="bars", stack=True), 12, 8)
     return dashboard("carma-gpu-collocation", "carma / GPU collocation",
-                     "Per-GPU collocation: which pods share each GPU, reserved vs used memory, SM activity "
+                     "Per-GPU collocation: which pods share each GPU, the sharing decision and its reason per GPU, "
+                     "reserved vs used memory, predicted (reserved) vs actual peak memory per pod, SM activity "
                      "against the cap, power and energy, estimator error (reservation vs observed peak per pod and by "
                      "reservation source, underestimates, reservations learned from history) and OOM recoveries.",
-                     L.panels, True, [link("carma / scheduling and recovery", "carma-control-plane")])
+                     L.panels, True, [link("carma / scheduling and recovery", "carma-control-plane")],
+                     [OOM_CRASHES, OOM_REQUEUES])
 
 
 def control_plane() -> dict:
     L = Layout()
     L.row("Scheduler extender")
     L.add(timeseries("Extender requests by verb and outcome", "kube-scheduler calls to the carma extender.",
-                     [target("sum by (verb, outcome) (rate(carma_extender_requests_total[$__rate_interval]))",
+                     [target("sum by (verb, outcome) (rate(carma_extender_requests_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{verb}} {{outcome}}")], "reqps", min_=0), 12, 8)
     L.add(timeseries("Extender latency (p50, p99)", "Latency of filter, prioritize and bind as the extender "
                      "measures it. kube-scheduler's httpTimeout (5 s by default) bounds it; p99 above 1 s alerts.",
-                     [target("histogram_quantile(0.99, sum by (le, verb) (rate(carma_extender_request_duration_seconds_bucket[$__rate_interval])))",
+                     [target("histogram_quantile(0.99, sum by (le, verb) (rate(carma_extender_request_duration_seconds_bucket{job=~\"$job\"}[$__rate_interval])))",
                              "p99 {{verb}}"),
-                      target("histogram_quantile(0.5, sum by (le, verb) (rate(carma_extender_request_duration_seconds_bucket[$__rate_interval])))",
+                      target("histogram_quantile(0.5, sum by (le, verb) (rate(carma_extender_request_duration_seconds_bucket{job=~\"$job\"}[$__rate_interval])))",
                              "p50 {{verb}}")], "s", min_=0, thresholds=[(1, "red")]), 12, 8)
     L.add(timeseries("Mean extender latency", "Mean latency per verb.",
-                     [target("sum by (verb) (rate(carma_extender_request_duration_seconds_sum[$__rate_interval])) / "
-                             "sum by (verb) (rate(carma_extender_request_duration_seconds_count[$__rate_interval]))",
+                     [target("sum by (verb) (rate(carma_extender_request_duration_seconds_sum{job=~\"$job\"}[$__rate_interval])) / "
+                             "sum by (verb) (rate(carma_extender_request_duration_seconds_count{job=~\"$job\"}[$__rate_interval]))",
                              "{{verb}}")], "s", min_=0), 8, 8)
     L.add(timeseries("Node rejections by reason", "Why filter rejected nodes (memory, utilization gate, "
                      "settling GPU, malformed annotation, ...).",
-                     [target("sum by (reason) (increase(carma_extender_rejections_total[$__rate_interval]))",
+                     [target("sum by (reason) (increase(carma_extender_rejections_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{reason}}")], "short", min_=0, draw="bars", stack=True), 8, 8)
     L.add(timeseries("Reservations by source", "Where each pod's memory reservation came from (GPUMemNet "
                      "estimate, analytic fallback, learned from earlier runs of the same model profile (history), "
                      "user override, whole GPU).",
-                     [target("sum by (source) (increase(carma_extender_reservations_total[$__rate_interval]))",
+                     [target("sum by (source) (increase(carma_extender_reservations_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{source}}")], "short", min_=0, draw="bars", stack=True), 8, 8)
     L.add(timeseries("Placements in flight", "Pods bound by the extender whose memory does not show in "
                      "telemetry yet (their GPUs take no other pod meanwhile).",
-                     [target("sum(carma_extender_placements_in_flight)", "in flight")], "short", min_=0), 12, 8)
+                     [target("sum(carma_extender_placements_in_flight{job=~\"$job\"})", "in flight")], "short", min_=0), 12, 8)
     L.add(timeseries("Binds by result", "Bind calls: GPU choice, annotations and Binding creation.",
-                     [target("sum by (result) (increase(carma_extender_binds_total[$__rate_interval]))",
+                     [target("sum by (result) (increase(carma_extender_binds_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{result}}")], "short", min_=0, draw="bars", stack=True), 12, 8)
+
+    L.row("Operator leadership")
+    L.add(stat("Operator leaders", "Operator replicas holding the leader lease now (carma_operator_leader). "
+               "1 is healthy; 0 means no replica reconciles TrainingTasks (lease lost or API server "
+               "unreachable); above 1 two replicas think they lead.",
+               f"sum(carma_operator_leader{{{JOB_SEL}}})", decimals=0,
+               thresholds=[(1, "green"), (2, "red")], base="red"), 4, 7)
+    L.add(state_timeline("Leader lease per operator replica",
+                         "Per operator replica (scrape instance): leader (holds the lease and reconciles) or "
+                         "standby. A hand-over shows as one replica turning standby and another turning leader; "
+                         "the annotation marks each change.",
+                         [target(f"max by (instance) (carma_operator_leader{{{JOB_SEL}}})", "{{instance}}")],
+                         value_map(("1", "leader", "green"), ("0", "standby", "text"))), 20, 7)
 
     L.row("Operator and recovery")
     L.add(timeseries("TrainingTasks by phase", "TrainingTasks per phase (Pending, Running, Recovering, "
                      "Succeeded, Failed).",
-                     [target("sum by (phase) (carma_operator_tasks)", "{{phase}}")], "short", min_=0,
+                     [target("sum by (phase) (carma_operator_tasks{job=~\"$job\"})", "{{phase}}")], "short", min_=0,
                      stack=True), 12, 8)
     L.add(timeseries("Attempts by outcome", "Finished attempts per outcome.",
-                     [target("sum by (outcome) (increase(carma_operator_attempts_total[$__rate_interval]))",
+                     [target("sum by (outcome) (increase(carma_operator_attempts_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{outcome}}")], "short", min_=0, draw="bars", stack=True), 12, 8)
     L.add(timeseries("OOM recoveries", "Attempts that crashed out of GPU memory and were requeued.",
-                     [target("sum(increase(carma_operator_oom_recoveries_total[$__rate_interval]))", "OOM recoveries")],
+                     [target("sum(increase(carma_operator_oom_recoveries_total{job=~\"$job\"}[$__rate_interval]))", "OOM recoveries")],
                      "short", min_=0, draw="bars"), 8, 8)
     L.add(timeseries("Recovery duration (p50, p90)", "Time from an OOM crash to the next attempt running.",
-                     [target("histogram_quantile(0.9, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket[$__rate_interval])))", "p90"),
-                      target("histogram_quantile(0.5, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket[$__rate_interval])))", "p50")],
+                     [target("histogram_quantile(0.9, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket{job=~\"$job\"}[$__rate_interval])))", "p90"),
+                      target("histogram_quantile(0.5, sum by (le) (rate(carma_operator_recovery_duration_seconds_bucket{job=~\"$job\"}[$__rate_interval])))", "p50")],
                      "s", min_=0), 8, 8)
     L.add(timeseries("Declared durations exceeded", "Attempts that ran longer than their TrainingTask's "
                      "expectedDurationSeconds; the task's later attempts lose their queue priority class.",
-                     [target("sum(increase(carma_operator_expected_duration_exceeded_total[$__rate_interval]))",
+                     [target("sum(increase(carma_operator_expected_duration_exceeded_total{job=~\"$job\"}[$__rate_interval]))",
                              "exceeded")],
                      "short", min_=0, draw="bars"), 8, 8)
     L.add(timeseries("Reconcile errors", "Operator reconcile errors per second, by kind (conflict, "
                      "not_found, forbidden, transport, ...). The series of a kind appears with its first "
                      "error; 0 means none so far.",
-                     [target("sum by (kind) (rate(carma_operator_reconcile_errors_total[$__rate_interval])) "
+                     [target("sum by (kind) (rate(carma_operator_reconcile_errors_total{job=~\"$job\"}[$__rate_interval])) "
                              "or on () vector(0)", "{{kind}}")], "ops", min_=0), 8, 8)
     return dashboard("carma-control-plane", "carma / scheduling and recovery",
                      "The carma scheduler extender (requests, latency, rejections, reservations, binds) and "
-                     "the TrainingTask operator (phases, attempts, OOM recoveries).",
-                     L.panels, False, [link("carma / GPU collocation", "carma-gpu-collocation")])
+                     "the TrainingTask operator (leadership, phases, attempts, OOM recoveries).",
+                     L.panels, False, [link("carma / GPU collocation", "carma-gpu-collocation")],
+                     [OOM_CRASHES, OOM_REQUEUES, LEADER_CHANGES])
 
 
 DASHBOARDS = {"carma-gpu-collocation.json": collocation, "carma-control-plane.json": control_plane}

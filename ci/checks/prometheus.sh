@@ -5,9 +5,12 @@
 #      deploy/examples/snapshot.yaml` and `carma operator` (its API server unreachable) on
 #      127.0.0.1, drive the extender with kube-scheduler-shaped filter/prioritize/bind calls, start the
 #      Debian `prometheus` on 127.0.0.1 scraping them with carma-rules.yaml loaded;
-#   3. evaluate every Grafana panel query and variable (must return data) and every alert expression
-#      (must evaluate) over the HTTP API; Prometheus' own rule evaluation must be healthy;
-#   4. stop everything it started (by PID). Bounded: the whole check takes about a minute.
+#   3. evaluate every Grafana panel query and variable (must return data), every annotation query and
+#      every alert expression (must evaluate) over the HTTP API; Prometheus' own rule evaluation must
+#      be healthy; every dashboard variable must be defined and used (ci/checks/lib/eval_queries.py);
+#   4. render the chart's dashboard ConfigMaps with non-default placement values: each dashboard constant
+#      (the telemetry reserve, ...) must take its value, and the rendered dashboards' queries evaluate;
+#   5. stop everything it started (by PID). Bounded: the whole check takes about a minute.
 # Env: CARMA_BIN (default target/debug/carma; build with `cargo build -p carma`),
 #      SCRAPE_SECONDS (default 40: how long to collect before evaluating).
 set -uo pipefail
@@ -184,6 +187,66 @@ if "$PY" ci/checks/lib/eval_queries.py --prom "$PROM" --rules deploy/prometheus/
   echo "PASS: every dashboard query returns data and every rule evaluates"
 else
   fail "dashboard queries or rule expressions (see above)"
+fi
+
+step "the chart's dashboard ConfigMaps: constants follow the chart's values; their queries evaluate"
+# Each dashboard constant (a `constant` variable whose description names its chart value, e.g. the
+# telemetry reserve) must take the release's value when the chart renders the ConfigMaps: render with
+# values unlike the defaults, check each constant, check nothing else changed, and evaluate the rendered
+# dashboards as above.
+HELM="$(tools/install-helm.sh 2>/dev/null | tail -n1)"
+if [[ -z "$HELM" || ! -x "$HELM" ]]; then
+  fail "could not install helm (tools/install-helm.sh), so the chart's dashboards were not checked"
+elif "$PY" - "$HELM" "$tmp/chart-dashboards" deploy/grafana/*.json <<'PY'; then
+import json, re, subprocess, sys
+from pathlib import Path
+import yaml
+helm, out, sources = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+out.mkdir(parents=True, exist_ok=True)
+src = {Path(p).name: json.loads(Path(p).read_text()) for p in sources}
+want = {}  # chart value -> (test value as Helm prints it, default)
+for dash in src.values():
+    for v in dash["templating"]["list"]:
+        if v.get("type") == "constant":
+            m = re.search(r"from (placement\.\w+)", v.get("description", ""))
+            if not m:
+                sys.exit(f"constant ${v['name']} does not name the chart value it comes from")
+            d = float(v["query"])
+            test = f"{d * 2 + 1:g}" if d == int(d) else f"{d / 2:g}"
+            want[m.group(1)] = (test, v["query"])
+args = [a for key, (test, _) in sorted(want.items()) for a in ("--set-json", f"{key}={test}")]
+text = subprocess.run([helm, "template", "carma", "charts/carma", "-n", "carma-system", "--kube-version", "1.35.0",
+                       "--show-only", "templates/dashboards.yaml", *args], check=True, capture_output=True, text=True).stdout
+bad, seen = [], set()
+for doc in yaml.safe_load_all(text):
+    for name, body in (doc or {}).get("data", {}).items():
+        seen.add(name)
+        dash = json.loads(body)
+        (out / name).write_text(body)
+        for v in dash["templating"]["list"]:
+            if v.get("type") == "constant":
+                key = re.search(r"from (placement\.\w+)", v["description"]).group(1)
+                if v["query"] != want[key][0]:
+                    bad.append(f"{name}: ${v['name']} is {v['query']!r} with {key}={want[key][0]}")
+                else:
+                    print(f"  ok    {name}: ${v['name']} = {v['query']} with {key}={want[key][0]}")
+                v["query"] = want[key][1]
+        if name in src and dash != src[name]:
+            bad.append(f"{name}: the rendered dashboard differs from deploy/grafana/{name} beyond its constants")
+missing = set(src) - seen
+bad += [f"{n}: not rendered by the chart" for n in sorted(missing)]
+print("\n".join(bad) if bad else f"  {len(seen)} dashboards rendered; {len(want)} chart values followed")
+sys.exit(1 if bad or not want else 0)
+PY
+  echo "PASS: the chart sets every dashboard constant from its value and changes nothing else"
+  if "$PY" ci/checks/lib/eval_queries.py --prom "$PROM" --rate-interval 20s \
+      --range "$((SCRAPE_SECONDS > 60 ? 60 : SCRAPE_SECONDS))s" --interval 2s "$tmp"/chart-dashboards/*.json > "$tmp/chart-eval.log"; then
+    echo "PASS: every query of the chart-rendered dashboards returns data: $(grep -F 'evaluated ' "$tmp/chart-eval.log")"
+  else
+    cat "$tmp/chart-eval.log"; fail "queries of the chart-rendered dashboards (see above)"
+  fi
+else
+  fail "the chart's dashboard constants do not follow its values (see above)"
 fi
 
 for p in "$DP_PID" "$EX_PID" "$PROM_PID"; do

@@ -6,12 +6,18 @@ Prometheus; used by ci/checks/prometheus.sh.
                     deploy/grafana/*.json
 
 * Dashboard panel targets: Grafana variables are substituted the way Grafana would with "All"
-  selected ($node, $gpu -> .*; $__rate_interval, $__range, $__interval -> --rate-interval, --range,
-  --interval). Range targets go through /api/v1/query_range over the last --range, instant targets
-  through /api/v1/query. A target FAILS when Prometheus returns an error or no series at all; a
+  selected: query variables ($job, $node, $gpu, $namespace, $pod) -> their allValue (.*); constant,
+  textbox and custom variables (the chart-set $telemetry_reserve_mib, ...) -> their value; $__rate_interval,
+  $__range, $__interval -> --rate-interval, --range, --interval. A query naming a variable the dashboard
+  does not define FAILS. Range targets go through /api/v1/query_range over the last --range, instant
+  targets through /api/v1/query. A target FAILS when Prometheus returns an error or no series at all; a
   result whose every value is NaN is reported as a warning (Grafana shows "NaN" but the query is live).
-* Dashboard variables (label_values(metric, label)) go through /api/v1/label/<label>/values with the
-  metric as match[]; no values is a failure.
+* Dashboard variables (label_values(selector, label)) go through /api/v1/label/<label>/values with the
+  selector as match[]; no values is a failure. A variable (other than the datasource) that no panel
+  query, annotation or other variable uses FAILS: a filter the panels ignore is a broken promise.
+* Annotations from Prometheus queries (`<query> > 0`: a mark where the query is positive) must evaluate
+  over the range at their step, and `<query>` itself must return data (the events are rare; the series
+  they come from must exist).
 * Alert and recording rules: every expr must evaluate without error (/api/v1/query); whether it
   returns series does not matter. Prometheus' own rule evaluation (/api/v1/rules) must report every
   rule healthy.
@@ -44,15 +50,43 @@ def api(prom: str, path: str, params: dict | list) -> dict:
             return {"status": "error", "error": f"HTTP {e.code}"}
 
 
-def substitute(expr: str, a) -> str:
+BUILTIN = ("__rate_interval", "__range", "__interval")
+
+
+def variable_values(dash: dict) -> dict[str, str]:
+    """What each dashboard variable stands for in a query: query variables with "All" selected -> their
+    allValue (a regex); constant, textbox and custom variables -> their (current) value."""
+    out: dict[str, str] = {}
+    for var in dash.get("templating", {}).get("list", []):
+        kind, name = var.get("type"), var["name"]
+        if kind == "query":
+            out[name] = var.get("allValue") or ".*"
+        elif kind in ("constant", "textbox", "custom"):
+            cur = (var.get("current") or {}).get("value")
+            if isinstance(cur, list):
+                cur = cur[0] if cur else None
+            out[name] = str(cur if cur not in (None, "", "$__all") else var.get("query", "")).split(",")[0].strip()
+    return out
+
+
+def substitute(expr: str, a, values: dict[str, str], undefined: set[str] | None = None) -> str:
     out = expr
     for name, value in (("__rate_interval", a.rate_interval), ("__range", a.range),
                         ("__interval", a.interval)):
         out = out.replace("${" + name + "}", value).replace("$" + name, value)
-    # Remaining dashboard variables are multi-value regex filters with "All" selected.
-    out = re.sub(r"\$\{(\w+)(:\w+)?\}", ".*", out)
-    out = re.sub(r"\$(\w+)", ".*", out)
-    return out
+
+    def var(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in values:
+            return values[name]
+        if undefined is not None:
+            undefined.add(name)
+        return ".*"
+    return re.sub(r"\$\{(\w+)(:\w+)?\}|\$(\w+)", var, out)
+
+
+def uses(expr: str, name: str) -> bool:
+    return re.search(r"\$(\{" + name + r"(:\w+)?\}|" + name + r"\b)", expr) is not None
 
 
 def values_of(result: list, kind: str) -> list[float]:
@@ -95,15 +129,19 @@ def main() -> int:
     for dpath in a.dashboards:
         dash = json.loads(Path(dpath).read_text())
         print(f"dashboard {Path(dpath).name} ({dash.get('title')}):")
+        values = variable_values(dash)
+        undefined: set[str] = set()
+        used_in: list[str] = []  # every query text of the dashboard, to find unused variables
         for var in dash.get("templating", {}).get("list", []):
             if var.get("type") != "query":
                 continue
             q = var["query"]["query"] if isinstance(var.get("query"), dict) else var.get("query", "")
+            used_in.append(q)
             m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\)\s*", q)
             if not m:
                 failures.append(f"{dpath}: variable {var['name']}: unsupported query {q!r}")
                 continue
-            match, label = substitute(m.group(1), a), m.group(2)
+            match, label = substitute(m.group(1), a, values, undefined), m.group(2)
             res = api(a.prom, f"/api/v1/label/{label}/values", {"match[]": match})
             checked += 1
             if res.get("status") != "success" or not res.get("data"):
@@ -117,7 +155,8 @@ def main() -> int:
                 expr = t.get("expr")
                 if not expr:
                     continue
-                q = substitute(expr, a)
+                used_in.append(expr)
+                q = substitute(expr, a, values, undefined)
                 label = f"{panel.get('title')} [{t.get('refId')}]"
                 if t.get("instant") and not t.get("range"):
                     res = api(a.prom, "/api/v1/query", {"query": q, "time": f"{now:.3f}"})
@@ -143,6 +182,45 @@ def main() -> int:
                 else:
                     last = [v for v in vals if not math.isnan(v)][-1]
                     print(f"  ok    {label}: {nseries} series, e.g. {last:.6g}")
+
+        for ann in dash.get("annotations", {}).get("list", []):
+            expr = ann.get("expr") or (ann.get("target") or {}).get("expr")
+            if not expr:
+                continue
+            used_in.append(expr)
+            label = f"annotation {ann.get('name')!r}"
+            step = substitute(ann.get("step") or a.interval, a, values)
+            step_s = int(re.match(r"(\d+)", step).group(1)) * {"s": 1, "m": 60, "h": 3600}[step[-1]]
+            m = re.fullmatch(r"(?s)(.*\S)\s*>\s*0\s*", expr)
+            for q, need_data in ((expr, False), (m.group(1), True) if m else (None, False)):
+                if q is None:
+                    failures.append(f"{Path(dpath).name}: {label}: not of the form '<query> > 0'")
+                    print(f"  FAIL  {label}: not of the form '<query> > 0'")
+                    continue
+                q = substitute(q, a, values, undefined)
+                res = api(a.prom, "/api/v1/query_range", {
+                    "query": q, "start": f"{now - max(range_s, step_s):.3f}", "end": f"{now:.3f}", "step": step_s})
+                checked += 1
+                if res.get("status") != "success":
+                    failures.append(f"{Path(dpath).name}: {label}: error {res.get('errorType')}: {res.get('error')}\n      {q}")
+                    print(f"  FAIL  {label}: {res.get('error')}")
+                elif need_data and not values_of(res["data"].get("result", []), res["data"].get("resultType")):
+                    failures.append(f"{Path(dpath).name}: {label}: no data from {q}")
+                    print(f"  FAIL  {label}: no data  <- {q}")
+                elif need_data:
+                    print(f"  ok    {label}: its query returns data ({len(res['data']['result'])} series)")
+        for name in sorted(undefined):
+            failures.append(f"{Path(dpath).name}: a query uses ${name}, which the dashboard does not define")
+            print(f"  FAIL  ${name} is used but not defined")
+        for var in dash.get("templating", {}).get("list", []):
+            if var.get("type") == "datasource":
+                continue
+            if not any(uses(q, var["name"]) for q in used_in):
+                failures.append(f"{Path(dpath).name}: variable ${var['name']} is used by no query")
+                print(f"  FAIL  variable ${var['name']} is used by no panel query, annotation or variable")
+            else:
+                n = sum(uses(q, var["name"]) for q in used_in)
+                print(f"  ok    variable ${var['name']} = {values.get(var['name'])!r} in queries: used by {n}")
 
     for rpath in a.rules:
         print(f"rules {Path(rpath).name}:")
