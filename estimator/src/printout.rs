@@ -51,8 +51,8 @@
 //! * an attention block whose own parameters (its count less its children's) hold
 //!   whole `width × width` matrices — XLNet's q, k, v, o and r, which are bare
 //!   parameters, not `Linear` modules — adds one `seq × width` output per matrix, and a
-//!   relative-position block 4 more (its biased queries and its position projection's second
-//!   half);
+//!   relative-position block 2 more ([`crate::printout_rules::RELATIVE_EXTRA_WIDTHS`]: its
+//!   biased queries and its position projection's second half, less what is freed);
 //! * scores by the block's kind ([`crate::printout_rules`]): none for fused attention, 3.25
 //!   `heads × seq²` tensors per relative-position block (twice with an LM head: two streams),
 //!   2.25 per block with a learned position bias (T5), 3.25 and a caveat for a kind with no rule;
@@ -775,9 +775,9 @@ Total params: 1
         .replace("277,504 params", "211,464 params");
         let (_, r) = parse_printout_values(&relative, Family::Transformer, 2, 10).unwrap();
         assert_eq!(r.scores, (2 * 13 * 2 * 100_u128).div_ceil(4));
-        // the two projections (2 × 1280) in place of out_proj (1280), and the query with its three
-        // biases and the position projection's second half (4 × 1280), per block
-        assert_eq!(r.saved, v.saved + 2 * 10 * 128 + 2 * 4 * 10 * 128);
+        // the two projections (2 × 1280) in place of out_proj (1280), and the 2 tensors relative
+        // scores keep beyond them (2 × 1280), per block
+        assert_eq!(r.saved, v.saved + 2 * 10 * 128 + 2 * 2 * 10 * 128);
         // and the norm inside the attention block, in fp32
         assert_eq!(r.kept_fp32, v.kept_fp32 + 2 * 10 * 128);
     }

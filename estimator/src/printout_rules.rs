@@ -37,12 +37,14 @@ pub const EAGER_SCORE_QUARTERS: u128 = 13;
 /// XLNet-base; the traced XLNet steps hold 3,176 and 8,217 MiB beyond their state at batch 4
 /// (docs/estimator-evaluation.md).
 pub const RELATIVE_SCORE_QUARTERS: u128 = 13;
-/// Tensors of the model's width per token that a relative-attention block keeps beyond its bare
-/// projections: the query with each of its three biases (`r_w_bias`, `r_r_bias`, `r_s_bias`),
-/// which the score einsums save, and the position projection's second half (`k_head_r` spans
-/// `klen + qlen`, twice the sequence). Read from `rel_attn_core` of transformers 5.23; without
-/// them the bound held 112 MiB less than XLNet-large's traced step keeps beyond its state.
-pub const RELATIVE_EXTRA_WIDTHS: u128 = 4;
+/// Tensors of the model's width per token that a relative-attention block keeps beyond one per
+/// bare projection (q, k, v, o, r): the score einsums save the query with each of its three
+/// biases (`r_w_bias`, `r_r_bias`, `r_s_bias`) while the bare query is freed (+2), the position
+/// projection spans `klen + qlen`, twice the sequence (+1), and only a dropout reads the output
+/// projection's result, which it does not save (−1). Read from `rel_attn_core` and
+/// `post_attention` of transformers 5.23; without them the bound held 112 MiB less than
+/// XLNet-large's traced step keeps beyond its state (docs/estimator-evaluation.md).
+pub const RELATIVE_EXTRA_WIDTHS: u128 = 2;
 /// Score tensors per head, in quarters, of eager attention with a learned position bias (T5):
 /// the softmax output and the dropout output, saved for backward, and the dropout's one-byte
 /// mask. The raw scores take the bias in place and are freed after the softmax.
