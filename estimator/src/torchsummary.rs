@@ -122,9 +122,38 @@ pub const OUTPUT_SAVING_ACTIVATIONS: [&str; 10] = [
     "Threshold",
 ];
 
+/// torchvision's Swin window attentions and their window side (7 × 7 for Swin, 8 × 8 for Swin V2).
+/// They run eagerly: per head and token they keep `window²` scores, which no row shows. The heads
+/// are the row's channels / [`SWIN_HEAD_DIM`].
+pub const WINDOW_ATTENTIONS: [(&str, u64); 2] = [
+    ("ShiftedWindowAttention", 7),
+    ("ShiftedWindowAttentionV2", 8),
+];
+/// Channels per head of torchvision's Swin models (96 channels and 3 heads in Swin-T's first stage).
+pub const SWIN_HEAD_DIM: u64 = 32;
+/// Score tensors per head a window attention keeps, in quarters: the softmax output and the
+/// dropout output, saved for backward, and the dropout's one-byte mask (as
+/// [`crate::printout_rules::POSITION_BIAS_SCORE_QUARTERS`]).
+const WINDOW_SCORE_QUARTERS: u128 = 9;
+
+/// The score values per sample a window-attention row of `per_sample` output values keeps beside
+/// it: `tokens × heads × window²` = `per_sample × window² / SWIN_HEAD_DIM`, times the score
+/// tensors. `None` for any other row.
+fn window_attention_scores(kind: &str, per_sample: u64) -> Option<u128> {
+    let (_, window) = WINDOW_ATTENTIONS.iter().find(|(k, _)| *k == kind)?;
+    let per_token_head = u128::from(window * window);
+    Some(
+        u128::from(per_sample)
+            .saturating_mul(per_token_head)
+            .saturating_mul(WINDOW_SCORE_QUARTERS)
+            .div_ceil(u128::from(SWIN_HEAD_DIM) * 4),
+    )
+}
+
 /// [`parse_torchsummary_values`] with what the table had no rule for: an attention row other
-/// than `MultiheadAttention` (which runs fused attention) may keep score tensors that no row
-/// shows, so every value of such a table counts [`FALLBACK_PERCENT`] %.
+/// than `MultiheadAttention` (which runs fused attention) and torchvision's window attentions
+/// ([`WINDOW_ATTENTIONS`]) may keep score tensors that no row shows, so every value of such a
+/// table counts [`FALLBACK_PERCENT`] %.
 pub(crate) fn parse_torchsummary_reading(
     text: &str,
     family: Family,
@@ -214,7 +243,9 @@ pub(crate) fn parse_torchsummary_reading(
         } else {
             2
         };
-        if kind.contains("Attention") && kind != "MultiheadAttention" {
+        if let Some(scores) = window_attention_scores(kind, per_sample) {
+            saved_halves = saved_halves.saturating_add(2 * scores);
+        } else if kind.contains("Attention") && kind != "MultiheadAttention" {
             caveats.note(
                 CaveatKind::UnknownAttention,
                 kind,
@@ -453,11 +484,19 @@ mod tests {
         let (_, fused, none) = read(&table("MultiheadAttention"));
         assert!(none.is_empty());
         assert_eq!((fused.saved, fused.largest), (3 * 49 * 96, 49 * 96));
-        // a window attention's scores are no row's output: every value half as much again
-        let (_, v, caveats) = read(&table("ShiftedWindowAttention"));
+        // an attention of no known kind: its scores are no row's output, every value half as much
+        // again
+        let (_, v, caveats) = read(&table("WindowAttention"));
         assert_eq!((v.saved, v.largest), (3 * 49 * 96 * 3 / 2, 49 * 96 * 3 / 2));
         assert_eq!(caveats.as_slice()[0].kind, CaveatKind::UnknownAttention);
-        assert_eq!(caveats.as_slice()[0].modules, ["ShiftedWindowAttention"]);
+        assert_eq!(caveats.as_slice()[0].modules, ["WindowAttention"]);
+        // torchvision's Swin window attention: 96 / 32 = 3 heads, 7 × 7 scores per head and token,
+        // 2.25 score tensors, beside the rows
+        let (_, swin, caveats) = read(&table("ShiftedWindowAttention"));
+        assert!(caveats.is_empty());
+        let scores = (49_u128 * 3 * 49 * 9).div_ceil(4);
+        assert_eq!(swin.saved, fused.saved + scores);
+        assert_eq!(swin.largest, fused.largest);
     }
 
     #[test]
