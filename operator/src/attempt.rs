@@ -92,6 +92,9 @@ pub enum InvalidSpec {
     /// `spec.modelProfile` could not be encoded.
     #[error("spec.modelProfile: {0}")]
     ModelProfile(String),
+    /// The claim template could not be encoded to derive its name.
+    #[error("claim template: {0}")]
+    ClaimTemplate(String),
     /// The task lacks a name or uid (never the case for objects read from the API).
     #[error("TrainingTask metadata has no {0}")]
     Metadata(&'static str),
@@ -229,7 +232,9 @@ pub fn build_attempt_pod(
 /// It is [`build_attempt_pod`]'s pod with the `carma.io/gpu` resource replaced by a claim that
 /// books, on each of `spec.gpus` GPUs, the `carma.io/gpu-memory` the pod ends up with (the
 /// request's, else the template's). Without one, or for an exclusive attempt, the claim takes whole
-/// GPUs and the pod is marked exclusive, so that recovery knows no larger booking exists.
+/// GPUs and the pod is marked exclusive, so that recovery knows no larger booking exists. The
+/// template is named after its content and owned (not controlled) by the task
+/// ([`crate::claim_template`]).
 /// `estimate` is the operator's own sizing of the attempt, written as `carma.io/estimate` (no
 /// extender sees these pods); without it an attempt that books memory says where the figure came
 /// from: `override` for the first attempt, `recovery` for later ones.
@@ -285,7 +290,10 @@ pub fn build_dra_attempt(
             }
         }
     }
-    let template = claim_template(&namespace, device_class, task.spec.gpus, booking);
+    let mut template = claim_template(&namespace, device_class, task.spec.gpus, booking);
+    let owner = task.owner_ref(&()).ok_or(InvalidSpec::Metadata("uid"))?;
+    crate::claim_template::finish(&mut template, owner)
+        .map_err(|e| InvalidSpec::ClaimTemplate(e.to_string()))?;
     use_claim_template(spec, template.metadata.name.as_deref().unwrap_or_default());
     Ok((pod, template))
 }

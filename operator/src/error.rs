@@ -19,6 +19,16 @@ pub enum Error {
         /// The task.
         task: String,
     },
+    /// A claim template of the wanted name exists and cannot stand for the wanted one.
+    #[error("ResourceClaimTemplate {namespace}/{name} cannot be used: {}", why.as_str())]
+    ClaimTemplate {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Why not.
+        why: crate::claim_template::Unusable,
+    },
     /// Encoding a patch or annotation failed.
     #[error("serialization: {0}")]
     Serialization(#[from] serde_json::Error),
@@ -47,6 +57,7 @@ impl Error {
             Error::Kube(_) => "transport",
             Error::MissingMetadata(_) => "metadata",
             Error::PodConflict { .. } => "pod_conflict",
+            Error::ClaimTemplate { .. } => "claim_template",
             Error::Serialization(_) => "serialization",
             Error::Config(_) => "config",
             Error::Server { .. } => "server",

@@ -22,6 +22,7 @@ use carma_api::{GpuNode, TrainingTask};
 use carma_core::{QueueOrder, RecoveryConfig};
 
 use crate::attempt::{GpuClaims, MANAGER, is_owned_by, task_label_value};
+use crate::claim_template::{self, Unusable};
 use crate::classify::{OomPatterns, PodProgress, classify};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -282,7 +283,7 @@ async fn execute(
     let name = task.name_any();
     let ns = task.namespace().unwrap_or_default();
     if let Some(template) = &step.ensure_claim_template
-        && let Err(e) = ensure_claim_template(ctx, template).await
+        && let Err(e) = ensure_claim_template(ctx, task, template).await
     {
         let event = PlannedEvent {
             warning: true,
@@ -386,27 +387,75 @@ fn mark_unrecorded(task: &TrainingTask, step: &mut Plan, attempt: u32) {
     }
 }
 
-/// Create a claim template unless it exists. Its name encodes its whole content, so an existing one
-/// is the same; several tasks and attempts share it, and no task owns it.
-async fn ensure_claim_template(ctx: &Context, template: &ResourceClaimTemplate) -> Result<()> {
+/// Make sure `template` exists and lists `task` among its owners: create it (with the task as
+/// owner), or, when a template of that name exists, check that it says the same
+/// ([`claim_template::check_existing`]) and add the task as an owner (a strategic merge patch, so
+/// the other owners stay). A template that vanishes in between (its last owner went and the garbage
+/// collector took it) is created again.
+async fn ensure_claim_template(
+    ctx: &Context,
+    task: &TrainingTask,
+    template: &ResourceClaimTemplate,
+) -> Result<()> {
     let ns = template.metadata.namespace.as_deref().unwrap_or_default();
+    let name = template.metadata.name.as_deref().unwrap_or_default();
+    let uid = task
+        .metadata
+        .uid
+        .as_deref()
+        .ok_or(Error::MissingMetadata("uid"))?;
+    let unusable = |why| Error::ClaimTemplate {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        why,
+    };
     let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), ns);
-    let params = PostParams {
+    let post = PostParams {
         field_manager: Some(MANAGER.to_string()),
         ..PostParams::default()
     };
-    match api.create(&params, template).await {
-        Ok(_) => {
-            info!(
-                namespace = ns,
-                template = template.metadata.name.as_deref().unwrap_or(""),
-                "created claim template"
-            );
-            Ok(())
+    let patch = PatchParams {
+        field_manager: Some(MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    // Create, else adopt; twice more when the template is collected between the two.
+    for _ in 0..3 {
+        match api.create(&post, template).await {
+            Ok(_) => {
+                info!(namespace = ns, template = name, "created claim template");
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.is_already_exists() || s.code == 409 => {}
+            Err(e) => return Err(e.into()),
         }
-        Err(kube::Error::Api(s)) if s.is_already_exists() || s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        let Some(existing) = api.get_opt(name).await? else {
+            continue;
+        };
+        if existing.metadata.deletion_timestamp.is_some() {
+            return Err(unusable(Unusable::BeingDeleted));
+        }
+        claim_template::check_existing(&existing, template).map_err(unusable)?;
+        if claim_template::is_owned_by(&existing, uid) {
+            return Ok(());
+        }
+        let Some(owner) = template.metadata.owner_references.iter().flatten().next() else {
+            return Err(Error::MissingMetadata("uid"));
+        };
+        let body = claim_template::add_owner_patch(owner);
+        match api.patch(name, &patch, &Patch::Strategic(&body)).await {
+            Ok(_) => {
+                info!(
+                    namespace = ns,
+                    template = name,
+                    "claim template shared; task added as an owner"
+                );
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
     }
+    Err(unusable(Unusable::BeingDeleted))
 }
 
 /// Create an attempt pod; an existing pod of the same name that this task owns

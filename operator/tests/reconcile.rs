@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use carma_api::TrainingTask;
+use carma_operator::attempt::GpuClaims;
 use carma_operator::reconcile::{Context, error_policy};
 use carma_operator::{Metrics, Settings, reconcile};
 
@@ -45,13 +46,28 @@ struct Harness {
 
 impl Harness {
     fn new(task: Value) -> Self {
+        Self::with_settings(task, Settings::default())
+    }
+
+    /// Attempt pods on DRA claims of DeviceClass `carma-gpu`.
+    fn dra(task: Value) -> Self {
+        let settings = Settings {
+            gpu_claims: GpuClaims::Dra {
+                device_class: "carma-gpu".into(),
+            },
+            ..Settings::default()
+        };
+        Self::with_settings(task, settings)
+    }
+
+    fn with_settings(task: Value, settings: Settings) -> Self {
         let fake = Arc::new(Mutex::new(Fake::with_task(task)));
         let now = Arc::new(Mutex::new(at(0)));
         let clock_now = now.clone();
         let ctx = Context::new(
             client(fake.clone()),
             Arc::new(Metrics::new()),
-            Settings::default(),
+            settings,
             Some("test".into()),
         )
         .with_clock(Arc::new(move || *clock_now.lock().unwrap()));
@@ -857,3 +873,165 @@ async fn a_pending_attempt_says_why_it_waits_in_the_status() {
     assert_eq!(started["status"], "True");
     assert_eq!(started["reason"], "Running");
 }
+
+/// A DRA task booking 10 GiB per GPU, named `name` with uid `uid`.
+fn dra_task(name: &str, uid: &str) -> Value {
+    let mut t = task_json(json!({}));
+    t["metadata"]["name"] = json!(name);
+    t["metadata"]["uid"] = json!(uid);
+    t["spec"]["gpuMemory"] = json!("10Gi");
+    t
+}
+
+/// The claim template the attempt pod `pod` references.
+fn template_of(h: &Harness, pod: &str) -> String {
+    h.pod(pod)["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_claim_template_is_owned_by_every_task_that_uses_it_and_goes_with_the_last() {
+    let h = Harness::dra(dra_task("train", "task-uid"));
+    h.reconcile().await.unwrap();
+    let name = template_of(&h, "train-a1");
+    assert!(name.starts_with("carma-gpu-g1-m10240-"), "{name}");
+    {
+        let f = h.fake.lock().unwrap();
+        assert_eq!(f.template_owners(&name), ["task-uid"]);
+        let owner = &f.claim_templates[&name]["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["kind"], "TrainingTask");
+        assert_eq!(owner["apiVersion"], "carma.io/v1alpha1");
+        assert_eq!(owner["name"], "train");
+        // Not a controller: one object has at most one, and this one is shared.
+        assert_eq!(owner["controller"], Value::Null);
+    }
+
+    // A second task of the same booking shares the template and becomes an owner too.
+    h.fake.lock().unwrap().task = dra_task("other", "other-uid");
+    h.clear_requests();
+    h.reconcile().await.unwrap();
+    assert_eq!(template_of(&h, "other-a1"), name);
+    {
+        let f = h.fake.lock().unwrap();
+        assert_eq!(f.claim_templates.len(), 1);
+        assert_eq!(f.template_owners(&name), ["task-uid", "other-uid"]);
+        let patch = f.calls(&Method::PATCH, &format!("/resourceclaimtemplates/{name}"));
+        assert_eq!(patch.len(), 1);
+        assert_eq!(
+            patch[0].content_type,
+            "application/strategic-merge-patch+json"
+        );
+    }
+    // Reconciling again adds nothing.
+    h.clear_requests();
+    h.fake.lock().unwrap().pods.remove("other-a1");
+    h.fake.lock().unwrap().task["status"] = json!(null);
+    h.reconcile().await.unwrap();
+    assert_eq!(
+        h.calls(Method::PATCH, &format!("/resourceclaimtemplates/{name}")),
+        0
+    );
+    assert_eq!(
+        h.calls(Method::GET, &format!("/resourceclaimtemplates/{name}")),
+        1
+    );
+    assert_eq!(
+        h.fake.lock().unwrap().template_owners(&name),
+        ["task-uid", "other-uid"]
+    );
+
+    // The garbage collector keeps it while one owner exists and deletes it after the last.
+    let mut f = h.fake.lock().unwrap();
+    f.collect_garbage(&["other-uid"]);
+    assert!(f.claim_templates.contains_key(&name));
+    f.collect_garbage(&[]);
+    assert!(f.claim_templates.is_empty());
+}
+
+#[tokio::test]
+async fn a_collected_template_is_created_again() {
+    let h = Harness::dra(dra_task("train", "task-uid"));
+    h.reconcile().await.unwrap();
+    let name = template_of(&h, "train-a1");
+    // The task that made it is gone and the collector took the template; a new task wants it.
+    {
+        let mut f = h.fake.lock().unwrap();
+        f.collect_garbage(&[]);
+        assert!(f.claim_templates.is_empty());
+        f.task = dra_task("later", "later-uid");
+    }
+    h.reconcile().await.unwrap();
+    assert_eq!(template_of(&h, "later-a1"), name);
+    assert_eq!(h.fake.lock().unwrap().template_owners(&name), ["later-uid"]);
+}
+
+#[tokio::test]
+async fn a_template_of_the_wanted_name_that_says_otherwise_is_never_used() {
+    // Learn the wanted template from one run, then plant a different one under its name.
+    let first = Harness::dra(dra_task("train", "task-uid"));
+    first.reconcile().await.unwrap();
+    let name = template_of(&first, "train-a1");
+    let wanted = first.fake.lock().unwrap().claim_templates[&name].clone();
+    let plants = [
+        ("more memory", {
+            let mut t = wanted.clone();
+            t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] =
+                json!("20Gi");
+            t
+        }),
+        ("a toleration", {
+            let mut t = wanted.clone();
+            t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = json!([{"key": "gpu.carma.io/utilization-gate", "operator": "Exists", "effect": "NoSchedule"}]);
+            t
+        }),
+        ("not carma's", {
+            let mut t = wanted.clone();
+            t["metadata"]["labels"] = json!({});
+            t
+        }),
+    ];
+    for (what, plant) in plants {
+        let h = Harness::dra(dra_task("train", "task-uid"));
+        h.fake
+            .lock()
+            .unwrap()
+            .claim_templates
+            .insert(name.clone(), plant.clone());
+        let err = h.reconcile().await.unwrap_err();
+        assert_eq!(err.kind(), "claim_template", "{what}: {err}");
+        assert_eq!(h.pod_count(), 0, "{what}");
+        assert_eq!(h.calls(Method::PATCH, "/status"), 0, "{what}");
+        assert_eq!(
+            h.events(),
+            [(
+                "ClaimTemplateCreateFailed".to_string(),
+                "Warning".to_string()
+            )],
+            "{what}"
+        );
+        // Left as it was: no owner added to a template the operator does not use.
+        assert_eq!(
+            h.fake.lock().unwrap().claim_templates[&name],
+            plant,
+            "{what}"
+        );
+    }
+
+    // The API server's canonical form of the same quantity is the same template.
+    let h = Harness::dra(dra_task("train", "task-uid"));
+    let mut canonical = wanted.clone();
+    canonical["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] =
+        json!("10Gi");
+    canonical["metadata"]["ownerReferences"] = json!([]);
+    h.fake
+        .lock()
+        .unwrap()
+        .claim_templates
+        .insert(name.clone(), canonical);
+    h.reconcile().await.unwrap();
+    assert_eq!(h.pod_count(), 1);
+    assert_eq!(h.fake.lock().unwrap().template_owners(&name), ["task-uid"]);
+}
+

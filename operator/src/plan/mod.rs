@@ -96,8 +96,8 @@ pub enum Observation {
 /// The actions of one step, executed in field order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
-    /// Make sure this claim template exists before the pod that references it is created (409
-    /// AlreadyExists: a template's content follows from its name, so it is the same).
+    /// Make sure this claim template exists, owned among others by the task, before the pod that
+    /// references it is created (an existing one is checked and shared, [`crate::claim_template`]).
     pub ensure_claim_template: Option<Box<ResourceClaimTemplate>>,
     /// Create this attempt pod (409 AlreadyExists means adopt it).
     pub create_pod: Option<Box<Pod>>,

@@ -1,7 +1,8 @@
 //! A small in-memory Kubernetes API behind `tower_test::mock::pair()`: enough of
-//! pods, pod logs, GpuNodes, the TrainingTask status subresource, Events and
-//! Leases for the operator's reconcile and leader-election tests. Every request
-//! is recorded for assertions.
+//! pods, pod logs, GpuNodes, the TrainingTask status subresource (merge and
+//! server-side apply patches), ResourceClaimTemplates (with a stand-in for the
+//! garbage collector), Events and Leases for the operator's reconcile and
+//! leader-election tests. Every request is recorded for assertions.
 
 #![allow(dead_code)]
 
@@ -24,6 +25,8 @@ pub struct Recorded {
     pub path: String,
     /// Decoded query parameters.
     pub query: BTreeMap<String, String>,
+    /// The `content-type` header (empty when absent).
+    pub content_type: String,
     /// JSON body (Null when empty or not JSON).
     pub body: Value,
 }
@@ -51,6 +54,8 @@ pub struct Fake {
     pub conflict_next_history_write: bool,
     /// Every MemoryHistory request is refused with 403 (RBAC not granted).
     pub forbid_history: bool,
+    /// ResourceClaimTemplates by name (one namespace is enough here).
+    pub claim_templates: BTreeMap<String, Value>,
     /// Every request, in order.
     pub requests: Vec<Recorded>,
     counter: u64,
@@ -92,11 +97,37 @@ impl Fake {
             .collect()
     }
 
+    /// What Kubernetes' garbage collector does to claim templates: delete each one that has owner
+    /// references and none of whose owners is among `live_uids`.
+    pub fn collect_garbage(&mut self, live_uids: &[&str]) {
+        self.claim_templates.retain(|_, t| {
+            let owners = t["metadata"]["ownerReferences"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            owners.is_empty()
+                || owners
+                    .iter()
+                    .any(|o| live_uids.contains(&o["uid"].as_str().unwrap_or("")))
+        });
+    }
+
+    /// The uids of a claim template's owners.
+    pub fn template_owners(&self, name: &str) -> Vec<String> {
+        self.claim_templates[name]["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| o["uid"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
     fn handle(
         &mut self,
         method: Method,
         path: &str,
         query: &str,
+        content_type: &str,
         body: Value,
     ) -> (StatusCode, Value) {
         let query = parse_query(query);
@@ -104,6 +135,7 @@ impl Fake {
             method: method.clone(),
             path: path.to_string(),
             query: query.clone(),
+            content_type: content_type.to_string(),
             body: body.clone(),
         });
         let seg: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -180,9 +212,124 @@ impl Fake {
                     return not_found("trainingtasks.carma.io", name);
                 }
                 // The status subresource ignores everything but status.
-                let patch = json!({"status": body["status"].clone()});
-                apply_merge_patch(&mut self.task, &patch);
+                match content_type {
+                    "application/merge-patch+json" => {
+                        let patch = json!({"status": body["status"].clone()});
+                        apply_merge_patch(&mut self.task, &patch);
+                    }
+                    "application/apply-patch+yaml" => {
+                        // Server-side apply as it works out when one manager writes all of
+                        // status: the applied status is the status (fields it left out were
+                        // that manager's, so they go).
+                        if !query.contains_key("fieldManager")
+                            || body["apiVersion"] != self.task["apiVersion"]
+                            || body["kind"] != self.task["kind"]
+                        {
+                            return (
+                                StatusCode::UNPROCESSABLE_ENTITY,
+                                status_body(
+                                    422,
+                                    "Invalid",
+                                    "apply needs a fieldManager, apiVersion and kind",
+                                ),
+                            );
+                        }
+                        self.task["status"] = body["status"].clone();
+                    }
+                    other => {
+                        return (
+                            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                            status_body(
+                                415,
+                                "UnsupportedMediaType",
+                                &format!("fake API: status patch of type {other:?}"),
+                            ),
+                        );
+                    }
+                }
+                let n = self.next();
+                self.task["metadata"]["resourceVersion"] = json!(n.to_string());
                 (StatusCode::OK, self.task.clone())
+            }
+            (
+                &Method::POST,
+                [
+                    "apis",
+                    "resource.k8s.io",
+                    "v1",
+                    "namespaces",
+                    ns,
+                    "resourceclaimtemplates",
+                ],
+            ) => {
+                let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+                if self.claim_templates.contains_key(&name) {
+                    return already_exists("resourceclaimtemplates.resource.k8s.io", &name);
+                }
+                let n = self.next();
+                let mut t = body.clone();
+                t["apiVersion"] = json!("resource.k8s.io/v1");
+                t["kind"] = json!("ResourceClaimTemplate");
+                t["metadata"]["namespace"] = json!(ns);
+                t["metadata"]["uid"] = json!(format!("rct-uid-{n}"));
+                t["metadata"]["resourceVersion"] = json!(n.to_string());
+                self.claim_templates.insert(name, t.clone());
+                (StatusCode::CREATED, t)
+            }
+            (
+                &Method::GET,
+                [
+                    "apis",
+                    "resource.k8s.io",
+                    "v1",
+                    "namespaces",
+                    _,
+                    "resourceclaimtemplates",
+                    name,
+                ],
+            ) => match self.claim_templates.get(*name) {
+                Some(t) => (StatusCode::OK, t.clone()),
+                None => not_found("resourceclaimtemplates.resource.k8s.io", name),
+            },
+            (
+                &Method::PATCH,
+                [
+                    "apis",
+                    "resource.k8s.io",
+                    "v1",
+                    "namespaces",
+                    _,
+                    "resourceclaimtemplates",
+                    name,
+                ],
+            ) => {
+                // Only what the operator sends: a strategic merge patch of owner references,
+                // which merge by uid.
+                if content_type != "application/strategic-merge-patch+json" {
+                    return (
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        status_body(415, "UnsupportedMediaType", content_type),
+                    );
+                }
+                let n = self.next();
+                let Some(t) = self.claim_templates.get_mut(*name) else {
+                    return not_found("resourceclaimtemplates.resource.k8s.io", name);
+                };
+                let mut owners = t["metadata"]["ownerReferences"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                for added in body["metadata"]["ownerReferences"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    owners.retain(|o| o["uid"] != added["uid"]);
+                    owners.push(added.clone());
+                }
+                t["metadata"]["ownerReferences"] = Value::Array(owners);
+                t["metadata"]["resourceVersion"] = json!(n.to_string());
+                (StatusCode::OK, t.clone())
             }
             (&Method::POST, ["apis", "events.k8s.io", "v1", "namespaces", _, "events"])
             | (&Method::PATCH, ["apis", "events.k8s.io", "v1", "namespaces", _, "events", _]) => {
@@ -420,10 +567,17 @@ pub fn client(fake: Arc<Mutex<Fake>>) -> Client {
             let (parts, body) = req.into_parts();
             let bytes = body.collect_bytes().await.unwrap_or_default();
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let content_type = parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
             let (code, value) = fake.lock().unwrap().handle(
                 parts.method.clone(),
                 parts.uri.path(),
                 parts.uri.query().unwrap_or(""),
+                &content_type,
                 body,
             );
             let bytes = match value {

@@ -33,6 +33,14 @@ fn exact(p: &Plan) -> &k8s_openapi::api::resource::v1::ExactDeviceRequest {
     requests[0].exactly.as_ref().unwrap()
 }
 
+/// The uid of the task that controls `pod`.
+fn p_task_uid(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+    let refs = pod.metadata.owner_references.as_ref()?;
+    refs.iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
 fn traced(mib: u64) -> EstimateAnnotation {
     EstimateAnnotation {
         mib,
@@ -42,7 +50,8 @@ fn traced(mib: u64) -> EstimateAnnotation {
     }
 }
 
-/// The template the planned pod references, and the memory that template books.
+/// The readable part of the template name the planned pod references (the name ends in a hash of
+/// the template's spec), and the memory that template books.
 fn booking(p: &Plan) -> (String, Option<String>) {
     let pod = p.create_pod.as_ref().unwrap();
     let spec = pod.spec.as_ref().unwrap();
@@ -51,6 +60,18 @@ fn booking(p: &Plan) -> (String, Option<String>) {
     let name = claims[0].resource_claim_template_name.clone().unwrap();
     let t = p.ensure_claim_template.as_ref().unwrap();
     assert_eq!(t.metadata.name.as_deref(), Some(name.as_str()));
+    // Owned, not controlled, by the task: tasks of the same booking share the template.
+    let owners = t.metadata.owner_references.as_ref().unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].kind, "TrainingTask");
+    assert_eq!(Some(owners[0].uid.as_str()), p_task_uid(pod));
+    assert_eq!(owners[0].controller, None);
+    let (readable, hash) = name.rsplit_once('-').unwrap();
+    assert!(
+        hash.len() == 10 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "{name}"
+    );
+    let name = readable.to_string();
     let exact = exact(p);
     assert_eq!(exact.device_class_name, CLASS);
     let memory = exact
