@@ -114,10 +114,35 @@ pub fn check_existing(
 }
 
 /// Whether two template specs say the same: equal JSON, except that strings which are both
-/// quantities compare by value (the API server stores quantities in canonical form).
+/// quantities compare by value (the API server stores quantities in canonical form) and that an
+/// empty object, list or `null` is the same as no field (the API server stores the claim's absent
+/// `metadata` as `{}`).
 pub fn same_spec(a: &ResourceClaimTemplateSpec, b: &ResourceClaimTemplateSpec) -> bool {
     match (serde_json::to_value(a), serde_json::to_value(b)) {
-        (Ok(a), Ok(b)) => same_value(&a, &b),
+        (Ok(a), Ok(b)) => same_value(&without_empty(a), &without_empty(b)),
+        _ => false,
+    }
+}
+
+/// `v` with every object field whose value is `null`, `{}` or `[]` (once emptied itself) removed.
+fn without_empty(v: Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (k, without_empty(v)))
+                .filter(|(_, v)| !is_empty(v))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(without_empty).collect()),
+        v => v,
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(o) => o.is_empty(),
+        Value::Array(a) => a.is_empty(),
         _ => false,
     }
 }
@@ -323,6 +348,18 @@ mod tests {
             .unwrap()
             .insert("memory".into(), Quantity("12Gi".into()));
         assert_eq!(check_existing(&stored, &wanted), Ok(()));
+        // So is the claim metadata it stores as `{}` where the operator sent none.
+        stored.spec.metadata = Some(Default::default());
+        assert_eq!(check_existing(&stored, &wanted), Ok(()));
+        let mut labelled = stored.clone();
+        labelled.spec.metadata = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            labels: Some([("team".to_string(), "a".to_string())].into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            check_existing(&labelled, &wanted),
+            Err(Unusable::SpecDiffers)
+        );
 
         let mut bigger = wanted.clone();
         exact(&mut bigger)

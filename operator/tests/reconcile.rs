@@ -1019,9 +1019,11 @@ async fn a_template_of_the_wanted_name_that_says_otherwise_is_never_used() {
         );
     }
 
-    // The API server's canonical form of the same quantity is the same template.
+    // The API server's canonical form of the same quantity, and the empty claim metadata it
+    // stores where none was sent (both seen from a real kube-apiserver 1.36), are the same template.
     let h = Harness::dra(dra_task("train", "task-uid"));
     let mut canonical = wanted.clone();
+    canonical["spec"]["metadata"] = json!({});
     canonical["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] =
         json!("10Gi");
     canonical["metadata"]["ownerReferences"] = json!([]);
