@@ -158,7 +158,18 @@ pub async fn run(
         metrics.set_leader(true);
         info!("starting the TrainingTask controller");
         let stop = stop_signal(leading_rx.clone(), shutdown_rx.clone());
-        run_controller(client.clone(), ctx.clone(), &config, stop).await;
+        // A replica that is no longer leader must stop acting at once: another may take the lease
+        // soon after (one lease duration after the last renewal, on its own clock), and a reconcile
+        // still in flight — e.g. blocked on an API server that stopped answering — would then write
+        // beside it. So losing leadership drops the controller with whatever it is doing; reconciles
+        // are level-based, and the next leader redoes any step cut short. On shutdown the elector
+        // gives up leadership before it releases the lease, so the same holds then.
+        tokio::select! {
+            () = run_controller(client.clone(), ctx.clone(), &config, stop) => {}
+            () = leadership_lost(leading_rx.clone()) => {
+                warn!("leadership lost: the controller is stopped with its reconciles in flight");
+            }
+        }
         metrics.set_leader(false);
         metrics.set_tasks(&[]);
         if shutdown_now() {
@@ -176,6 +187,11 @@ pub async fn run(
     }
     info!("stopped");
     Ok(())
+}
+
+/// Completes when `leading` turns false (or its sender is gone).
+async fn leadership_lost(mut leading: watch::Receiver<bool>) {
+    let _ = leading.wait_for(|l| !*l).await;
 }
 
 /// Completes when `rx` turns true (or its sender is gone).
@@ -220,7 +236,8 @@ async fn run_controller(
 
     let store = controller.store();
     let metrics = ctx.metrics.clone();
-    let gauge = tokio::spawn(async move {
+    // Aborted when this future ends or is dropped (leadership lost).
+    let gauge = AbortOnDrop(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
             tick.tick().await;
@@ -243,7 +260,7 @@ async fn run_controller(
                 .collect();
             metrics.set_tasks(&counts);
         }
-    });
+    }));
 
     controller
         .run(reconcile, error_policy, ctx)
@@ -258,5 +275,15 @@ async fn run_controller(
             }
         })
         .await;
-    gauge.abort();
+    drop(gauge);
+}
+
+/// Aborts its task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -127,3 +127,130 @@ async fn bad_configuration_is_refused_before_anything_starts() {
     assert_eq!(err.kind(), "config");
     assert!(fake.lock().unwrap().requests.is_empty());
 }
+
+/// The operator's /metrics, or "" while its server is not listening yet.
+async fn metrics_text(addr: SocketAddr) -> String {
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return String::new();
+    };
+    let req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out
+}
+
+/// A client whose requests go to `inner`, except that while `hang_writes` is set every write (POST,
+/// PUT, PATCH, DELETE) that is not to a Lease is accepted and never answered, and while `hang_all`
+/// is set every request is: an API server that stops answering, first for the controller's writes,
+/// then for everything.
+fn hanging_client(
+    inner: kube::Client,
+    hang_writes: Arc<std::sync::atomic::AtomicBool>,
+    hang_all: Arc<std::sync::atomic::AtomicBool>,
+) -> kube::Client {
+    use std::sync::atomic::Ordering;
+    let (service, handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    tokio::spawn(async move {
+        let mut handle = std::pin::pin!(handle);
+        let mut unanswered = Vec::new();
+        while let Some((req, send)) = handle.next_request().await {
+            let write = req.method() != http::Method::GET;
+            let lease = req.uri().path().contains("/leases");
+            if hang_all.load(Ordering::SeqCst)
+                || (write && !lease && hang_writes.load(Ordering::SeqCst))
+            {
+                unanswered.push(send);
+                continue;
+            }
+            let inner = inner.clone();
+            tokio::spawn(async move {
+                match inner.send(req).await {
+                    Ok(resp) => send.send_response(resp),
+                    Err(e) => send.send_error(e),
+                }
+            });
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// A leader whose reconcile is stuck on an API call that never returns must still stop acting once
+/// it loses leadership: its controller is dropped at once, not left to finish the reconcile, so it
+/// cannot write beside the next leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stops_acting_at_once_when_it_loses_leadership_with_a_reconcile_stuck() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fake = Arc::new(Mutex::new(Fake::with_task(json!({
+        "apiVersion": "carma.io/v1alpha1",
+        "kind": "TrainingTask",
+        "metadata": {"name": "train", "namespace": "default", "uid": "task-uid", "generation": 1, "resourceVersion": "1"},
+        "spec": {"gpus": 1, "template": {"spec": {"containers": [{"name": "train", "image": "pytorch"}]}}}
+    }))));
+    let (hang_writes, hang_all) = (
+        Arc::new(AtomicBool::new(true)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let timing = LeaseTiming {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(100),
+    };
+    let config = OperatorConfig {
+        metrics_addr: addr,
+        leader_election: Some(LeaderElection {
+            namespace: Some("carma-system".into()),
+            lease_name: "carma-operator".into(),
+            timing,
+        }),
+        identity: "replica-a".into(),
+        watch_namespace: None,
+        concurrency: 2,
+        settings: Settings::default(),
+    };
+    let api = hanging_client(client(fake.clone()), hang_writes.clone(), hang_all.clone());
+    let _operator = tokio::spawn(run(api, config, std::future::pending::<()>()));
+
+    // It leads, and its first reconcile is stuck creating the attempt pod.
+    let mut leading = false;
+    for _ in 0..200 {
+        leading = metrics_text(addr).await.contains("carma_operator_leader 1");
+        if leading {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(leading, "replica-a never led");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(fake.lock().unwrap().pods.is_empty(), "the pod create hangs");
+
+    // Now its lease renewals hang too: it must stop leading, and stop its controller, within the
+    // renew deadline (plus a little), although the reconcile never returns.
+    hang_all.store(true, Ordering::SeqCst);
+    let hung_at = std::time::Instant::now();
+    let mut stopped = false;
+    while hung_at.elapsed() < timing.renew_deadline + Duration::from_millis(1500) {
+        if metrics_text(addr).await.contains("carma_operator_leader 0") {
+            stopped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        stopped,
+        "replica-a still runs its controller {:?} after its API server stopped answering",
+        hung_at.elapsed()
+    );
+    assert!(hung_at.elapsed() < timing.lease_duration);
+}
