@@ -21,7 +21,7 @@
 //! * [`waiting`] — why an attempt pod that has not started waits (no node fits, an image that
 //!   cannot be pulled);
 //! * [`observe`] — what is read off a pod and its node's `GpuNode`;
-//! * [`status`] — conditions and the status merge patch;
+//! * [`status`] — conditions and the status write (server-side apply);
 //! * [`mod@plan`] — one reconcile step as data: pod to create, status, events, requeue;
 //! * [`history`] — ended attempts' observed peaks, recorded per model profile
 //!   (`MemoryHistory`) for the extender's learned reservations;

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::observe::{ObservedAttempt, attempt_index, observe, pod_node};
 use crate::plan::{self, Plan, PlanInput, PlannedEvent};
-use crate::status::status_patch;
+use crate::status;
 
 /// Tunables of the reconciler.
 #[derive(Debug, Clone)]
@@ -345,14 +345,21 @@ async fn execute(
     }
     if let Some(new) = &step.status {
         let old = task.status.clone().unwrap_or_default();
-        let patch = status_patch(&old, new)?;
         let tasks: Api<TrainingTask> = Api::namespaced(ctx.client.clone(), &ns);
-        let params = PatchParams {
-            field_manager: Some(MANAGER.to_string()),
-            ..PatchParams::default()
-        };
+        if status::has_legacy_status_writer(task)
+            && let Some(removals) = status::legacy_removals(&old, new)?
+        {
+            let params = PatchParams {
+                field_manager: Some(status::FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            tasks
+                .patch_status(&name, &params, &Patch::Merge(&removals))
+                .await?;
+        }
+        let params = PatchParams::apply(status::FIELD_MANAGER).force();
         tasks
-            .patch_status(&name, &params, &Patch::Merge(&patch))
+            .patch_status(&name, &params, &Patch::Apply(status::status_apply(new)?))
             .await?;
         if new.phase != old.phase {
             info!(

@@ -1,10 +1,29 @@
-//! TrainingTask status helpers: conditions in the Kubernetes style and the JSON
-//! merge patch that turns the old status into the new one.
+//! TrainingTask status helpers: conditions in the Kubernetes style and the server-side apply that
+//! writes the status.
+//!
+//! **Writing.** The operator owns the whole status and writes all of it by server-side apply on the
+//! status subresource, as field manager [`FIELD_MANAGER`] with `force` ([`status_apply`]), as
+//! kube-rs's controller-rs does. A field the operator stops writing is dropped by the API server,
+//! because its manager no longer applies it. Two replicas writing at once (an old leader that has
+//! not yet noticed it lost its Lease) write under the same manager, so the later apply is the whole
+//! status, never a mix of two merge patches each computed against its own old status; the write is
+//! not conditional, so the later one wins, and the Lease keeps such overlaps short.
+//!
+//! **Upgrades.** Earlier releases wrote the status by JSON merge patch, an `Update` operation of
+//! the same manager name, which server-side apply treats as another manager: the fields it wrote
+//! are not dropped when an apply leaves them out (seen against kube-apiserver 1.36: `nextAttemptAt`
+//! and `node` outlived an apply without them). While a task still lists that entry in
+//! `metadata.managedFields`, the fields a step drops are first removed by a merge patch of `null`s
+//! ([`legacy_removals`]), then the status is applied.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{Map, Value};
+use kube::Resource;
+use serde_json::{Map, Value, json};
 
-use carma_api::{TaskCondition, TaskPhase, TrainingTaskStatus};
+use carma_api::{TaskCondition, TaskPhase, TrainingTask, TrainingTaskStatus};
+
+/// The field manager of the operator's status writes.
+pub const FIELD_MANAGER: &str = crate::attempt::MANAGER;
 
 /// Condition: the current attempt's pod is bound to a node. False with reason `Unschedulable`
 /// and the scheduler's message while no node fits it.
@@ -117,6 +136,51 @@ pub fn set_phase(
 /// The condition `type_`, if present.
 pub fn condition<'a>(status: &'a TrainingTaskStatus, type_: &str) -> Option<&'a TaskCondition> {
     status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The server-side apply configuration of the status subresource: the whole status the operator
+/// owns (fields it leaves out are dropped).
+pub fn status_apply(status: &TrainingTaskStatus) -> Result<Value, serde_json::Error> {
+    Ok(json!({
+        "apiVersion": TrainingTask::api_version(&()),
+        "kind": TrainingTask::kind(&()),
+        "status": serde_json::to_value(status)?,
+    }))
+}
+
+/// Whether `task`'s status still has fields written by the merge patches of earlier releases: a
+/// `managedFields` entry of [`FIELD_MANAGER`] with operation `Update` on the status subresource.
+pub fn has_legacy_status_writer(task: &TrainingTask) -> bool {
+    task.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(FIELD_MANAGER)
+            && m.operation.as_deref() == Some("Update")
+            && m.subresource.as_deref() == Some("status")
+    })
+}
+
+/// The JSON merge patch that removes the fields `new` drops from `old` and changes nothing else;
+/// `None` when `new` drops nothing. Needed only while [`has_legacy_status_writer`].
+pub fn legacy_removals(
+    old: &TrainingTaskStatus,
+    new: &TrainingTaskStatus,
+) -> Result<Option<Value>, serde_json::Error> {
+    let patch = status_patch(old, new)?;
+    Ok(only_nulls(&patch))
+}
+
+/// The `null`s of a merge patch, with the objects that lead to them; `None` when there are none.
+fn only_nulls(patch: &Value) -> Option<Value> {
+    match patch {
+        Value::Null => Some(Value::Null),
+        Value::Object(o) => {
+            let kept: Map<String, Value> = o
+                .iter()
+                .filter_map(|(k, v)| only_nulls(v).map(|v| (k.clone(), v)))
+                .collect();
+            (!kept.is_empty()).then_some(Value::Object(kept))
+        }
+        _ => None,
+    }
 }
 
 /// The body of a JSON merge patch (RFC 7386) on the status subresource that
@@ -260,6 +324,54 @@ mod tests {
         let back: TrainingTaskStatus = serde_json::from_value(doc["status"].clone()).unwrap();
         assert_eq!(back, new);
         assert_eq!(doc["spec"]["gpus"], json!(1));
+    }
+
+    #[test]
+    fn the_apply_is_the_whole_status_and_the_legacy_removals_only_its_drops() {
+        let old = TrainingTaskStatus {
+            next_attempt_at: Some("2026-01-01T00:00:10Z".into()),
+            node: Some("gpu-1".into()),
+            attempt_count: 1,
+            ..Default::default()
+        };
+        let new = TrainingTaskStatus {
+            attempt_count: 2,
+            ..Default::default()
+        };
+        let apply = status_apply(&new).unwrap();
+        assert_eq!(apply["apiVersion"], "carma.io/v1alpha1");
+        assert_eq!(apply["kind"], "TrainingTask");
+        assert_eq!(apply["status"], serde_json::to_value(&new).unwrap());
+        assert_eq!(
+            legacy_removals(&old, &new).unwrap(),
+            Some(json!({"status": {"nextAttemptAt": null, "node": null}}))
+        );
+        assert_eq!(legacy_removals(&new, &old).unwrap(), None);
+
+        let mut task: TrainingTask = serde_json::from_value(json!({
+            "apiVersion": "carma.io/v1alpha1", "kind": "TrainingTask",
+            "metadata": {"name": "t", "namespace": "ml"},
+            "spec": {"gpus": 1, "template": {}}
+        }))
+        .unwrap();
+        assert!(!has_legacy_status_writer(&task));
+        let entry = |manager: &str, operation: &str, subresource: Option<&str>| {
+            serde_json::from_value(json!({"manager": manager, "operation": operation,
+                                          "subresource": subresource}))
+            .unwrap()
+        };
+        task.metadata.managed_fields = Some(vec![
+            entry(FIELD_MANAGER, "Apply", Some("status")),
+            entry(FIELD_MANAGER, "Update", None),
+            entry("kubectl", "Update", Some("status")),
+        ]);
+        assert!(!has_legacy_status_writer(&task));
+        task.metadata.managed_fields.as_mut().unwrap().push(entry(
+            FIELD_MANAGER,
+            "Update",
+            Some("status"),
+        ));
+        assert!(has_legacy_status_writer(&task));
     }
 
     #[test]

@@ -1037,3 +1037,81 @@ async fn a_template_of_the_wanted_name_that_says_otherwise_is_never_used() {
     assert_eq!(h.fake.lock().unwrap().template_owners(&name), ["task-uid"]);
 }
 
+/// The status PATCH requests, by content type.
+fn status_writes(h: &Harness) -> Vec<(String, Value)> {
+    h.fake
+        .lock()
+        .unwrap()
+        .calls(&Method::PATCH, "/trainingtasks/train/status")
+        .iter()
+        .map(|r| (r.content_type.clone(), r.body.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_status_is_written_whole_by_server_side_apply() {
+    let h = Harness::new(task_json(json!({})));
+    h.reconcile().await.unwrap();
+    let f = h.fake.lock().unwrap();
+    let writes = f.calls(&Method::PATCH, "/trainingtasks/train/status");
+    assert_eq!(writes.len(), 1);
+    let w = writes[0];
+    assert_eq!(w.content_type, "application/apply-patch+yaml");
+    assert_eq!(w.query["fieldManager"], "carma-operator");
+    assert_eq!(w.query["force"], "true");
+    assert_eq!(w.body["apiVersion"], "carma.io/v1alpha1");
+    assert_eq!(w.body["kind"], "TrainingTask");
+    // Only the status, and all of it: what the planner wrote is what the task now holds.
+    let keys: Vec<&String> = w.body.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["apiVersion", "kind", "status"]);
+    assert_eq!(w.body["status"], f.task["status"]);
+    assert_eq!(w.body["status"]["phase"], "Pending");
+    assert_eq!(w.body["status"]["attempts"][0]["pod"], "train-a1");
+    assert!(w.body["status"]["conditions"].as_array().unwrap().len() >= 2);
+}
+
+#[tokio::test]
+async fn fields_an_earlier_releases_merge_patch_wrote_are_removed_before_the_apply() {
+    let run = |legacy: bool| async move {
+        let mut task = task_json(json!({}));
+        if legacy {
+            task["metadata"]["managedFields"] = json!([
+                {"manager": "carma-operator", "operation": "Update", "apiVersion": "carma.io/v1alpha1",
+                 "time": "2027-01-15T07:00:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+                 "fieldsV1": {"f:status": {"f:nextAttemptAt": {}}}}
+            ]);
+        }
+        let h = Harness::new(task);
+        h.reconcile().await.unwrap();
+        h.run_pod("train-a1", "gpu-1", 8000);
+        h.end_pod("train-a1", 1, OOM_MESSAGE);
+        let finished: DateTime<Utc> = "2027-01-15T08:01:40Z".parse().unwrap();
+        let offset = (finished - at(0)).num_seconds();
+        h.set_now(offset + 1);
+        h.reconcile().await.unwrap();
+        assert_eq!(h.status()["nextAttemptAt"], "2027-01-15T08:01:50Z");
+        h.clear_requests();
+        // The recovery attempt is due: the step drops nextAttemptAt.
+        h.set_now(offset + 10);
+        h.reconcile().await.unwrap();
+        assert_eq!(h.pod_count(), 2);
+        assert_eq!(h.status()["nextAttemptAt"], Value::Null);
+        status_writes(&h)
+    };
+    let writes = run(true).await;
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert_eq!(writes[0].0, "application/merge-patch+json");
+    // Only the removals (the backoff's due time, the crashed attempt's node): every other field
+    // is left to the apply.
+    assert_eq!(
+        writes[0].1,
+        json!({"status": {"nextAttemptAt": null, "node": null}})
+    );
+    assert_eq!(writes[1].0, "application/apply-patch+yaml");
+    assert!(writes[1].1["status"].get("nextAttemptAt").is_none());
+
+    // Without the earlier release's entry the apply alone drops it.
+    let writes = run(false).await;
+    let types: Vec<&str> = writes.iter().map(|w| w.0.as_str()).collect();
+    assert_eq!(types, ["application/apply-patch+yaml"]);
+}

@@ -101,7 +101,7 @@ pub struct Plan {
     pub ensure_claim_template: Option<Box<ResourceClaimTemplate>>,
     /// Create this attempt pod (409 AlreadyExists means adopt it).
     pub create_pod: Option<Box<Pod>>,
-    /// Write this status (merge patch on the status subresource); `None` when unchanged.
+    /// Write this status (server-side apply on the status subresource); `None` when unchanged.
     pub status: Option<Box<TrainingTaskStatus>>,
     /// Publish these Events.
     pub events: Vec<PlannedEvent>,
