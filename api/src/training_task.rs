@@ -80,12 +80,13 @@ pub struct TrainingTaskSpec {
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 16))]
     pub gpus: u32,
-    /// Pod template of each attempt pod (a core/v1 PodTemplateSpec: `metadata` and `spec`, as in a
-    /// Deployment); `spec.containers` must not be empty. The first container is the training
-    /// process: its exit code and termination message tell success, a GPU out-of-memory crash and
-    /// other failures apart. carma sets `schedulerName` (carma-scheduler), `restartPolicy: Never`,
-    /// the `carma.io/gpu` limit and `terminationMessagePolicy: FallbackToLogsOnError` on the first
-    /// container, the `carma.io/*` annotations, the labels `carma.io/task`, `carma.io/attempt` and
+    /// Pod template of each attempt pod (a core/v1 PodTemplateSpec, as in a Deployment, whose
+    /// `metadata` holds only `labels` and `annotations`); `spec.containers` must not be empty.
+    /// The first container is the training process: its exit code and termination message tell
+    /// success, a GPU out-of-memory crash and other failures apart. carma sets `schedulerName`
+    /// (carma-scheduler), `restartPolicy: Never`, the `carma.io/gpu` limit and
+    /// `terminationMessagePolicy: FallbackToLogsOnError` on the first container, the `carma.io/*`
+    /// annotations, the labels `carma.io/task`, `carma.io/attempt` and
     /// `app.kubernetes.io/managed-by`, the owner reference and, for recovery attempts (or with
     /// `expectedDurationSeconds`), the priority class; a `nodeName` is dropped
     /// (the extender chooses the node and GPUs). Set host memory requests and limits here: a
@@ -130,13 +131,92 @@ fn one() -> u32 {
     1
 }
 
-fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
+/// The schema of `spec.template`: core/v1's PodTemplateSpec as k8s-openapi describes it, inlined
+/// (the generator kube derives CRDs with inlines every subschema), so the API server refuses a
+/// malformed pod template when the task is created instead of the operator failing on it later,
+/// `kubectl explain` shows its fields, and unknown fields are pruned (the operator reads the
+/// template into the same core/v1 types, so pruning drops nothing it reads).
+///
+/// Two changes to it:
+/// * `metadata` lists only `labels` and `annotations`, the only parts of the template's metadata
+///   the operator copies to the attempt pods (it names the pod and sets its owner itself);
+/// * every description is cut to its first sentence: with the full texts the CRD is about 343 KB
+///   of JSON, over the 256 KiB that client-side `kubectl apply` can keep in its
+///   last-applied-configuration annotation, so it could not be applied that way (cut, about
+///   170 KB; `api/tests/training_task_schema.rs` holds it under the limit).
+fn pod_template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut value = generator.subschema_for::<PodTemplateSpec>().to_value();
+    first_sentences(&mut value);
+    value["properties"]["metadata"] = serde_json::json!({
+        "description": "Labels and annotations of each attempt pod, to which carma adds its own; \
+                        the operator names the pod and sets its owner itself.",
         "type": "object",
-        "description": "A core/v1 PodTemplateSpec (metadata and spec).",
-        "x-kubernetes-preserve-unknown-fields": true,
-    })
+        "properties": {
+            "labels": {
+                "description": "Labels of each attempt pod, beside carma's.",
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+            },
+            "annotations": {
+                "description": "Annotations of each attempt pod; carma's own carma.io annotations \
+                                are set by the operator.",
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+            },
+        },
+    });
+    value
+        .try_into()
+        .expect("PodTemplateSpec's schema is an object")
 }
+
+/// Cuts every `description` under `schema` to its first sentence.
+fn first_sentences(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match value {
+                    serde_json::Value::String(text) if key == "description" => {
+                        let cut = first_sentence(text).to_string();
+                        *text = cut;
+                    }
+                    _ => first_sentences(value),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(first_sentences),
+        _ => {}
+    }
+}
+
+/// The text up to the end of its first sentence, or of as many as make it at least
+/// [`SHORTEST_SUMMARY`] long ("Required." alone says little). A sentence ends at a period followed
+/// by white space or the end, not one of an abbreviation such as "e.g.", or at a line break.
+fn first_sentence(text: &str) -> &str {
+    const ABBREVIATIONS: [&str; 6] = ["e.g", "i.e", "etc", "vs", "approx", "ex"];
+    let text = text.trim();
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if i >= SHORTEST_SUMMARY && c == '\n' {
+            return text[..i].trim_end();
+        }
+        let at_end = chars.peek().is_none_or(|(_, next)| next.is_whitespace());
+        if i >= SHORTEST_SUMMARY && c == '.' && at_end {
+            let word = text[..i]
+                .rsplit(|c: char| c.is_whitespace() || c == '(')
+                .next()
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            if !ABBREVIATIONS.contains(&word.as_str()) {
+                return &text[..=i];
+            }
+        }
+    }
+    text
+}
+
+/// The length, in bytes, a description is cut at no shorter than (see [`first_sentence`]).
+const SHORTEST_SUMMARY: usize = 16;
 
 /// Model features for GPUMemNet (the carma.io/model-profile annotation schema). The ranges are the
 /// estimator's (`carma_estimator::MAX_*`; `cli/tests/crds.rs` holds the two equal), so the API server
@@ -652,6 +732,37 @@ mod tests {
         assert!(
             policy.contains(&format!("(`{}` unless changed)", Policy::DEFAULT)),
             "{policy}"
+        );
+    }
+
+    #[test]
+    fn descriptions_are_cut_after_their_first_sentence() {
+        assert_eq!(
+            first_sentence("Name of the container. Each container must have a unique name."),
+            "Name of the container."
+        );
+        // Too short alone: the next sentence is kept with it.
+        assert_eq!(
+            first_sentence("Required. A list of node selector terms. The terms are ORed."),
+            "Required. A list of node selector terms."
+        );
+        assert_eq!(
+            first_sentence(
+                "Shares the host's PID namespace (e.g. to see its processes). Optional."
+            ),
+            "Shares the host's PID namespace (e.g. to see its processes)."
+        );
+        assert_eq!(
+            first_sentence("The volume's source, one of:\n\n- emptyDir, a scratch directory"),
+            "The volume's source, one of:"
+        );
+        assert_eq!(
+            first_sentence("Path within the container at which the volume should be mounted"),
+            "Path within the container at which the volume should be mounted"
+        );
+        assert_eq!(
+            first_sentence("  Version 1.2 of it.  "),
+            "Version 1.2 of it."
         );
     }
 
