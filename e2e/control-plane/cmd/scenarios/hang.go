@@ -73,6 +73,10 @@ func (e *env) scenarioOperatorHang(ctx context.Context, s *summary) {
 				both++
 			}
 		}
+		if samples <= 3 || (demoted == 0 && ok1 && !hungLeads) {
+			fmt.Printf("    %.1f s: %s leads %v (read %v), %s leads %v (read %v), Lease %s\n",
+				time.Since(t0).Seconds(), leader, hungLeads, ok1, other, otherLeads, ok2, e.leaseHolder(ctx))
+		}
 		if demoted == 0 && ok1 && !hungLeads {
 			demoted = time.Since(t0)
 		}
