@@ -73,12 +73,13 @@ const PEAK_RATIO_BUCKETS: [f64; 11] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0
 /// Every reservation source an attempt can report, created at zero so that `increase()` sees the
 /// first underestimate of each: the estimator's sources, then the extender's own (`history`,
 /// `override`, `whole-gpu`) and `unknown` (an attempt that ended before it was bound).
-const SOURCES: [&str; 9] = [
+const SOURCES: [&str; 10] = [
     "traced",
     "gpumemnet-mlp",
     "gpumemnet-cnn",
     "gpumemnet-transformer",
     "analytic-upper-bound",
+    "analytic-fallback",
     "history",
     "override",
     "whole-gpu",
@@ -335,13 +336,25 @@ mod tests {
     #[test]
     fn every_estimator_source_starts_at_zero() {
         use carma_estimator::EstimateSource as S;
+        // A new source fails to compile here until it is listed (and then must be in SOURCES).
+        let listed = |s: S| match s {
+            S::GpumemnetMlp
+            | S::GpumemnetCnn
+            | S::GpumemnetTransformer
+            | S::AnalyticUpperBound
+            | S::Traced
+            | S::AnalyticFallback => s,
+        };
         for source in [
             S::GpumemnetMlp,
             S::GpumemnetCnn,
             S::GpumemnetTransformer,
             S::AnalyticUpperBound,
             S::Traced,
-        ] {
+            S::AnalyticFallback,
+        ]
+        .map(listed)
+        {
             assert!(SOURCES.contains(&source.as_str()), "{source}");
         }
         let text = Metrics::new().encode();
