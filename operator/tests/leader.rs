@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use carma_operator::leader::{Clock, LeaseLock, LeaseTiming, run_elector};
 
-use common::{Fake, client};
+use common::{Fake, client, hanging_client};
 
 fn at(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
@@ -261,34 +261,6 @@ async fn elector_leads_and_releases_on_shutdown() {
     );
 }
 
-/// A client whose requests go to `inner` until `hang` turns true; from then on every request is
-/// accepted and never answered, as by an API server (or a proxy) that hangs.
-fn hanging_client(inner: kube::Client, hang: Arc<std::sync::atomic::AtomicBool>) -> kube::Client {
-    use std::sync::atomic::Ordering;
-    let (service, handle) = tower_test::mock::pair::<
-        http::Request<kube::client::Body>,
-        http::Response<kube::client::Body>,
-    >();
-    tokio::spawn(async move {
-        let mut handle = std::pin::pin!(handle);
-        let mut unanswered = Vec::new();
-        while let Some((req, send)) = handle.next_request().await {
-            if hang.load(Ordering::SeqCst) {
-                unanswered.push(send);
-                continue;
-            }
-            let inner = inner.clone();
-            tokio::spawn(async move {
-                match inner.send(req).await {
-                    Ok(resp) => send.send_response(resp),
-                    Err(e) => send.send_error(e),
-                }
-            });
-        }
-    });
-    kube::Client::new(service, "default")
-}
-
 /// A leader whose API server stops answering stops leading within its renew deadline, before its
 /// lease can expire for the others, instead of waiting for its client to time out.
 #[tokio::test]
@@ -303,7 +275,10 @@ async fn a_leader_whose_api_server_hangs_stops_leading_within_the_renew_deadline
     };
     let a = LeaseLock::new(
         Api::<Lease>::namespaced(
-            hanging_client(client(fake.clone()), hang.clone()),
+            {
+                let hang = hang.clone();
+                hanging_client(client(fake.clone()), move |_| hang.load(Ordering::SeqCst))
+            },
             "carma-system",
         ),
         "carma-operator",

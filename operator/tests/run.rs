@@ -14,7 +14,7 @@ use carma_operator::controller::{LeaderElection, OperatorConfig};
 use carma_operator::leader::LeaseTiming;
 use carma_operator::{Settings, run};
 
-use common::{Fake, client};
+use common::{Fake, client, hanging_client};
 
 async fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -142,44 +142,6 @@ async fn metrics_text(addr: SocketAddr) -> String {
     out
 }
 
-/// A client whose requests go to `inner`, except that while `hang_writes` is set every write (POST,
-/// PUT, PATCH, DELETE) that is not to a Lease is accepted and never answered, and while `hang_all`
-/// is set every request is: an API server that stops answering, first for the controller's writes,
-/// then for everything.
-fn hanging_client(
-    inner: kube::Client,
-    hang_writes: Arc<std::sync::atomic::AtomicBool>,
-    hang_all: Arc<std::sync::atomic::AtomicBool>,
-) -> kube::Client {
-    use std::sync::atomic::Ordering;
-    let (service, handle) = tower_test::mock::pair::<
-        http::Request<kube::client::Body>,
-        http::Response<kube::client::Body>,
-    >();
-    tokio::spawn(async move {
-        let mut handle = std::pin::pin!(handle);
-        let mut unanswered = Vec::new();
-        while let Some((req, send)) = handle.next_request().await {
-            let write = req.method() != http::Method::GET;
-            let lease = req.uri().path().contains("/leases");
-            if hang_all.load(Ordering::SeqCst)
-                || (write && !lease && hang_writes.load(Ordering::SeqCst))
-            {
-                unanswered.push(send);
-                continue;
-            }
-            let inner = inner.clone();
-            tokio::spawn(async move {
-                match inner.send(req).await {
-                    Ok(resp) => send.send_response(resp),
-                    Err(e) => send.send_error(e),
-                }
-            });
-        }
-    });
-    kube::Client::new(service, "default")
-}
-
 /// A leader whose reconcile is stuck on an API call that never returns must still stop acting once
 /// it loses leadership: its controller is dropped at once, not left to finish the reconcile, so it
 /// cannot write beside the next leader.
@@ -219,7 +181,17 @@ async fn a_leader_stops_acting_at_once_when_it_loses_leadership_with_a_reconcile
         concurrency: 2,
         settings: Settings::default(),
     };
-    let api = hanging_client(client(fake.clone()), hang_writes.clone(), hang_all.clone());
+    // Every write that is not to the Lease hangs while `hang_writes` is set; everything while
+    // `hang_all` is.
+    let api = {
+        let (hang_writes, hang_all) = (hang_writes.clone(), hang_all.clone());
+        hanging_client(client(fake.clone()), move |req| {
+            let write = req.method() != http::Method::GET;
+            let lease = req.uri().path().contains("/leases");
+            hang_all.load(Ordering::SeqCst)
+                || (write && !lease && hang_writes.load(Ordering::SeqCst))
+        })
+    };
     let _operator = tokio::spawn(run(api, config, std::future::pending::<()>()));
 
     // It leads, and its first reconcile is stuck creating the attempt pod.

@@ -594,3 +594,30 @@ pub fn client(fake: Arc<Mutex<Fake>>) -> Client {
     });
     Client::new(service, "default")
 }
+
+/// A client whose requests go to `inner`, except those `hang` picks: each of them is accepted and
+/// never answered, as by an API server (or a proxy in front of it) that hangs.
+pub fn hanging_client(
+    inner: Client,
+    hang: impl Fn(&Request<Body>) -> bool + Send + 'static,
+) -> Client {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(async move {
+        let mut handle = std::pin::pin!(handle);
+        let mut unanswered = Vec::new();
+        while let Some((req, send)) = handle.next_request().await {
+            if hang(&req) {
+                unanswered.push(send);
+                continue;
+            }
+            let inner = inner.clone();
+            tokio::spawn(async move {
+                match inner.send(req).await {
+                    Ok(resp) => send.send_response(resp),
+                    Err(e) => send.send_error(e),
+                }
+            });
+        }
+    });
+    Client::new(service, "default")
+}
