@@ -36,36 +36,49 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leads_reconciles_and_shuts_down_cleanly() {
-    let fake = Arc::new(Mutex::new(Fake::with_task(json!({
+/// Short lease timing, so that leadership changes within a test's seconds.
+const TIMING: LeaseTiming = LeaseTiming {
+    lease_duration: Duration::from_secs(3),
+    renew_deadline: Duration::from_secs(2),
+    retry_period: Duration::from_millis(100),
+};
+
+/// The scripted API server holding one TrainingTask, `default/train`.
+fn one_task() -> Arc<Mutex<Fake>> {
+    Arc::new(Mutex::new(Fake::with_task(json!({
         "apiVersion": "carma.io/v1alpha1",
         "kind": "TrainingTask",
         "metadata": {"name": "train", "namespace": "default", "uid": "task-uid", "generation": 1, "resourceVersion": "1"},
         "spec": {"gpus": 1, "template": {"spec": {"containers": [{"name": "train", "image": "pytorch"}]}}}
-    }))));
+    }))))
+}
+
+/// Replica `replica-a` under leader election with `timing`, its metrics on a free loopback port.
+fn replica_a(timing: LeaseTiming) -> OperatorConfig {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let config = OperatorConfig {
-        metrics_addr: addr,
+    OperatorConfig {
+        metrics_addr: SocketAddr::from(([127, 0, 0, 1], port)),
         leader_election: Some(LeaderElection {
             namespace: Some("carma-system".into()),
             lease_name: "carma-operator".into(),
-            timing: LeaseTiming {
-                lease_duration: Duration::from_secs(3),
-                renew_deadline: Duration::from_secs(2),
-                retry_period: Duration::from_millis(100),
-            },
+            timing,
         }),
         identity: "replica-a".into(),
         watch_namespace: None,
         concurrency: 2,
         settings: Settings::default(),
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leads_reconciles_and_shuts_down_cleanly() {
+    let fake = one_task();
+    let config = replica_a(TIMING);
+    let addr = config.metrics_addr;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let operator = tokio::spawn(run(client(fake.clone()), config, async move {
         let _ = stop_rx.await;
@@ -148,39 +161,14 @@ async fn metrics_text(addr: SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_stops_acting_at_once_when_it_loses_leadership_with_a_reconcile_stuck() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let fake = Arc::new(Mutex::new(Fake::with_task(json!({
-        "apiVersion": "carma.io/v1alpha1",
-        "kind": "TrainingTask",
-        "metadata": {"name": "train", "namespace": "default", "uid": "task-uid", "generation": 1, "resourceVersion": "1"},
-        "spec": {"gpus": 1, "template": {"spec": {"containers": [{"name": "train", "image": "pytorch"}]}}}
-    }))));
+    let fake = one_task();
     let (hang_writes, hang_all) = (
         Arc::new(AtomicBool::new(true)),
         Arc::new(AtomicBool::new(false)),
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let timing = LeaseTiming {
-        lease_duration: Duration::from_secs(3),
-        renew_deadline: Duration::from_secs(2),
-        retry_period: Duration::from_millis(100),
-    };
-    let config = OperatorConfig {
-        metrics_addr: addr,
-        leader_election: Some(LeaderElection {
-            namespace: Some("carma-system".into()),
-            lease_name: "carma-operator".into(),
-            timing,
-        }),
-        identity: "replica-a".into(),
-        watch_namespace: None,
-        concurrency: 2,
-        settings: Settings::default(),
-    };
+    let timing = TIMING;
+    let config = replica_a(timing);
+    let addr = config.metrics_addr;
     // Every write that is not to the Lease hangs while `hang_writes` is set; everything while
     // `hang_all` is.
     let api = {
