@@ -91,9 +91,9 @@ func (e *env) scenarioOperatorHang(ctx context.Context, s *summary) {
 	// The hang began somewhere after the last renewal, so the leader must step down within the renew
 	// deadline of it; 2 s of slack for a loaded machine.
 	e.check(demoted > 0 && demoted <= operatorRenewDeadline+2*time.Second,
-		"%s stopped leading %.1f s after its API server hung (renew deadline %s)", leader, demoted.Seconds(), operatorRenewDeadline)
-	e.check(takenOver > 0 && takenOver > demoted,
-		"%s took the Lease %.1f s after the hang, after %s stepped down (%.1f s)", other, takenOver.Seconds(), leader, demoted.Seconds())
+		"%s stopped leading %s after its API server hung (renew deadline %s)", leader, seconds(demoted), operatorRenewDeadline)
+	e.check(takenOver > 0 && demoted > 0 && takenOver > demoted,
+		"%s took the Lease %s after the hang, after %s stepped down (%s)", other, seconds(takenOver), leader, seconds(demoted))
 	e.check(both == 0 && samples > 0, "never two leaders: %d of %d samples of both replicas' /metrics show both leading", both, samples)
 
 	st := e.waitTask(ctx, ns, "hang-task", "Succeeded", 2*time.Minute)
@@ -105,6 +105,14 @@ func (e *env) scenarioOperatorHang(ctx context.Context, s *summary) {
 	time.Sleep(3 * time.Second)
 	l, ok := leading(i)
 	e.check(ok && !l && e.leaseHolder(ctx) == other, "once its API server answers again, %s follows %s", leader, other)
+}
+
+// seconds prints a moment seen, or "never" for one not seen (0).
+func seconds(d time.Duration) string {
+	if d == 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
 }
 
 // operatorMetricsPorts reads the operators' metrics ports (OP_PORTS) from run.sh's env.sh.

@@ -76,8 +76,8 @@ func (e *env) judgeRun(ctx context.Context, m *monitor, s *summary) []string {
 
 	hang := "operator-hang: " + notRun
 	if s.hangRan {
-		hang = fmt.Sprintf("operator-hang: the leader whose API server hung stepped down in %.1f s (renew deadline %s), the other took over in %.1f s, %d moments with two leaders in %d samples",
-			s.hangDemotedS, operatorRenewDeadline, s.hangTakeoverS, s.hangBothLeading, s.hangSamples)
+		hang = fmt.Sprintf("operator-hang: the leader whose API server hung stepped down in %s (renew deadline %s), the other took over in %s, %d moments with two leaders in %d samples",
+			seconds(s.hangDemoted), operatorRenewDeadline, seconds(s.hangTakeover), s.hangBothLeading, s.hangSamples)
 	}
 	lines = append(lines, hang)
 
