@@ -87,7 +87,7 @@ func (e *env) scenarioOperatorHang(ctx context.Context, s *summary) {
 	})
 	e.ctlRun("unhang-operator-api", leader)
 	s.hangRan = true
-	s.hangDemotedS, s.hangTakeoverS, s.hangBothLeading, s.hangSamples = demoted.Seconds(), takenOver.Seconds(), both, samples
+	s.hangDemoted, s.hangTakeover, s.hangBothLeading, s.hangSamples = demoted, takenOver, both, samples
 	// The hang began somewhere after the last renewal, so the leader must step down within the renew
 	// deadline of it; 2 s of slack for a loaded machine.
 	e.check(demoted > 0 && demoted <= operatorRenewDeadline+2*time.Second,

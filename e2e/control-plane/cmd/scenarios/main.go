@@ -64,7 +64,7 @@ type summary struct {
 	// The operator hang: when the hung leader stepped down and the other took the Lease (seconds after
 	// the hang began), and how many samples of both replicas' /metrics showed both leading.
 	hangRan                      bool
-	hangDemotedS, hangTakeoverS  float64
+	hangDemoted, hangTakeover    time.Duration
 	hangBothLeading, hangSamples int
 	// The canary: faults planted and faults the checker meant for each reported.
 	planted int
