@@ -1,5 +1,5 @@
 //! The printout reader's rules for attention kinds, shared layer groups and the module types it
-//! can size ([`crate::printout`] applies them). A pattern with no rule here is not read with the
+//! can size (the printout reader applies them). A pattern with no rule here is not read with the
 //! generic rule in silence: it gets a conservative count and a [`Caveat`](crate::Caveat).
 //!
 //! * **Attention blocks** (the innermost module whose type contains `Attention`) by kind:
@@ -18,7 +18,7 @@
 //!   once, run `num_hidden_layers` times with the same parameters. Its activations count that many
 //!   times, its parameters once; the run count comes from the caller, else
 //!   [`ASSUMED_SHARED_RUNS`] with a caveat.
-//! * **Module types** a printout's leaf lines may have without a caveat ([`known_leaf`]): those the
+//! * **Module types** a printout's leaf lines may have without a caveat (`known_leaf`): those the
 //!   reader sizes (embeddings, linears, `Conv1D`, `Conv2d`, norms, dropouts, activations),
 //!   `Identity`, rotary position tables and losses. Any other, and a container holding a
 //!   parameter matrix of its own outside an attention block, makes the reading count every
