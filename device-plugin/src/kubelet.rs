@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
-use tracing::{debug, info};
+use tracing::{debug, info, instrument};
 
 use crate::allocate::Allocator;
 use crate::proto::device_plugin_server::DevicePlugin;
@@ -93,6 +93,7 @@ impl DevicePlugin for DevicePluginService {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    #[instrument(skip_all, fields(containers = request.get_ref().container_requests.len()))]
     async fn get_preferred_allocation(
         &self,
         request: Request<PreferredAllocationRequest>,
@@ -102,6 +103,7 @@ impl DevicePlugin for DevicePluginService {
         ))
     }
 
+    #[instrument(skip_all, fields(containers = request.get_ref().container_requests.len()))]
     async fn allocate(
         &self,
         request: Request<AllocateRequest>,
