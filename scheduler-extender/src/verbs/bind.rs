@@ -180,7 +180,10 @@ impl Extender {
             allocated: false,
         };
         let annotations = assignment.to_annotations(&args.node);
-        handoff.expect(&args.node, uid);
+        if turn.is_some() {
+            // The node takes no other carma pod until this one is admitted (a dry run binds nothing).
+            handoff.expect(&args.node, uid);
+        }
         if let Err(e) = self.backend.bind(&target, Some(&annotations)).await {
             handoff.forget(uid);
             self.cluster.write().unbook(uid);
