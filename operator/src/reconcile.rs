@@ -50,6 +50,9 @@ pub struct Settings {
     /// The order whose priority classes attempts of tasks that declare a duration get (the
     /// classes must exist: the chart creates them, `carma queue-classes` prints them).
     pub queue_order: QueueOrder,
+    /// The RuntimeClass attempt pods get when their template names none (e.g. `nvidia`, where the
+    /// NVIDIA container runtime is a RuntimeClass rather than the nodes' default).
+    pub runtime_class_name: Option<String>,
 }
 
 impl Default for Settings {
@@ -63,6 +66,7 @@ impl Default for Settings {
             scheduler_name: carma_api::names::SCHEDULER_NAME.to_string(),
             gpu_claims: GpuClaims::DevicePlugin,
             queue_order: QueueOrder::Arrival,
+            runtime_class_name: None,
         }
     }
 }
@@ -166,6 +170,7 @@ pub async fn reconcile(task: Arc<TrainingTask>, ctx: Arc<Context>) -> Result<Act
         scheduler_name: &ctx.settings.scheduler_name,
         gpu_claims: &ctx.settings.gpu_claims,
         queue_order: ctx.settings.queue_order,
+        runtime_class_name: ctx.settings.runtime_class_name.as_deref(),
         first_estimate: first_estimate.as_ref().map(Option::as_ref),
     });
     debug!(task = name, namespace = ns, ?step, "planned");

@@ -79,6 +79,11 @@ pub struct OperatorArgs {
     /// queue-classes --queue-order ORDER`; the chart creates them).
     #[arg(long, env = "CARMA_QUEUE_ORDER", default_value = "arrival", value_parser = |s: &str| s.parse::<carma_core::QueueOrder>())]
     pub queue_order: carma_core::QueueOrder,
+    /// The RuntimeClass attempt pods run under when their template names none: the NVIDIA
+    /// container runtime's (e.g. `nvidia`) where it is a RuntimeClass rather than the nodes'
+    /// default runtime. Empty: none is set.
+    #[arg(long, env = "CARMA_ATTEMPT_RUNTIME_CLASS", default_value = "")]
+    pub attempt_runtime_class: String,
 }
 
 /// Values of `--gpu-claims`.
@@ -152,6 +157,9 @@ fn config(args: &OperatorArgs) -> anyhow::Result<OperatorConfig> {
                 },
             },
             queue_order: args.queue_order,
+            runtime_class_name: Some(args.attempt_runtime_class.trim())
+                .filter(|c| !c.is_empty())
+                .map(str::to_string),
             ..Settings::default()
         },
     };

@@ -48,6 +48,9 @@ pub struct PlanInput<'a> {
     /// The queue order whose priority class an attempt of a task that declares its duration
     /// gets (`spec.expectedDurationSeconds`).
     pub queue_order: QueueOrder,
+    /// The RuntimeClass attempt pods run under when their template names none (the NVIDIA runtime
+    /// where it is not the nodes' default); `None` leaves the template as it is.
+    pub runtime_class_name: Option<&'a str>,
     /// For DRA claims: the operator's sizing of the first attempt from the template's
     /// `carma.io/gpu-memory` or the model profile (`Ok(None)`: the whole GPU; `Err`: a profile
     /// the estimator refuses). Device-plugin attempts leave it to the extender.

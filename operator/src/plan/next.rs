@@ -153,7 +153,7 @@ impl Step<'_, '_> {
         estimate: Option<&EstimateAnnotation>,
     ) -> Result<(), InvalidSpec> {
         let (task, scheduler) = (self.input.task, self.input.scheduler_name);
-        let (pod, template) = match self.input.gpu_claims {
+        let (mut pod, template) = match self.input.gpu_claims {
             GpuClaims::DevicePlugin => (build_attempt_pod(task, req, scheduler)?, None),
             GpuClaims::Dra { device_class } => {
                 let (pod, template) =
@@ -161,6 +161,11 @@ impl Step<'_, '_> {
                 (pod, Some(Box::new(template)))
             }
         };
+        if let (Some(class), Some(spec)) = (self.input.runtime_class_name, pod.spec.as_mut()) {
+            // A template that names its own runtime class keeps it.
+            spec.runtime_class_name
+                .get_or_insert_with(|| class.to_string());
+        }
         let ann = pod.metadata.annotations.clone().unwrap_or_default();
         let exclusive = ann
             .get(ANNOTATION_EXCLUSIVE)

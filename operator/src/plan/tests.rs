@@ -113,6 +113,7 @@ fn step_with(
         gpu_claims: claims,
         // The chart's default: it leaves tasks that declare no duration as they were.
         queue_order: carma_core::QueueOrder::ALL[3],
+        runtime_class_name: None,
         first_estimate: first,
     })
 }
@@ -189,6 +190,39 @@ fn new_task_creates_attempt_one() {
     assert_eq!(s.observed_generation, Some(1));
     assert_eq!(reasons(&p), ["AttemptCreated"]);
     assert_eq!(p.requeue_after, None);
+}
+
+/// The chart's `operator.attemptRuntimeClassName` reaches every attempt pod whose template names
+/// no runtime class; a template that names one keeps it.
+#[test]
+fn attempts_run_under_the_configured_runtime_class_unless_the_template_names_one() {
+    let defaults = RecoveryConfig::default();
+    let runtime_class = |tk: &TrainingTask| {
+        let p = plan(&PlanInput {
+            task: tk,
+            pods: &[],
+            now: t(0),
+            defaults: &defaults,
+            peak_poll: Duration::from_secs(15),
+            scheduler_name: carma_api::names::SCHEDULER_NAME,
+            gpu_claims: &GpuClaims::DevicePlugin,
+            queue_order: carma_core::QueueOrder::Arrival,
+            runtime_class_name: Some("nvidia"),
+            first_estimate: Ok(None),
+        });
+        p.create_pod
+            .and_then(|pod| pod.spec)
+            .and_then(|spec| spec.runtime_class_name)
+    };
+    assert_eq!(runtime_class(&task(json!({}))).as_deref(), Some("nvidia"));
+    let own = task(json!({"template": {"spec": {
+        "runtimeClassName": "nvidia-cdi",
+        "containers": [{"name": "train", "image": "pytorch"}]
+    }}}));
+    assert_eq!(runtime_class(&own).as_deref(), Some("nvidia-cdi"));
+    // Unset, the template is left as it is.
+    let p = step(&task(json!({})), &[], t(0));
+    assert_eq!(p.create_pod.unwrap().spec.unwrap().runtime_class_name, None);
 }
 
 #[test]
