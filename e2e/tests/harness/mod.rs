@@ -969,6 +969,7 @@ impl World {
             scheduler_name: SCHEDULER_NAME,
             gpu_claims: &GpuClaims::DevicePlugin,
             queue_order: carma_core::QueueOrder::ALL[3],
+            runtime_class_name: None,
             first_estimate: Ok(None),
         });
         if let Some(pod) = &step.create_pod {
