@@ -22,7 +22,7 @@
 //! nobody deletes keeps its node closed to carma pods; the node cannot admit one anyway (its kubelet
 //! or device plugin is not answering), and the pod's eviction from a `NotReady` node reopens it.
 //!
-//! The awaited pods are rebuilt from the pod watch ([`Handoff::await_bound`]), so a restarted or
+//! The awaited pods are rebuilt from the pod watch ([`Handoff::await_admission`]), so a restarted or
 //! newly elected extender keeps the rule for pods bound before it started.
 
 use std::collections::{BTreeSet, HashMap};
@@ -145,25 +145,15 @@ impl Handoff {
         nodes
     }
 
-    /// Pod `uid` is about to be bound to `node` (call holding the node's turn): the node takes no
-    /// other carma pod until this one is admitted or [`Self::forget`]-ten.
-    pub fn expect(&self, node: &str, uid: &str) {
-        self.await_bound(node, uid);
-    }
-
-    /// The pod watch saw pod `uid` bound to `node` with carma's assignment and not yet admitted
-    /// (e.g. bound before this extender started).
-    pub fn await_bound(&self, node: &str, uid: &str) {
+    /// Pod `uid` is bound to `node`, or about to be (bind calls it holding the node's turn; the pod
+    /// watch for pods bound before this extender started): the node takes no other carma pod until
+    /// this one is [`Self::admitted`] (or its bind failed, which counts the same).
+    pub fn await_admission(&self, node: &str, uid: &str) {
         self.awaited
             .lock()
             .entry(node.to_string())
             .or_default()
             .insert(uid.to_string());
-    }
-
-    /// The bind of `uid` failed: its node no longer waits for it.
-    pub fn forget(&self, uid: &str) {
-        self.admitted(uid);
     }
 
     /// After a re-list: stop waiting for the pods that no longer exist (`exists` is false for them).
@@ -180,7 +170,7 @@ impl Handoff {
         }
     }
 
-    /// The pod watch saw pod `uid` allocated, started, running, ended or gone.
+    /// The pod watch saw pod `uid` allocated, started, running, ended or gone, or its bind failed.
     pub fn admitted(&self, uid: &str) {
         let mut changed = false;
         self.awaited.lock().retain(|_, pods| {
@@ -207,7 +197,7 @@ mod tests {
     async fn a_node_takes_its_next_pod_only_after_the_previous_is_admitted() {
         let h = Arc::new(Handoff::new(Duration::from_millis(100)));
         let first = h.turn("n1").await.expect("free node");
-        h.expect("n1", "a");
+        h.await_admission("n1", "a");
         drop(first);
         // A second bind to the same node waits; to another node it does not.
         assert_eq!(h.admitting(), set(&["n1"]));
@@ -235,7 +225,7 @@ mod tests {
     async fn a_pod_never_admitted_keeps_its_node_closed_however_long_it_takes() {
         let h = Handoff::new(Duration::from_millis(100));
         drop(h.turn("n1").await.expect("free node"));
-        h.expect("n1", "stuck");
+        h.await_admission("n1", "stuck");
         for _ in 0..5 {
             tokio::time::sleep(Duration::from_secs(60)).await;
             assert!(matches!(
@@ -257,9 +247,9 @@ mod tests {
             h.turn("n1").await.unwrap_err(),
             TurnRefused::Binding { node: "n1".into() }
         );
-        h.expect("n1", "a");
+        h.await_admission("n1", "a");
         // The Binding write failed: the node waits for nothing.
-        h.forget("a");
+        h.admitted("a");
         drop(turn);
         assert!(h.admitting().is_empty());
         assert!(h.turn("n1").await.is_ok());
@@ -268,8 +258,8 @@ mod tests {
     #[tokio::test]
     async fn pods_bound_before_a_restart_are_awaited_from_the_watch() {
         let h = Handoff::new(Duration::from_millis(50));
-        h.await_bound("n1", "old-1");
-        h.await_bound("n1", "old-2");
+        h.await_admission("n1", "old-1");
+        h.await_admission("n1", "old-2");
         h.admitted("old-1");
         assert!(matches!(
             h.turn("n1").await,

@@ -182,10 +182,10 @@ impl Extender {
         let annotations = assignment.to_annotations(&args.node);
         if turn.is_some() {
             // The node takes no other carma pod until this one is admitted (a dry run binds nothing).
-            handoff.expect(&args.node, uid);
+            handoff.await_admission(&args.node, uid);
         }
         if let Err(e) = self.backend.bind(&target, Some(&annotations)).await {
-            handoff.forget(uid);
+            handoff.admitted(uid);
             self.cluster.write().unbook(uid);
             let kind = if e.lost_race() {
                 BindResultKind::Conflict

@@ -304,7 +304,7 @@ impl Extender {
             .as_ref()
             .is_some_and(|a| matches!(carma_api::Assignment::from_annotations(a), Ok(Some(_))));
         if assigned {
-            self.cluster.handoff().await_bound(node, uid);
+            self.cluster.handoff().await_admission(node, uid);
         }
     }
 
