@@ -698,7 +698,7 @@ mod printout_tests {
         let told = run_with(&[&base[..], &["--shared-layer-runs", "12"]].concat()).unwrap();
         assert_eq!(told["source"], "analytic-upper-bound");
         assert_eq!(told["warnings"], json!([]));
-        assert!(told["estimate_mib"].as_u64() < assumed["estimate_mib"].as_u64());
+        assert!(told["estimate_mib"].as_u64().unwrap() < assumed["estimate_mib"].as_u64().unwrap());
         // an attention block of a type no rule knows
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(

@@ -206,6 +206,14 @@ mod tests {
         let mps = MpsConfig::with_defaults();
         let r = container_response(a, &a.gpus, Some(&mps), 6000);
         assert_eq!(r.envs[ENV_MPS_MEM_LIMIT], "0=6000M,1=6000M");
+        // A limit below the reservation (the GPU is overcommitted): the limit and MPS take it, the
+        // request stays the reservation.
+        let r = container_response(a, &a.gpus, Some(&mps), 4000);
+        assert_eq!(r.envs[ENV_GPU_MEMORY_REQUEST], (6000u64 << 20).to_string());
+        assert_eq!(r.envs[ENV_GPU_MEMORY_LIMIT], (4000u64 << 20).to_string());
+        assert_eq!(r.envs[ENV_RESERVED_MIB], "6000");
+        assert_eq!(r.envs[ENV_MPS_MEM_LIMIT], "0=4000M,1=4000M");
+        let r = container_response(a, &a.gpus, Some(&mps), 6000);
         // SMs unlimited by default: a pod alone on its GPU is not held to 1/replicas of it.
         assert!(!r.envs.contains_key(ENV_MPS_THREAD_PERCENTAGE));
         assert_eq!(r.envs[ENV_MPS_PIPE_DIRECTORY], "/tmp/nvidia-mps");
