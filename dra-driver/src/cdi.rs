@@ -235,7 +235,7 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Fsync the directory holding `path`, so a rename or removal in it is durable.
-fn sync_parent(path: &Path) -> io::Result<()> {
+pub(crate) fn sync_parent(path: &Path) -> io::Result<()> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => std::fs::File::open(dir)?.sync_all(),
         _ => std::fs::File::open(".")?.sync_all(),

@@ -153,8 +153,8 @@ pub fn remove_orphans(dir: &Path, keep: &BTreeSet<String>) -> io::Result<Vec<Pat
             Err(e) => warn!(spec = %path.display(), "cannot remove orphaned CDI spec: {e}"),
         }
     }
-    if !removed.is_empty() {
-        std::fs::File::open(dir)?.sync_all()?;
+    if let Some(first) = removed.first() {
+        crate::cdi::sync_parent(first)?;
     }
     Ok(removed)
 }

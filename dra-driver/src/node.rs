@@ -114,11 +114,6 @@ impl Prepared {
     pub fn restore(&self, claims: PreparedClaims) {
         *self.0.write() = claims;
     }
-
-    /// The record as it is now.
-    pub fn claims(&self) -> PreparedClaims {
-        self.0.read().clone()
-    }
 }
 
 /// Run file work (writes with fsync can take long on a busy disk) on tokio's blocking pool, so
