@@ -107,7 +107,7 @@ pub fn attempt_pod_name(task: &str, index: u32) -> String {
     if task.len() + suffix.len() <= MAX_NAME {
         return format!("{task}{suffix}");
     }
-    let hash = format!("-{:08x}", fnv1a(task) as u32);
+    let hash = format!("-{:08x}", fnv1a(task.as_bytes()) as u32);
     let keep = MAX_NAME - suffix.len() - hash.len();
     let head = trim_to(task, keep);
     format!("{head}{hash}{suffix}")
@@ -119,7 +119,7 @@ pub fn task_label_value(task: &str) -> String {
     if task.len() <= MAX_LABEL_VALUE {
         return task.to_string();
     }
-    let hash = format!("-{:08x}", fnv1a(task) as u32);
+    let hash = format!("-{:08x}", fnv1a(task.as_bytes()) as u32);
     let head = trim_to(task, MAX_LABEL_VALUE - hash.len());
     format!("{head}{hash}")
 }
@@ -313,7 +313,9 @@ pub fn is_owned_by(pod: &Pod, owner_uid: &str) -> bool {
         .any(|o| o.uid == owner_uid && o.controller == Some(true))
 }
 
-fn trim_to(s: &str, max: usize) -> &str {
+/// `s` cut to at most `max` bytes on a character boundary, without a trailing `-` or `.` (so it
+/// still ends a DNS name).
+pub(crate) fn trim_to(s: &str, max: usize) -> &str {
     let mut end = max.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;
@@ -321,10 +323,11 @@ fn trim_to(s: &str, max: usize) -> &str {
     s[..end].trim_end_matches(['-', '.'])
 }
 
-/// FNV-1a: a small hash that is stable across builds and platforms.
-fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+/// FNV-1a: a small hash that is stable across builds and platforms (names made from it must not
+/// change with the compiler).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
 

@@ -33,6 +33,8 @@ use serde_json::{Value, json};
 
 use carma_api::names::LABEL_MANAGED_BY;
 
+use crate::attempt::{fnv1a, trim_to};
+
 /// Longest template name: a DNS label, so the name also fits where a label is expected.
 pub const MAX_TEMPLATE_NAME: usize = 63;
 /// Hex digits of the spec hash in a template name.
@@ -46,12 +48,7 @@ pub fn template_name(
 ) -> Result<String, serde_json::Error> {
     let json = serde_json::to_vec(spec)?;
     let hash = fnv1a(&json) & ((1 << (4 * HASH_DIGITS)) - 1);
-    let keep = MAX_TEMPLATE_NAME - 1 - HASH_DIGITS;
-    let mut end = keep.min(readable.len());
-    while !readable.is_char_boundary(end) {
-        end -= 1;
-    }
-    let head = readable[..end].trim_end_matches(['-', '.']);
+    let head = trim_to(readable, MAX_TEMPLATE_NAME - 1 - HASH_DIGITS);
     Ok(format!("{head}-{hash:0width$x}", width = HASH_DIGITS))
 }
 
@@ -205,14 +202,6 @@ pub fn is_owned_by(template: &ResourceClaimTemplate, uid: &str) -> bool {
 /// uid, so the other owners stay.
 pub fn add_owner_patch(owner: &OwnerReference) -> Value {
     json!({"metadata": {"ownerReferences": [owner]}})
-}
-
-/// FNV-1a: small, and stable across builds and platforms (template names must not change with
-/// the compiler).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]
