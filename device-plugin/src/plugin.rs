@@ -456,11 +456,22 @@ impl Sampler {
             true
         });
         *self.gpus.write() = advertised.into_iter().map(|g| g.uuid).collect();
-        *self.gpu_memory.write() = snapshot
+        // The GPUs' total memory for Allocate's limits: it almost never changes, so the map is
+        // rebuilt (and write-locked) only when it does, not on every sample.
+        let totals = snapshot
             .gpus
             .iter()
-            .map(|g| (g.sample.uuid.clone(), g.sample.memory_total_bytes >> 20))
-            .collect();
+            .map(|g| (g.sample.uuid.as_str(), g.sample.memory_total_bytes >> 20));
+        let unchanged = {
+            let known = self.gpu_memory.read();
+            known.len() == snapshot.gpus.len()
+                && totals
+                    .clone()
+                    .all(|(uuid, mib)| known.get(uuid) == Some(&mib))
+        };
+        if !unchanged {
+            *self.gpu_memory.write() = totals.map(|(uuid, mib)| (uuid.to_string(), mib)).collect();
+        }
         self.metrics.set_snapshot(snapshot.clone());
         self.health.sampled();
         self.snapshots.send_replace(Some(snapshot));
