@@ -9,6 +9,17 @@ leaderElection:
   resourceLock: leases
   resourceName: {{ $s.leaderElection.resourceName }}
   resourceNamespace: {{ .Release.Namespace }}
+{{- with $s.clientConnection }}
+{{- if or .qps .burst }}
+clientConnection:
+  {{- with .qps }}
+  qps: {{ . }}
+  {{- end }}
+  {{- with .burst }}
+  burst: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end }}
 {{- with $s.percentageOfNodesToScore }}
 percentageOfNodesToScore: {{ . }}
 {{- end }}
