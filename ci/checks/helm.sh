@@ -231,6 +231,26 @@ if "$HELM" template carma "$CHART" --kube-version 1.36.0 --set dra.enabled=true 
   echo "PASS: dra.enabled renders on 1.36 as is, and on 1.35 once dra.featureGatesEnabled says the gates are on"
 else echo "FAIL: dra.enabled did not render on 1.36, or on 1.35 with dra.featureGatesEnabled: $(head -c 300 "$tmp/err")"; failures+=("dra on 1.36 / with gates"); fi
 
+expect_reject "an unknown admissionPolicy.otherScheduler" "at '/admissionPolicy/otherScheduler'" --set admissionPolicy.otherScheduler=ignore
+
+step "GPU pods of other schedulers: steered on 1.36 (MutatingAdmissionPolicy v1), refused before it or when asked"
+# has_map <args...>: whether the render holds the steering policy and its binding, and the policy sets
+# carma's scheduler name.
+has_map() {
+  "$HELM" template carma "$CHART" -n carma-system "$@" > "$tmp/map.yaml" 2>"$tmp/err" || return 2
+  grep -q '^kind: MutatingAdmissionPolicy$' "$tmp/map.yaml" && grep -q '^kind: MutatingAdmissionPolicyBinding$' "$tmp/map.yaml" &&
+    grep -qF 'spec: Object.spec{schedulerName: "carma-scheduler"}' "$tmp/map.yaml"
+}
+if has_map --kube-version 1.36.0; then echo "PASS: the 1.36 render steers (MutatingAdmissionPolicy and binding)"
+else echo "FAIL: the 1.36 render has no steering policy: $(head -c 200 "$tmp/err")"; failures+=("steering on 1.36"); fi
+if has_map --kube-version 1.35.0; then echo "FAIL: the 1.35 render steers, but 1.35 serves no MutatingAdmissionPolicy v1"; failures+=("steering on 1.35")
+else echo "PASS: the 1.35 render leaves steering out (the validation refuses instead)"; fi
+if has_map --kube-version 1.36.0 --set admissionPolicy.otherScheduler=refuse; then echo "FAIL: otherScheduler=refuse still steers"; failures+=("refuse steers")
+else echo "PASS: otherScheduler=refuse leaves steering out"; fi
+if has_map --kube-version 1.35.0 --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy; then
+  echo "PASS: a cluster that serves MutatingAdmissionPolicy v1 (capability) steers whatever its version"
+else echo "FAIL: the MutatingAdmissionPolicy v1 capability does not turn steering on"; failures+=("steering by capability"); fi
+
 step "deploy/rendered/carma.yaml is current"
 run "tools/render-chart.sh --check" tools/render-chart.sh --check
 

@@ -154,6 +154,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "carma.extenderClientAuth" -}}
 {{- if and .Values.extender.tls.enabled .Values.extender.tls.clientAuth }}true{{ end }}
 {{- end }}
+{{/* Whether the admission policies steer GPU pods of other schedulers to carma's profile:
+admissionPolicy.otherScheduler=steer on a cluster that serves MutatingAdmissionPolicy v1 (Kubernetes
+1.36+, where it is GA); otherwise such pods are refused (NOTES.txt says which applies). */}}
+{{- define "carma.steerOtherSchedulers" -}}
+{{- $p := .Values.admissionPolicy -}}
+{{- $served := or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- if and $p.enabled (eq $p.otherScheduler "steer") $served }}true{{ end }}
+{{- end }}
 {{/* Port of the extender's /metrics: the separate plain listener with TLS, else the main port. */}}
 {{- define "carma.extenderMetricsPort" -}}
 {{- ternary .Values.extender.metricsPort .Values.extender.port .Values.extender.tls.enabled }}

@@ -29,6 +29,7 @@ const (
 	annSMActivity   = "carma.io/sm-activity"
 	annOutcome      = "e2e.carma.io/outcome"
 	annRunSeconds   = "e2e.carma.io/run-seconds"
+	annSteeredFrom  = "carma.io/steered-from-scheduler"
 	replicasPerGPU  = 8
 	gpusPerNode     = 8
 )

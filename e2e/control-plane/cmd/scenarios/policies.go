@@ -47,9 +47,27 @@ func (e *env) scenarioPolicies(ctx context.Context, s *summary) {
 	e.ensureNamespace(ctx, ns)
 	pods := e.kube.CoreV1().Pods(ns)
 
-	// Policy 1: GPU pods must use carma's scheduler profile.
-	_, err := pods.Create(ctx, gpuPod("default-scheduler-gpu", ns, "default-scheduler", nil), metav1.CreateOptions{})
-	e.check(err != nil && strings.Contains(err.Error(), e.schedulerName), "a carma.io/gpu pod for default-scheduler is rejected: %v", err)
+	// Policy 1: GPU pods are placed by carma's scheduler profile. One that names another scheduler, or
+	// none (the API server then fills in default-scheduler), is steered to carma's profile at creation
+	// (the chart's default on 1.36) and placed by carma like any other.
+	for _, asked := range []string{"default-scheduler", ""} {
+		name := "steered-gpu-" + map[string]string{"default-scheduler": "default", "": "unnamed"}[asked]
+		steered := gpuPod(name, ns, asked, map[string]string{annGPUMemory: "2Gi", annRunSeconds: "30"})
+		created, err := pods.Create(ctx, steered, metav1.CreateOptions{})
+		if !e.check(err == nil, "a carma.io/gpu pod asking for scheduler %q is accepted (%v)", asked, err) {
+			continue
+		}
+		e.check(created.Spec.SchedulerName == e.schedulerName && created.Annotations[annSteeredFrom] == "default-scheduler",
+			"pod %s is steered to %s at admission (schedulerName %q, %s %q)", name, e.schedulerName,
+			created.Spec.SchedulerName, annSteeredFrom, created.Annotations[annSteeredFrom])
+		var p *v1.Pod
+		poll(ctx, 300*time.Millisecond, time.Minute, func() bool {
+			p, err = pods.Get(ctx, name, metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != ""
+		})
+		e.check(p != nil && p.Spec.NodeName != "" && p.Annotations[annAssignedNode] == p.Spec.NodeName,
+			"steered pod %s is bound where carma's extender chose (node %q)", name, nodeOf(p))
+	}
 	okPod, err := pods.Create(ctx, gpuPod("carma-gpu", ns, e.schedulerName, map[string]string{annGPUMemory: "4Gi", annRunSeconds: "30"}), metav1.CreateOptions{})
 	e.check(err == nil, "a carma.io/gpu pod for %s is accepted (%v)", e.schedulerName, err)
 	nodeNamed := gpuPod("node-named-gpu", ns, e.schedulerName, nil)
@@ -138,4 +156,12 @@ func (e *env) scenarioPolicies(ctx context.Context, s *summary) {
 		e.check(ok && p != nil && p.Spec.NodeName == "", "pod %s stays pending with an Event naming %s: %s", m.name, m.key, reason)
 		_ = pods.Delete(ctx, m.name, metav1.DeleteOptions{})
 	}
+}
+
+// nodeOf is the pod's node, or "" while it has none (or there is no pod).
+func nodeOf(p *v1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	return p.Spec.NodeName
 }
