@@ -2,7 +2,7 @@
 # CI check: schema validation of everything carma ships.
 #   * every object of `helm template` (default values at Kubernetes 1.35, ci/checks/values-nondefault.yaml
 #     at 1.30 - the chart's minimum, without the DRA driver, which needs resource.k8s.io/v1 (1.34+) - and
-#     at 1.35 with it) against the Kubernetes JSON schemas (PyPI
+#     at 1.35 with it, and at 1.36 with the steering MutatingAdmissionPolicy) against the Kubernetes JSON schemas (PyPI
 #     kubernetes-validate, strict), plus ServiceMonitor/PrometheusRule/KubeSchedulerConfiguration
 #     checks (ci/checks/schemas/) and promtool for the PrometheusRule;
 #   * deploy/rendered/carma.yaml the same way;
@@ -54,6 +54,9 @@ echo "      DeviceClass there); the DRA driver's objects, DeviceClass included, 
 "$HELM" template carma charts/carma -n carma-system --include-crds --kube-version 1.35.0 \
   -f ci/checks/values-nondefault.yaml > "$tmp/nondefault-1.35.yaml" || failures+=("helm template nondefault 1.35")
 
+"$HELM" template carma charts/carma -n carma-system --include-crds --kube-version 1.36.0 \
+  -f ci/checks/values-nondefault.yaml > "$tmp/nondefault-1.36.yaml" || failures+=("helm template nondefault 1.36")
+
 "$HELM" template carma charts/carma -n carma-system --include-crds --kube-version 1.33.1 \
   -f e2e/kind/values-kind.yaml > "$tmp/kind-1.33.yaml" || failures+=("helm template kind values")
 
@@ -61,9 +64,10 @@ validate "chart, default values, Kubernetes 1.35" 1.35.0 "$tmp/default-1.35.yaml
 validate "chart, e2e/kind/values-kind.yaml, Kubernetes 1.33" 1.33.0 "$tmp/kind-1.33.yaml"
 validate "chart, non-default values, Kubernetes 1.30" 1.30.0 "$tmp/nondefault-1.30.yaml"
 validate "chart, non-default values, Kubernetes 1.35" 1.35.0 "$tmp/nondefault-1.35.yaml"
+validate "chart, non-default values, Kubernetes 1.36 (steering MutatingAdmissionPolicy)" 1.36.0 "$tmp/nondefault-1.36.yaml"
 if grep -qx "kind: DeviceClass" "$tmp/nondefault-1.35.yaml"; then echo "PASS: the 1.35 non-default render has the DRA DeviceClass"
 else echo "FAIL: the 1.35 non-default render has no DeviceClass (dra.enabled)"; failures+=("no DeviceClass"); fi
-validate "deploy/rendered/carma.yaml" 1.35.0 deploy/rendered/carma.yaml
+validate "deploy/rendered/carma.yaml (rendered for Kubernetes 1.36)" 1.36.0 deploy/rendered/carma.yaml
 
 examples=(deploy/examples/*.yaml)
 if ((${#examples[@]} == 0)); then echo "FAIL: no examples in deploy/examples"; failures+=("no examples"); fi
