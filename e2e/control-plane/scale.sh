@@ -10,11 +10,22 @@
 #     2. carma: kube-scheduler from the chart's pod spec (its profile, the extender over mutual TLS)
 #        and the extender from the chart's Deployment (podrun.py); pods ask for carma.io/gpu: 1 with a
 #        model profile from deploy/examples;
-#   and prints, every figure read from the cluster or the processes:
-#   scale <N>x<G>: kube-scheduler alone <a> pods/s, with carma <b> pods/s (<r> %), p99 at half load <x> ms alone / <y> ms with carma, extender RSS <m> MiB, 0 over-committed GPUs
+#   both kube-schedulers with the same client rate limit (--client-qps, read back from each one's
+#   /configz; their rate-limiter waits are printed), on a busy cluster (--filler-per-node other pods
+#   bound to every node first), and prints, every figure read from the cluster or the processes:
+#   scale <N>x<G>: kube-scheduler alone <a> pods/s, with carma <b> pods/s (<r> %), clients unthrottled (QPS <q>), p99 at <R> pods/s <x> ms alone / <y> ms with carma, extender RSS <m> MiB with <f> other pods, 0 over-committed GPUs
+#   then the rate-limiter waits, CPU seconds per 1,000 pods, carma's API writes at rest and under
+#   load, and with --repeats the min / median / max.
 #
 # Usage: e2e/control-plane/scale.sh --nodes N --gpus-per-node G --pods P [--latency-pods L]
-#                                   [--latency-rate R]   # offer R pods/s to both latency batches
+#                                   [--latency-rate R]   # offer R pods/s to every latency batch
+#                                                        # (default: half of the first saturated rate)
+#                                   [--client-qps Q] [--client-burst B]   # both kube-schedulers'
+#                                                        # client (default 1000, burst 2 × Q; 0: kube-scheduler's
+#                                                        # own defaults, 50 and 100)
+#                                   [--filler-per-node F]   # other pods per node (default 10)
+#                                   [--repeats N]        # each phase N times, alternating (default 1)
+#                                   [--quiet 60s]        # window for carma's API writes at rest (0: none)
 #                                   [--churn [ROUNDS]] [--phases plain,carma] [--stall 90s]
 #                                   [--set chart.value=x ...]   # more chart values for the carma phase
 #        CARMA_E2E_KEEP=1 scale.sh ...        # keep the work directory (logs, kubeconfig)
@@ -85,6 +96,7 @@ if [[ "${1:-}" == ctl ]]; then shift; ctl "$@"; exit; fi
 # ---- arguments ---------------------------------------------------------------------------------------
 
 NODES=100; GPUS=8; PODS=200; LATENCY_PODS=0; LATENCY_RATE=0; CHURN=0; PHASES=plain,carma; STALL=90s; CHART_SETS=()
+CLIENT_QPS=1000; CLIENT_BURST=""; FILLER=10; FILLER_NOTE=""; REPEATS=1; QUIET=60s
 command_line="bash e2e/control-plane/scale.sh $*"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -97,10 +109,26 @@ while [[ $# -gt 0 ]]; do
     --phases) PHASES="$2"; shift 2 ;;
     --stall) STALL="$2"; shift 2 ;;
     --set) CHART_SETS+=(--set "$2"); shift 2 ;;
+    --client-qps) CLIENT_QPS="$2"; shift 2 ;;
+    --client-burst) CLIENT_BURST="$2"; shift 2 ;;
+    --filler-per-node) FILLER="$2"; shift 2 ;;
+    --filler-note) FILLER_NOTE="$2"; shift 2 ;;
+    --repeats) REPEATS="$2"; shift 2 ;;
+    --quiet) QUIET="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
+
+[[ "$CLIENT_QPS" =~ ^[0-9]+$ ]] || die "--client-qps takes a whole number"
+[[ -n "$CLIENT_BURST" ]] || CLIENT_BURST=$(( 2 * CLIENT_QPS ))
+# The same client for both kube-schedulers: the plain one's KubeSchedulerConfiguration below, the
+# chart's through its values (0: neither is set, kube-scheduler's defaults on both sides).
+CLIENT_CONNECTION=""
+if (( CLIENT_QPS > 0 )); then
+  CHART_SETS=(--set "scheduler.clientConnection.qps=$CLIENT_QPS" --set "scheduler.clientConnection.burst=$CLIENT_BURST" "${CHART_SETS[@]}")
+  CLIENT_CONNECTION=$'\n'"  qps: $CLIENT_QPS"$'\n'"  burst: $CLIENT_BURST"
+fi
 
 # ---- setup -------------------------------------------------------------------------------------------
 
@@ -162,7 +190,7 @@ cat >"$WORK/$PLAIN.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
-  kubeconfig: $WORK/kubeconfig-$PLAIN
+  kubeconfig: $WORK/kubeconfig-$PLAIN$CLIENT_CONNECTION
 leaderElection:
   leaderElect: false
 profiles:
@@ -176,6 +204,7 @@ rc=0
 "$BIN/scale" --kubeconfig "$WORK/kubeconfig" --work "$WORK" --ctl "$HERE/scale.sh ctl" \
   --examples "$ROOT/deploy/examples" --nodes "$NODES" --gpus-per-node "$GPUS" --replicas "$replicas" \
   --pods "$PODS" --latency-pods "$LATENCY_PODS" --latency-rate "$LATENCY_RATE" --churn "$CHURN" --phases "$PHASES" --stall "$STALL" \
+  --filler-per-node "$FILLER" --filler-note "$FILLER_NOTE" --repeats "$REPEATS" --quiet "$QUIET" \
   --carma-scheduler "$(awk '/schedulerName:/{print $2; exit}' "$HERE/values.yaml")" \
   --plain-scheduler-url "https://127.0.0.1:$PLAIN_PORT" --carma-scheduler-url "https://127.0.0.1:$SCHED_PORT" \
   --extender-metrics-url "http://127.0.0.1:$EXT_METRICS_PORT" || rc=$?

@@ -126,7 +126,7 @@ func (h *hollow) createNode(ctx context.Context, i, gpus int) error {
 	res := v1.ResourceList{
 		v1.ResourceCPU:         q("128"),
 		v1.ResourceMemory:      q("1Ti"),
-		v1.ResourcePods:        *resource.NewQuantity(int64(gpus*h.replicas+16), resource.DecimalSI),
+		v1.ResourcePods:        *resource.NewQuantity(int64(gpus*h.replicas+16+h.b.cfg.fillerPerNode), resource.DecimalSI),
 		resGPUNvidia:           *resource.NewQuantity(int64(gpus), resource.DecimalSI),
 		overcommit.GPUResource: *resource.NewQuantity(int64(gpus*h.replicas), resource.DecimalSI),
 	}

@@ -1,21 +1,27 @@
 // Command scale is carma's scheduling benchmark on the real control plane that scale.sh starts
 // (etcd, kube-apiserver, kube-scheduler built from their Go modules; the chart's kube-scheduler
-// profile and extender run from the rendered pod specs). On N hollow nodes (hollow.go) it runs the
-// same pods twice:
+// profile and extender run from the rendered pod specs). On N hollow nodes (hollow.go), each first
+// given --filler-per-node other pods bound at creation (a busy, shared cluster), it runs the same
+// pods in two phases, one scheduler at a time, carma first, --repeats times alternating:
 //
-//  1. kube-scheduler alone: a second kube-scheduler with the default profile (schedulerName
+//  1. carma: the chart's profile and extender (mutual TLS), pods asking for carma.io/gpu: 1 with a
+//     carma.io/model-profile, GPUs shared under the chart's default policy; the first run begins
+//     with a quiet window in which carma's API writes at rest are counted;
+//  2. kube-scheduler alone: a second kube-scheduler with the default profile (schedulerName
 //     default-scheduler), pods asking for nvidia.com/gpu: 1;
-//  2. carma: the chart's profile and extender (mutual TLS), pods asking for carma.io/gpu: 1 with a
-//     carma.io/model-profile, GPUs shared under the chart's default policy;
 //
-// each as a saturated batch (P pods created as fast as the API takes them: pods/s from the first
-// creation to the last bind) and a paced batch at half that rate (creation → bind p50 and p99), with
-// optional churn (rounds of P pods created and deleted, the extender's RSS after each). Times are
-// taken at this program's pod informer. After each batch the over-commit checker
-// (internal/overcommit) judges every bound pod. It reads kube-scheduler's /metrics, kube-apiserver's
-// apiserver_request_total (less this program's own requests, counted as the server labels them), the
-// extender's /metrics and its RSS and CPU time from /proc. Every figure printed is read from the
-// cluster or the processes; a phase that did not run prints "not run".
+// both kube-schedulers with the same client rate limit (scale.sh's --client-qps, read back from each
+// one's /configz, and their waits in it from rest_client_rate_limiter_duration_seconds), each as a
+// saturated batch (P pods created as fast as the API takes them: pods/s from the first creation to
+// the last bind) and a paced latency batch at one rate for every run (half of carma's first saturated
+// rate unless --latency-rate; creation → bind p50 and p99), with optional churn (rounds of P pods
+// created and deleted, the extender's RSS after each). Times are taken at this program's pod
+// informer. After each batch the over-commit checker (internal/overcommit) judges every bound pod.
+// It reads kube-scheduler's /metrics, kube-apiserver's apiserver_request_total (less this program's
+// own requests, counted as the server labels them; and carma's writes by resource), the extender's
+// /metrics, and the RSS and CPU time of the schedulers, the extender, kube-apiserver and etcd from
+// /proc around each batch. Every figure printed is read from the cluster or the processes; a phase
+// that did not run prints "not run".
 package main
 
 import (
@@ -63,29 +69,35 @@ const (
 )
 
 type config struct {
-	kubeconfig      string
-	work            string
-	ctl             string
-	examples        string
-	nodes, gpus     int
-	replicas        int
-	gpuMiB          int64
-	pods            int
-	latencyPods     int
-	latencyRate     float64
-	churn           int
-	phases          string
-	carmaScheduler  string
-	plainURL        string
-	carmaURL        string
-	extenderURL     string
-	stall           time.Duration
-	heartbeat       time.Duration
-	createWorkers   int
-	minLatencyPods  int
-	plainPidFile    string
-	carmaPidFile    string
-	extenderPidFile string
+	kubeconfig       string
+	work             string
+	ctl              string
+	examples         string
+	nodes, gpus      int
+	replicas         int
+	gpuMiB           int64
+	pods             int
+	latencyPods      int
+	latencyRate      float64
+	churn            int
+	phases           string
+	carmaScheduler   string
+	plainURL         string
+	carmaURL         string
+	extenderURL      string
+	stall            time.Duration
+	heartbeat        time.Duration
+	createWorkers    int
+	minLatencyPods   int
+	plainPidFile     string
+	carmaPidFile     string
+	extenderPidFile  string
+	apiserverPidFile string
+	etcdPidFile      string
+	fillerPerNode    int
+	fillerNote       string
+	repeats          int
+	quiet            time.Duration
 }
 
 type podTimes struct {
@@ -145,7 +157,16 @@ func main() {
 	flag.StringVar(&c.plainPidFile, "plain-pid", "default-scheduler", "pid file (under work/pids) of the plain kube-scheduler")
 	flag.StringVar(&c.carmaPidFile, "carma-scheduler-pid", "carma-scheduler-0", "pid file of the chart's kube-scheduler")
 	flag.StringVar(&c.extenderPidFile, "extender-pid", "carma-scheduler-extender-0", "pid file of the extender")
+	flag.StringVar(&c.apiserverPidFile, "apiserver-pid", "apiserver", "pid file of kube-apiserver")
+	flag.StringVar(&c.etcdPidFile, "etcd-pid", "etcd", "pid file of etcd")
+	flag.IntVar(&c.fillerPerNode, "filler-per-node", 10, "other (non-GPU) pods bound to every hollow node before the batches, as in a shared cluster")
+	flag.StringVar(&c.fillerNote, "filler-note", "", "a note printed beside the filler count (e.g. why it is smaller than the default)")
+	flag.IntVar(&c.repeats, "repeats", 1, "run each phase this many times (alternating), and print min / median / max")
+	flag.DurationVar(&c.quiet, "quiet", 60*time.Second, "quiet window before the first carma batch in which carma's API writes at rest are counted (0: not measured)")
 	flag.Parse()
+	if c.repeats < 1 {
+		c.repeats = 1
+	}
 	if c.latencyPods == 0 {
 		c.latencyPods = max(c.pods/2, 100)
 	}
@@ -198,30 +219,73 @@ func main() {
 	fmt.Printf("  %d nodes in %.1f s\n", c.nodes, time.Since(t0).Seconds())
 	b.h.run(ctx)
 	b.startInformer(ctx)
+	t1 := time.Now()
+	if c.fillerPerNode > 0 {
+		fmt.Printf("creating %d other pods on each hollow node (bound at creation, not GPU pods)%s\n", c.fillerPerNode, c.fillerNote)
+	}
+	filler, err := b.createFiller(ctx, c.nodes, c.fillerPerNode)
+	if err != nil {
+		fatal("other pods: %v", err)
+	}
+	fmt.Printf("  the API server lists %d other pods bound to nodes (%.1f s)\n", filler, time.Since(t1).Seconds())
 
 	want := map[string]bool{}
 	for _, p := range strings.Split(c.phases, ",") {
 		want[strings.TrimSpace(p)] = true
 	}
-	var plain, carma phaseResult
+	var plains, carmas []phaseResult
 	failed := false
-	if want["plain"] {
-		plain = b.runPhase(ctx, false)
-		failed = failed || plain.failed
-	}
-	if want["carma"] {
-		carma = b.runPhase(ctx, true)
-		failed = failed || carma.failed
+	latencyRate := c.latencyRate
+	// carma first in each run: its first saturated rate sets the latency batches' offered rate (half of
+	// it, unless --latency-rate), which both sides then get. With both clients unthrottled carma is the
+	// slower scheduler, and half of kube-scheduler's own rate would offer carma more than it sustains.
+	for rep := 1; rep <= c.repeats; rep++ {
+		if want["carma"] {
+			r := b.runPhase(ctx, true, rep, &latencyRate, rep == 1 && c.quiet > 0)
+			carmas = append(carmas, r)
+			failed = failed || r.failed
+		}
+		if want["plain"] {
+			r := b.runPhase(ctx, false, rep, &latencyRate, false)
+			plains = append(plains, r)
+			failed = failed || r.failed
+		}
 	}
 	nodes, gpus := b.clusterShape(ctx)
+	if filler, err = b.countFiller(ctx); err != nil {
+		fmt.Printf("  other pods could not be counted: %v\n", err)
+		filler = -1
+		failed = true
+	}
 	fmt.Println()
-	plain.report("kube-scheduler alone", false)
-	carma.report("with carma", true)
+	for _, r := range plains {
+		r.report(runTitle("kube-scheduler alone", r.rep, c.repeats), false)
+	}
+	if len(plains) == 0 {
+		phaseResult{}.report("kube-scheduler alone", false)
+	}
+	for _, r := range carmas {
+		r.report(runTitle("with carma", r.rep, c.repeats), true)
+	}
+	if len(carmas) == 0 {
+		phaseResult{}.report("with carma", true)
+	}
 	fmt.Println()
-	fmt.Println(summaryLine(nodes, gpus, plain, carma, b.cfg.latencyRate))
+	s := summarize(plains, carmas)
+	fmt.Println(s.line(nodes, gpus, latencyRate, filler))
+	for _, l := range s.details(nodes, c.repeats) {
+		fmt.Println(l)
+	}
 	if failed {
 		os.Exit(1)
 	}
+}
+
+func runTitle(title string, rep, repeats int) string {
+	if repeats <= 1 {
+		return title
+	}
+	return fmt.Sprintf("%s, run %d of %d", title, rep, repeats)
 }
 
 func fatal(format string, args ...any) {
@@ -562,6 +626,12 @@ type procFigures struct {
 
 type phaseResult struct {
 	ran, failed   bool
+	rep           int
+	limiter       limiterFigures
+	cpuSat        map[string]float64 // CPU seconds per 1,000 pods bound, by process
+	cpuHalf       map[string]float64
+	writesRest    writesWindow // carma's API writes in the quiet window (first carma run)
+	writesLoad    writesWindow // carma's API writes over the saturated batch (carma runs)
 	sat, half     batchResult
 	churn         []churnRound
 	findings      []string
@@ -625,13 +695,26 @@ func (b *bench) snap(ctx context.Context, schedURL string, carma bool) (snapshot
 	return s, nil
 }
 
-func (b *bench) runPhase(ctx context.Context, carma bool) phaseResult {
-	r := phaseResult{ran: true}
+// apiScrape reads kube-apiserver's /metrics.
+func (b *bench) apiScrape(ctx context.Context) (samples, error) {
+	raw, err := b.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	return parseProm(strings.NewReader(string(raw)))
+}
+
+// runPhase runs one phase: the saturated batch, the latency batch at *latencyRate pods/s (when 0, half
+// of this batch's saturated rate, which is then kept for every later latency batch, so that both
+// phases are offered the same load), and for carma the churn rounds (in the last run); with quiet, a
+// quiet window first in which carma's API writes at rest are counted.
+func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *float64, quiet bool) phaseResult {
+	r := phaseResult{ran: true, rep: rep}
 	name, verb, schedURL, schedPid := "plain", "plain", b.cfg.plainURL, b.cfg.plainPidFile
 	if carma {
 		name, verb, schedURL, schedPid = "carma", "carma", b.cfg.carmaURL, b.cfg.carmaPidFile
 	}
-	fmt.Printf("\n=== phase %s\n", name)
+	fmt.Printf("\n=== phase %s (run %d of %d)\n", name, rep, b.cfg.repeats)
 	if err := b.ctlRun("start-" + verb); err != nil {
 		fmt.Printf("  FAIL starting the %s scheduler: %v\n", name, err)
 		r.failed = true
@@ -642,6 +725,30 @@ func (b *bench) runPhase(ctx context.Context, carma bool) phaseResult {
 			fmt.Printf("  stopping the %s scheduler: %v\n", name, err)
 		}
 	}()
+	if qps, burst, err := b.clientLimits(ctx, schedURL); err != nil {
+		fmt.Printf("  FAIL reading the client limits from kube-scheduler's /configz: %v\n", err)
+		r.failed = true
+	} else {
+		r.limiter.qps, r.limiter.burst = qps, burst
+		fmt.Printf("  kube-scheduler's client (its /configz): QPS %g, burst %d\n", qps, burst)
+	}
+	if quiet {
+		fmt.Printf("  quiet window: %s with carma running and no pods to schedule\n", b.cfg.quiet)
+		a0, err0 := b.apiScrape(ctx)
+		t := time.Now()
+		select {
+		case <-ctx.Done():
+		case <-time.After(b.cfg.quiet):
+		}
+		a1, err1 := b.apiScrape(ctx)
+		if err0 != nil || err1 != nil {
+			fmt.Printf("  FAIL metrics: %v %v\n", err0, err1)
+			r.failed = true
+		} else {
+			r.writesRest = carmaWrites(a0, a1, time.Since(t).Seconds())
+			fmt.Printf("  carma's API writes at rest: %s\n", r.writesRest)
+		}
+	}
 	t0 := time.Now()
 	mw := watchMachine(5 * time.Second)
 	proc := func(pidFile string) (int, float64, float64) {
@@ -693,24 +800,36 @@ func (b *bench) runPhase(ctx context.Context, carma bool) phaseResult {
 		r.findings = append(r.findings, f...)
 	}
 
+	procs := b.cpuProcs(schedPID, extPID)
+	a0, errA0 := b.apiScrape(ctx)
+	c0, tSat := procs.now(), time.Now()
 	r.sat = b.runBatch(ctx, name+"-sat", b.cfg.pods, carma, 0)
+	c1 := procs.now()
+	a1, errA1 := b.apiScrape(ctx)
+	if errA0 == nil && errA1 == nil {
+		r.writesLoad = carmaWrites(a0, a1, time.Since(tSat).Seconds())
+	}
+	r.cpuSat = cpuPer1000(c0, c1, r.sat.bound)
 	fmt.Printf("  saturated: %d of %d pods bound, %.1f pods/s (first creation → last bind %.1f s)\n",
 		r.sat.bound, r.sat.want, r.sat.throughput(), r.sat.last.Sub(r.sat.first).Seconds())
 	check()
 	b.deleteBatch(ctx, name+"-sat")
-	half := r.sat.throughput() / 2
-	if b.cfg.latencyRate > 0 {
-		half = b.cfg.latencyRate
+	half := *latencyRate
+	if half <= 0 {
+		half = r.sat.throughput() / 2
+		*latencyRate = half
 	}
 	if half > 0 {
+		c0 := procs.now()
 		r.half = b.runBatch(ctx, name+"-half", b.cfg.latencyPods, carma, half)
-		fmt.Printf("  half load (%.1f pods/s offered): %d of %d bound, creation → bind p50 %.0f ms, p99 %.0f ms\n",
+		r.cpuHalf = cpuPer1000(c0, procs.now(), r.half.bound)
+		fmt.Printf("  latency batch (%.1f pods/s offered): %d of %d bound, creation → bind p50 %.0f ms, p99 %.0f ms\n",
 			half, r.half.bound, r.half.want, percentile(r.half.lat, 0.5), percentile(r.half.lat, 0.99))
 		check()
 		b.deleteBatch(ctx, name+"-half")
 	}
 	r.pods = r.sat.bound + r.half.bound
-	if carma {
+	if carma && rep == b.cfg.repeats {
 		for i := 1; i <= b.cfg.churn; i++ {
 			batch := fmt.Sprintf("carma-churn-%02d", i)
 			res := b.runBatch(ctx, batch, b.cfg.pods, true, 0)
@@ -733,6 +852,12 @@ func (b *bench) runPhase(ctx context.Context, carma bool) phaseResult {
 	}
 	r.seconds = time.Since(t0).Seconds()
 	r.machine = mw.finish()
+	{
+		qps, burst := r.limiter.qps, r.limiter.burst
+		r.limiter = limiterOf(before.sched, after.sched)
+		r.limiter.qps, r.limiter.burst = qps, burst
+		r.limiter.ok = r.limiter.ok && qps > 0
+	}
 
 	// API requests per scheduled pod: the server's count less this program's.
 	apiB, apiA := apiRequests(before.api), apiRequests(after.api)
@@ -883,11 +1008,13 @@ func (r phaseResult) report(title string, carma bool) {
 	fmt.Printf("  machine: %s\n", r.machine)
 	fmt.Printf("  saturated: %d of %d pods bound, %.1f pods/s\n", r.sat.bound, r.sat.want, r.sat.throughput())
 	if r.half.ran {
-		fmt.Printf("  half load: %.1f pods/s offered, %d of %d bound, creation → bind p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
+		fmt.Printf("  latency batch: %.1f pods/s offered, %d of %d bound, creation → bind p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
 			r.half.rate, r.half.bound, r.half.want, percentile(r.half.lat, 0.5), percentile(r.half.lat, 0.99), percentile(r.half.lat, 1))
 	} else {
-		fmt.Println("  half load: not run")
+		fmt.Println("  latency batch: not run")
 	}
+	fmt.Printf("  kube-scheduler's client: QPS %g, burst %d (its /configz); rate-limiter wait %s\n", r.limiter.qps, r.limiter.burst, r.limiter)
+	fmt.Printf("  CPU s per 1,000 pods bound: saturated batch %s; latency batch %s\n", fmtCPU(r.cpuSat), fmtCPU(r.cpuHalf))
 	fmt.Printf("  kube-scheduler: scheduling algorithm (filter + score%s) %s\n", map[bool]string{true: ", extender filter + prioritize included", false: ""}[carma], histQ(r.algo))
 	var pts []string
 	for _, p := range extensionPoints {
@@ -958,44 +1085,204 @@ func (b *bench) clusterShape(ctx context.Context) (nodes, gpus string) {
 	return fmt.Sprint(len(nl.Items)), gpus
 }
 
-// summaryLine is the run's one line; latencyRate > 0 names the rate both latency batches were
-// offered instead of half of each phase's own.
-func summaryLine(nodes, gpus string, plain, carma phaseResult, latencyRate float64) string {
-	rate := func(r phaseResult) string {
-		if !r.ran {
-			return "not run"
-		}
-		return fmt.Sprintf("%.1f pods/s", r.sat.throughput())
+// summary folds every run of both phases: medians where a phase ran more than once.
+type summary struct {
+	plains, carmas []phaseResult
+}
+
+func summarize(plains, carmas []phaseResult) summary { return summary{plains, carmas} }
+
+func throughputs(rs []phaseResult) []float64 {
+	var out []float64
+	for _, r := range rs {
+		out = append(out, r.sat.throughput())
 	}
-	p99 := func(r phaseResult) string {
-		if !r.ran || !r.half.ran {
+	return out
+}
+
+func p99s(rs []phaseResult) []float64 {
+	var out []float64
+	for _, r := range rs {
+		if r.half.ran {
+			out = append(out, percentile(r.half.lat, 0.99))
+		}
+	}
+	return out
+}
+
+// medianCPU is the median over runs of each process's CPU seconds per 1,000 pods.
+func medianCPU(rs []phaseResult, half bool) map[string]float64 {
+	by := map[string][]float64{}
+	for _, r := range rs {
+		m := r.cpuSat
+		if half {
+			m = r.cpuHalf
+		}
+		for k, v := range m {
+			by[k] = append(by[k], v)
+		}
+	}
+	out := map[string]float64{}
+	for k, v := range by {
+		out[k] = spreadOf(v).median
+	}
+	return out
+}
+
+// clients is the summary's word on the schedulers' clients: the QPS each kube-scheduler reported
+// in /configz, and "unthrottled" only when no run of either side waited in its rate limiter past the
+// lowest bucket at p99.
+func (s summary) clients() string {
+	qps := map[float64]bool{}
+	var qs []string
+	bound, read := false, true
+	for _, rs := range [][]phaseResult{s.plains, s.carmas} {
+		for _, r := range rs {
+			if !r.limiter.ok {
+				read = false
+				continue
+			}
+			if !qps[r.limiter.qps] {
+				qps[r.limiter.qps] = true
+				qs = append(qs, fmt.Sprintf("%g", r.limiter.qps))
+			}
+			bound = bound || r.limiter.bound()
+		}
+	}
+	if len(qs) == 0 {
+		return "clients not read"
+	}
+	q := "QPS " + strings.Join(qs, " and ")
+	switch {
+	case !read:
+		return "a client's rate limiter not read (" + q + ")"
+	case bound:
+		return "clients throttled (" + q + ")"
+	}
+	return "clients unthrottled (" + q + ")"
+}
+
+// line is the run's one line; latencyRate is the rate every latency batch was offered.
+func (s summary) line(nodes, gpus string, latencyRate float64, filler int) string {
+	rate := func(rs []phaseResult) string {
+		if len(rs) == 0 {
 			return "not run"
 		}
-		return fmt.Sprintf("%.0f ms", percentile(r.half.lat, 0.99))
+		return fmt.Sprintf("%.1f pods/s", spreadOf(throughputs(rs)).median)
+	}
+	p99 := func(rs []phaseResult) string {
+		v := spreadOf(p99s(rs))
+		if v.n == 0 {
+			return "not run"
+		}
+		return fmt.Sprintf("%.0f ms", v.median)
 	}
 	ratio := "not run"
-	if plain.ran && carma.ran && plain.sat.throughput() <= 0 {
-		ratio = "no pod bound alone"
-	}
-	if plain.ran && carma.ran && plain.sat.throughput() > 0 {
-		ratio = fmt.Sprintf("%.0f %%", 100*carma.sat.throughput()/plain.sat.throughput())
+	if len(s.plains) > 0 && len(s.carmas) > 0 {
+		pl, ca := spreadOf(throughputs(s.plains)).median, spreadOf(throughputs(s.carmas)).median
+		if pl > 0 {
+			ratio = fmt.Sprintf("%.0f %%", 100*ca/pl)
+		} else {
+			ratio = "no pod bound alone"
+		}
 	}
 	rss := "not run"
-	if carma.ran && carma.ext.ok {
-		rss = fmt.Sprintf("%.0f MiB", carma.ext.rssPeak)
+	peak, ok := 0.0, false
+	for _, r := range s.carmas {
+		if r.ext.ok {
+			peak, ok = math.Max(peak, r.ext.rssPeak), true
+		}
+	}
+	if ok {
+		rss = fmt.Sprintf("%.0f MiB", peak)
+	}
+	other := fmt.Sprintf("%d other pods", filler)
+	if filler < 0 {
+		other = "other pods not counted"
 	}
 	over := "not run"
-	if plain.ran || carma.ran {
-		n := len(plain.findings) + len(carma.findings)
+	if len(s.plains)+len(s.carmas) > 0 {
+		n, checks := 0, 0
+		for _, rs := range [][]phaseResult{s.plains, s.carmas} {
+			for _, r := range rs {
+				n += len(r.findings)
+				checks += r.checks
+			}
+		}
 		over = fmt.Sprintf("%d over-committed GPUs", n)
-		if plain.checks+carma.checks == 0 {
+		if checks == 0 {
 			over = "over-commit not checked"
 		}
 	}
-	load := "half load"
+	load := "not run"
 	if latencyRate > 0 {
-		load = fmt.Sprintf("%g pods/s", latencyRate)
+		load = fmt.Sprintf("%.1f pods/s", latencyRate)
 	}
-	return fmt.Sprintf("scale %sx%s: kube-scheduler alone %s, with carma %s (%s), p99 at %s %s alone / %s with carma, extender RSS %s, %s",
-		nodes, gpus, rate(plain), rate(carma), ratio, load, p99(plain), p99(carma), rss, over)
+	return fmt.Sprintf("scale %sx%s: kube-scheduler alone %s, with carma %s (%s), %s, p99 at %s %s alone / %s with carma, extender RSS %s with %s, %s",
+		nodes, gpus, rate(s.plains), rate(s.carmas), ratio, s.clients(), load, p99(s.plains), p99(s.carmas), rss, other, over)
+}
+
+// details are the lines after the summary: the rate limiters' waits, CPU per 1,000 pods, carma's API
+// writes, and with repeats the spread.
+func (s summary) details(nodes string, repeats int) []string {
+	var out []string
+	lim := func(rs []phaseResult) string {
+		if len(rs) == 0 {
+			return "not run"
+		}
+		var parts []string
+		for _, r := range rs {
+			parts = append(parts, fmt.Sprintf("QPS %g burst %d: %s", r.limiter.qps, r.limiter.burst, r.limiter))
+		}
+		return strings.Join(parts, "; ")
+	}
+	out = append(out, "rate-limiter wait over each phase (rest_client_rate_limiter_duration_seconds): alone "+lim(s.plains)+
+		"; with carma "+lim(s.carmas)+" (the extender's client has no client-side limit)")
+	of := "median of runs"
+	if repeats <= 1 {
+		of = "one run"
+	}
+	for _, half := range []bool{false, true} {
+		what := "saturated batch"
+		if half {
+			what = "latency batch"
+		}
+		out = append(out, fmt.Sprintf("CPU s per 1,000 pods bound (%s, %s): alone %s; with carma %s", what, of,
+			fmtCPU(medianCPU(s.plains, half)), fmtCPU(medianCPU(s.carmas, half))))
+	}
+	rest, load := math.NaN(), []float64{}
+	var restW writesWindow
+	for _, r := range s.carmas {
+		if r.writesRest.ok {
+			rest, restW = r.writesRest.perSecond(), r.writesRest
+		}
+		if r.writesLoad.ok {
+			load = append(load, r.writesLoad.perSecond())
+		}
+	}
+	if len(s.carmas) > 0 {
+		w := "not measured"
+		if !math.IsNaN(rest) {
+			w = fmt.Sprintf("%.1f", rest)
+		}
+		v := "not measured"
+		if sp := spreadOf(load); sp.n > 0 {
+			v = fmt.Sprintf("%.1f", sp.median)
+		}
+		out = append(out, fmt.Sprintf("api-writes %s nodes: %s per second at rest, %s per second under load (carma's clients, from apiserver_request_total)", nodes, w, v))
+		out = append(out, "  at rest: "+restW.String())
+		for _, r := range s.carmas {
+			out = append(out, fmt.Sprintf("  under load (saturated batch, run %d): %s", r.rep, r.writesLoad))
+		}
+	}
+	if repeats > 1 {
+		for _, x := range []struct {
+			name string
+			rs   []phaseResult
+		}{{"alone", s.plains}, {"with carma", s.carmas}} {
+			out = append(out, fmt.Sprintf("repeats %s (min / median / max of %d): %s pods/s, p99 %s ms", x.name, len(x.rs),
+				spreadOf(throughputs(x.rs)).fmt("%.1f"), spreadOf(p99s(x.rs)).fmt("%.0f")))
+		}
+	}
+	return out
 }
