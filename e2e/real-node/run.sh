@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Real Kubernetes nodes on this machine (see docs/real-node.md): etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler and kube-proxy, then per node a containerd (Debian's package,
-# runc) and a real kubelet, all built from their Go modules (build.sh) and all inside a network
-# namespace of the run's own, so every port and address is private to the run. Then pods run through
+# kube-controller-manager, kube-scheduler and kube-proxy, then per node a containerd 2.x (built from its
+# Go module by build-containerd.sh; CDI on, spec directories node-private; Debian's runc) and a real
+# kubelet, all built from their Go modules (build.sh) and all inside a network namespace of the run's
+# own, so every port and address is private to the run. Then pods run through
 # them: one that echoes hello and exits 0, one OOM-killed under a 32Mi memory limit, one that reaches
 # kube-apiserver through the kubernetes Service (kube-proxy), a 2-replica Deployment and a DaemonSet
 # (kube-controller-manager's controllers), and the Deployment's deletion (garbage collector). It prints
@@ -15,21 +16,30 @@
 #        CARMA_RN_NODES=1 e2e/real-node/run.sh  # one node instead of two
 #        CARMA_RN_CHART=1 e2e/real-node/run.sh  # then also `helm install charts/carma` on the nodes, run a
 #                                              # carma.io/gpu pod through it, helm upgrade + rollback, three
-#                                              # TrainingTasks (tasks.sh), helm uninstall (chart.sh)
+#                                              # TrainingTasks (tasks.sh), helm uninstall (chart.sh);
+#                                              # and the last metre (lastmetre.sh): a stand-in of the
+#                                              # CDI spec NVIDIA's toolkit writes on each node, every
+#                                              # GPU container printing from inside the devices and env
+#                                              # it got, compared with carma's assignment in the API:
+#                                              #   last-metre: <c> of <C> containers saw exactly their
+#                                              #   GPUs and reservation (CDI via containerd <v>), ...
 #        CARMA_RN_IMAGE=<ref> ...               # the chart's carma image: <ref> in Buildah's storage
 #                                              # (ci/image.sh builds it from the root Dockerfile); else
 #                                              # one is assembled from target/debug/carma
 #        CARMA_RN_HOLD=600 e2e/real-node/run.sh # after the checks, keep the cluster up 600 s; the
 #                                              # kubeconfig and an nsenter line to reach it are printed
 #        CARMA_RN_RUNC=<path> e2e/real-node/run.sh # another runc binary (e.g. a --debug wrapper)
+#        CARMA_RN_CONTAINERD=debian ...         # Debian's containerd 1.6 (its package) instead of the
+#                                              # built 2.x: it ignores CDI, so the chart's last-metre
+#                                              # check (lastmetre.sh) says `not run`
 #        CARMA_RN_CHART=1 CARMA_RN_DRA=1 ...     # then also carma's DRA path (dra.sh): every component
 #                                              # with the release's default feature gates (from 1.36
 #                                              # DRAConsumableCapacity and DRADeviceTaints are beta and
 #                                              # on), the kubelets' plugin and CDI directories
 #                                              # node-private, and the chart with dra.enabled=true
-# Needs: root, go, openssl, python3, curl, gcc (static glibc), buildah, iproute2, iptables, containerd,
-# runc, the CNI plugins and a static busybox (Debian 12: apt-get install -y containerd runc
-# containernetworking-plugins busybox-static buildah gcc iptables iproute2).
+# Needs: root, go, openssl, python3, curl, gcc (static glibc), buildah, iproute2, iptables, runc, the
+# CNI plugins and a static busybox (Debian 12: apt-get install -y runc containernetworking-plugins
+# busybox-static buildah gcc iptables iproute2; and containerd for CARMA_RN_CONTAINERD=debian).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -50,7 +60,13 @@ RN_KUBELET_DRA=(); [[ -z "${CARMA_RN_DRA:-}" ]] || RN_KUBELET_DRA=(--vmodule=dra
 # ======================= outer part: host namespaces =======================================
 if [[ -z "${CARMA_RN_INNER:-}" ]]; then
   [[ "$(id -u)" == 0 ]] || die "needs root (namespaces, cgroups, containerd)"
-  for t in go openssl python3 unshare nsenter ip iptables gcc buildah containerd ctr runc curl; do
+  tools=(go openssl python3 unshare nsenter ip iptables gcc buildah runc curl)
+  case "${CARMA_RN_CONTAINERD:-built}" in
+    built) ;;
+    debian) tools+=(containerd ctr) ;;
+    *) die "CARMA_RN_CONTAINERD is built (the default: containerd 2.x from its Go module) or debian" ;;
+  esac
+  for t in "${tools[@]}"; do
     command -v "$t" >/dev/null || die "$t is required (see the header of $0)"
   done
   [[ -x "$CNI_BIN/bridge" && -x "$CNI_BIN/host-local" && -x "$CNI_BIN/loopback" ]] ||
@@ -59,6 +75,13 @@ if [[ -z "${CARMA_RN_INNER:-}" ]]; then
     die "/bin/busybox must be the static one (apt-get install -y busybox-static)"
   t_start=$(date +%s)
   BIN="$(bash "$HERE/build.sh" | tail -n1)"
+  # containerd 2.x (CDI) by default; Debian's 1.6 on request. Its directory goes first on the inner
+  # part's PATH, so containerd, ctr and containerd-shim-runc-v2 are the chosen ones everywhere.
+  if [[ "${CARMA_RN_CONTAINERD:-built}" == built ]]; then
+    CTRD_BIN="$(bash "$HERE/build-containerd.sh" | tail -n1)"
+  else
+    CTRD_BIN="$(dirname "$(command -v containerd)")"
+  fi
   t_built=$(date +%s)
   KUBECTL="$(dirname "$("$ROOT/tools/install-helm.sh" | tail -n1)")/kubectl"
   CARMA=
@@ -71,7 +94,7 @@ if [[ -z "${CARMA_RN_INNER:-}" ]]; then
   CGROOT="/$(basename "$WORK")" # the kubelets' cgroup subtree: /sys/fs/cgroup/<controller>/carma-rn.XXXXXX
   log "work directory $WORK; build $((t_built - t_start)) s"
   set +e
-  CARMA_RN_INNER=1 BIN="$BIN" KUBECTL="$KUBECTL" WORK="$WORK" CGROOT="$CGROOT" T_START="$t_start" CARMA="$CARMA" \
+  CARMA_RN_INNER=1 BIN="$BIN" CTRD_BIN="$CTRD_BIN" KUBECTL="$KUBECTL" WORK="$WORK" CGROOT="$CGROOT" T_START="$t_start" CARMA="$CARMA" \
     unshare --net --mount --propagation private --fork -- bash "$0" "$@"
   rc=$?
   set -e
@@ -85,8 +108,12 @@ if [[ -z "${CARMA_RN_INNER:-}" ]]; then
 fi
 
 # ======================= inner part: the run's own network and mount namespace ===============
-# BIN, KUBECTL, WORK, CGROOT, T_START come from the outer part.
+# BIN, CTRD_BIN, KUBECTL, WORK, CGROOT, T_START come from the outer part.
 mkdir -p "$WORK"/{pids,logs,pki,nodes}
+export PATH="$CTRD_BIN:$PATH"
+CONTAINERD_VERSION="$(containerd --version | awk '{print $3}')"
+CONTAINERD_MAJOR="${CONTAINERD_VERSION#v}"; CONTAINERD_MAJOR="${CONTAINERD_MAJOR%%.*}"
+log "containerd $CONTAINERD_VERSION ($(command -v containerd)), $(runc --version | head -n1)"
 export CARMA_E2E_WORK="$WORK"
 
 NODE_IP_PREFIX=198.18.0.      # node addresses 198.18.0.11, .12, ...: RFC 2544 test range, on a bridge
@@ -260,14 +287,65 @@ rm -rf "$WORK/ovl"
 # the paths the kubelet hard-codes can be node-private bind mounts:
 #   /var/lib/kubelet/device-plugins  (device plugins' sockets; DevicePluginPath is a constant)
 #   /var/log                          (tmpfs: /var/log/containers symlinks are a constant path)
-#   /run/containerd                   (tmpfs: containerd 1.6's shim sockets and runc's state)
+#   /run/containerd                   (tmpfs: containerd's shim sockets and runc's state)
 mkdir -p /var/lib/kubelet/device-plugins /run/containerd
 start_node() { # start_node <i>
   local i="$1" name nd ip subnet holder
   name="$(node_name "$i")"; nd="$WORK/nodes/$name"; ip="$(node_ip "$i")"; subnet="$POD_NET_PREFIX$i.0/24"
   mkdir -p "$nd"/{containerd/root,containerd/state,cni/conf,cni/ipam,kubelet,pod-logs,device-plugins,volume-plugins}
   # containerd: own root, state, socket; CRI with runc (cgroupfs), the local pause image, CNI bridge.
-  cat >"$nd/containerd/config.toml" <<EOF
+  # 2.x: configuration version 3 (containerd 2.0's; 2.4 reads it and moves the server addresses itself);
+  # CDI is always on from 2.4 (2.0-2.3: enable_cdi, default true), its spec directories are the node's
+  # own: cdi/ (the DRA driver's, bind-mounted at /var/run/cdi with CARMA_RN_DRA) and cdi-nvidia/ (the
+  # stand-in of NVIDIA's toolkit spec, lastmetre.sh). NRI is off (its socket is a fixed host path) and
+  # every other path containerd would create is under the node's directory.
+  # This sandbox lacks CAP_SYS_RESOURCE, so no process may lower its oom_score_adj below its own (0):
+  # runc's write of the sandbox's -998 fails ("nsexec: failed to update /proc/self/oom_score_adj:
+  # Permission denied", surfacing as "can't get final child's PID from pipe: EOF"). With
+  # restrict_oom_score_adj, containerd raises every requested score to at least its own; scores above it
+  # (BestEffort's 1000) are kept.
+  mkdir -p "$nd"/{cdi,cdi-nvidia,dev,containerd/opt}
+  if [[ $CONTAINERD_MAJOR -ge 2 ]]; then
+    cat >"$nd/containerd/config.toml" <<EOF
+version = 3
+root = "$nd/containerd/root"
+state = "$nd/containerd/state"
+imports = []
+[grpc]
+  address = "$nd/containerd/containerd.sock"
+[ttrpc]
+  address = "$nd/containerd/containerd.sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$nd/containerd/opt"
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "$SNAPSHOTTER"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_selinux = false
+  restrict_oom_score_adj = true
+  cdi_spec_dirs = ["$nd/cdi-nvidia", "$nd/cdi"]
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = "$CTRD_BIN/containerd-shim-runc-v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "${CARMA_RN_RUNC:-$(command -v runc)}"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$CNI_BIN"]
+    conf_dir = "$nd/cni/conf"
+    max_conf_num = 1
+EOF
+  else # Debian's 1.6: configuration version 2, no CDI
+    cat >"$nd/containerd/config.toml" <<EOF
 version = 2
 root = "$nd/containerd/root"
 state = "$nd/containerd/state"
@@ -282,10 +360,6 @@ state = "$nd/containerd/state"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   enable_selinux = false
-  # This sandbox lacks CAP_SYS_RESOURCE, so no process may lower its oom_score_adj below its own (0):
-  # runc's write of the sandbox's -998 fails ("nsexec: failed to update /proc/self/oom_score_adj:
-  # Permission denied", surfacing as "can't get final child's PID from pipe: EOF"). With this, containerd
-  # raises every requested score to at least its own; scores above it (BestEffort's 1000) are kept.
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "$SNAPSHOTTER"
@@ -300,6 +374,7 @@ state = "$nd/containerd/state"
     conf_dir = "$nd/cni/conf"
     max_conf_num = 1
 EOF
+  fi
   # Pods' network: a bridge per node whose host side (198.18.<i>.1) is the pods' gateway into the run's
   # network namespace (kube-apiserver, Service IPs via kube-proxy, the other node's pods); no masquerade,
   # and nothing beyond the namespace exists. hairpinMode lets a pod reach itself through a Service.
@@ -380,7 +455,7 @@ start_kubelet() {
 }
 
 t_nodes0=$(date +%s)
-for i in $(seq "$NODES"); do start_node "$i"; log "node $(node_name "$i"): containerd ($SNAPSHOTTER, runc) + kubelet at $(node_ip "$i"):10250"; done
+for i in $(seq "$NODES"); do start_node "$i"; log "node $(node_name "$i"): containerd $CONTAINERD_VERSION ($SNAPSHOTTER, runc) + kubelet at $(node_ip "$i"):10250"; done
 log "waiting for $NODES nodes to be Ready"
 for i in $(seq "$NODES"); do
   for _ in $(seq 240); do k get node "$(node_name "$i")" >/dev/null 2>&1 && break; sleep 0.5; done
