@@ -158,6 +158,7 @@ type limiterFigures struct {
 	waitS      float64 // sum of the waits
 	p99        float64 // seconds; NaN without observations
 	firstBound float64 // the histogram's lowest bucket bound (a p99 at or below it is "within it")
+	byVerb     map[string]float64
 }
 
 func limiterOf(before, after samples) limiterFigures {
@@ -168,6 +169,13 @@ func limiterOf(before, after samples) limiterFigures {
 		f.firstBound = math.Min(f.firstBound, le)
 	}
 	f.ok = len(h.buckets) > 0
+	f.byVerb = map[string]float64{}
+	b := before.by("rest_client_rate_limiter_duration_seconds_sum", nil, "verb")
+	for k, v := range after.by("rest_client_rate_limiter_duration_seconds_sum", nil, "verb") {
+		if d := v - b[k]; d >= 0.005 {
+			f.byVerb[k] = d
+		}
+	}
 	return f
 }
 
@@ -188,7 +196,20 @@ func (f limiterFigures) String() string {
 			p99 = fmt.Sprintf("p99 ≤ %.0f ms (its lowest bucket)", f.firstBound*1000)
 		}
 	}
-	return fmt.Sprintf("%s, %.2f s in all over %.0f requests", p99, f.waitS, f.requests)
+	by := ""
+	if len(f.byVerb) > 0 {
+		var verbs []string
+		for k := range f.byVerb {
+			verbs = append(verbs, k)
+		}
+		sort.Strings(verbs)
+		var parts []string
+		for _, k := range verbs {
+			parts = append(parts, fmt.Sprintf("%s %.2f s", k, f.byVerb[k]))
+		}
+		by = " (" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Sprintf("%s, %.2f s in all over %.0f requests%s", p99, f.waitS, f.requests, by)
 }
 
 // ---- CPU per batch -----------------------------------------------------------------------------------

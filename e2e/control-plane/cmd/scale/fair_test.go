@@ -44,7 +44,7 @@ func TestRateLimiterWait(t *testing.T) {
 		t.Fatalf("String: %s", free)
 	}
 	held := limiterOf(empty, limiterSamples(t, 50, 90, "3.5"))
-	if !held.bound() {
+	if !held.bound() || held.byVerb["POST"] != 3.5 || !strings.HasSuffix(held.String(), "(POST 3.50 s)") {
 		t.Fatalf("half the requests waited over 5 ms: %+v", held)
 	}
 	if none := limiterOf(empty, empty); none.ok || none.bound() {
