@@ -15,6 +15,7 @@
 pub mod allocate;
 pub mod backends;
 pub mod cgroup;
+pub mod coexistence;
 pub mod config;
 pub mod devices;
 pub mod http;
