@@ -19,7 +19,8 @@ use serde::Deserialize;
 pub const KUBELET_CHECKPOINT: &str = "kubelet_internal_checkpoint";
 
 /// Resource names other device plugins use for whole NVIDIA GPUs or their shares.
-const KNOWN_GPU_RESOURCES: [&str; 3] = ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig"];
+const KNOWN_GPU_RESOURCES: [&str; 3] =
+    ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig"];
 
 /// One other resource registered with the kubelet that hands out carma's GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,9 +45,15 @@ pub struct Coexistence {
 #[derive(Debug, thiserror::Error)]
 pub enum CoexistenceError {
     #[error("reading {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path} is not a kubelet device-manager checkpoint: {source}")]
-    Parse { path: String, source: serde_json::Error },
+    Parse {
+        path: String,
+        source: serde_json::Error,
+    },
 }
 
 #[derive(Deserialize)]
@@ -77,7 +84,10 @@ impl Coexistence {
             .iter()
             .map(|o| match o.shared_gpus.len() {
                 0 => format!("{} ({} devices)", o.resource, o.devices),
-                n => format!("{} ({} devices, {n} of them carma's GPUs)", o.resource, o.devices),
+                n => format!(
+                    "{} ({} devices, {n} of them carma's GPUs)",
+                    o.resource, o.devices
+                ),
             })
             .collect();
         let sockets = if self.other_sockets.is_empty() {
@@ -202,8 +212,14 @@ mod tests {
         );
         assert_eq!(found.other_sockets, vec!["nvidia-gpu.sock".to_string()]);
         let msg = found.message();
-        assert!(msg.contains("nvidia.com/gpu (2 devices, 2 of them carma's GPUs)"), "{msg}");
-        assert!(msg.contains("nvidia-gpu.sock") && msg.contains("nodeSelector"), "{msg}");
+        assert!(
+            msg.contains("nvidia.com/gpu (2 devices, 2 of them carma's GPUs)"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("nvidia-gpu.sock") && msg.contains("nodeSelector"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -231,7 +247,10 @@ mod tests {
         checkpoint(dir.path(), r#"{"carma.io/gpu":["GPU-aaaa::0"]}"#);
         let alone = detect(dir.path(), "carma.io/gpu", "carma-gpu.sock", &uuids()).unwrap();
         assert!(!alone.found());
-        assert_eq!(alone.message(), "no other device plugin advertises this node's GPUs");
+        assert_eq!(
+            alone.message(),
+            "no other device plugin advertises this node's GPUs"
+        );
     }
 
     #[test]
