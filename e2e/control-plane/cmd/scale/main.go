@@ -418,7 +418,18 @@ type batchResult struct {
 	rate       float64 // offered creation rate (pods/s); 0: as fast as possible
 	first      time.Time
 	last       time.Time
+	lastSeen   time.Time // the last creation the informer saw
 	lat        []float64 // creation → bind (ms), sorted
+}
+
+// creationShare is the share of the batch's span (first creation → last bind) that creating its pods
+// took: near 100 % the scheduler kept up with creation, and the rate is at least its throughput.
+func (r batchResult) creationShare() float64 {
+	d := r.last.Sub(r.first).Seconds()
+	if d <= 0 || r.lastSeen.IsZero() {
+		return math.NaN()
+	}
+	return 100 * r.lastSeen.Sub(r.first).Seconds() / d
 }
 
 func (r batchResult) throughput() float64 {
@@ -505,6 +516,9 @@ func (b *bench) runBatch(ctx context.Context, batch string, n int, carma bool, r
 		r.created++
 		if r.first.IsZero() || t.created.Before(r.first) {
 			r.first = t.created
+		}
+		if t.created.After(r.lastSeen) {
+			r.lastSeen = t.created
 		}
 		if !t.bound.IsZero() {
 			r.bound++
@@ -810,8 +824,8 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 		r.writesLoad = carmaWrites(a0, a1, time.Since(tSat).Seconds())
 	}
 	r.cpuSat = cpuPer1000(c0, c1, r.sat.bound)
-	fmt.Printf("  saturated: %d of %d pods bound, %.1f pods/s (first creation → last bind %.1f s)\n",
-		r.sat.bound, r.sat.want, r.sat.throughput(), r.sat.last.Sub(r.sat.first).Seconds())
+	fmt.Printf("  saturated: %d of %d pods bound, %.1f pods/s (first creation → last bind %.1f s; creating them took %.0f %% of it)\n",
+		r.sat.bound, r.sat.want, r.sat.throughput(), r.sat.last.Sub(r.sat.first).Seconds(), r.sat.creationShare())
 	check()
 	b.deleteBatch(ctx, name+"-sat")
 	half := *latencyRate
@@ -1006,7 +1020,7 @@ func (r phaseResult) report(title string, carma bool) {
 	}
 	fmt.Printf("%s (%.0f s):\n", title, r.seconds)
 	fmt.Printf("  machine: %s\n", r.machine)
-	fmt.Printf("  saturated: %d of %d pods bound, %.1f pods/s\n", r.sat.bound, r.sat.want, r.sat.throughput())
+	fmt.Printf("  saturated: %d of %d pods bound, %.1f pods/s (creating them took %.0f %% of the batch's span)\n", r.sat.bound, r.sat.want, r.sat.throughput(), r.sat.creationShare())
 	if r.half.ran {
 		fmt.Printf("  latency batch: %.1f pods/s offered, %d of %d bound, creation → bind p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
 			r.half.rate, r.half.bound, r.half.want, percentile(r.half.lat, 0.5), percentile(r.half.lat, 0.99), percentile(r.half.lat, 1))
@@ -1232,7 +1246,14 @@ func (s summary) details(nodes string, repeats int) []string {
 		}
 		var parts []string
 		for _, r := range rs {
-			parts = append(parts, fmt.Sprintf("QPS %g burst %d: %s", r.limiter.qps, r.limiter.burst, r.limiter))
+			p := fmt.Sprintf("QPS %g burst %d: %s", r.limiter.qps, r.limiter.burst, r.limiter)
+			if len(rs) > 1 {
+				p = fmt.Sprintf("run %d %s", r.rep, p)
+				if r.limiter.qps == rs[0].limiter.qps && r.limiter.burst == rs[0].limiter.burst && r.rep != rs[0].rep {
+					p = fmt.Sprintf("run %d %s", r.rep, r.limiter)
+				}
+			}
+			parts = append(parts, p)
 		}
 		return strings.Join(parts, "; ")
 	}
@@ -1242,6 +1263,18 @@ func (s summary) details(nodes string, repeats int) []string {
 	if repeats <= 1 {
 		of = "one run"
 	}
+	share := func(rs []phaseResult) string {
+		var v []float64
+		for _, r := range rs {
+			v = append(v, r.sat.creationShare())
+		}
+		if sp := spreadOf(v); sp.n > 0 {
+			return fmt.Sprintf("%.0f %%", sp.median)
+		}
+		return "not run"
+	}
+	out = append(out, fmt.Sprintf("saturated batches: creating the pods took %s of the span alone, %s with carma (%s; near 100 %%, pod creation, not the scheduler, set the pace)",
+		share(s.plains), share(s.carmas), of))
 	for _, half := range []bool{false, true} {
 		what := "saturated batch"
 		if half {
