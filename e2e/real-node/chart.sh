@@ -21,6 +21,9 @@
 # `helm rollback` to the revision before (the pods that roll, their environment, the revisions), three
 # TrainingTasks on the rolled-back release (tasks.sh), and `helm uninstall` (what is left: no workload,
 # pod or release history; the CRDs and the TrainingTasks). CARMA_RN_HOLD skips the uninstall.
+# The last metre (lastmetre.sh): a stand-in of NVIDIA's CDI spec on each node once the GpuNodes are
+# there, gpu-share and the TrainingTasks printing from inside what they got, an unresolvable CDI name
+# refused, and the comparison with the API's assignments after the TrainingTasks.
 
 CHART_NS=carma-system
 CARMA_IMAGE="${CARMA_RN_IMAGE:-localhost/carma-e2e/carma:dev}"
@@ -124,7 +127,7 @@ spec:
   - name: main
     image: $BUSYBOX_IMAGE
     imagePullPolicy: Never
-    command: [sh, -c, 'env | grep -E "^(CARMA|CUDA|NVIDIA)" | sort; exit 0']
+    command: [sh, -c, $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' 'env | grep -E "^(CARMA|CUDA|NVIDIA)" | sort; '"$LM_PRINT"'; exit 0')]
     resources: {limits: {carma.io/gpu: 1, memory: 64Mi}, requests: {cpu: 10m, memory: 64Mi}}
 EOF
   k wait --for jsonpath='{.status.phase}'=Succeeded --timeout 120s pod/gpu-share >/dev/null || {
@@ -145,7 +148,7 @@ alloc = {x["metadata"]["name"]: x["status"].get("allocatable", {}).get("carma.io
 g = [p for p in pods if p["metadata"]["name"] == "gpu-share"][0]
 t = g["status"]["containerStatuses"][0]["state"]["terminated"]
 ann = {k: v for k, v in g["metadata"].get("annotations", {}).items() if k.startswith("carma.io/")}
-env = [l for l in open(log).read().splitlines() if l]
+env = [l for l in open(log).read().splitlines() if l and not l.startswith("carma-last-metre ")]
 print(f"real-node chart: helm install + upgrade, {len(ready)} of {len(chart)} chart pods Ready after {ready_s} s; "
       f"device plugin registered carma.io/gpu with the kubelets (allocatable {alloc}); {len(gpunodes)} GpuNodes; "
       f"gpu-share bound to {g['spec']['nodeName']} by {g['spec']['schedulerName']}, {t['reason']} exit {t['exitCode']}, "
@@ -382,10 +385,14 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# shellcheck source=lastmetre.sh
+source "$HERE/lastmetre.sh" || die "e2e/real-node/lastmetre.sh could not be read"
 chart_images
 chart_install
+lm_standins
 watch_start
 chart_gpu_pod || die "a chart check failed (the line above)"
+lm_refusal
 chart_upgrade_rollback
 # shellcheck source=tasks.sh
 source "$HERE/tasks.sh" || die "e2e/real-node/tasks.sh could not be read"
@@ -394,6 +401,7 @@ source "$HERE/faults.sh" || die "e2e/real-node/faults.sh could not be read"
 # Called here, not from tasks.sh or faults.sh: a file that bash cannot parse would otherwise skip its
 # checks and let the run pass without their lines.
 tasks_run || die "a TrainingTask check failed (the line above)"
+lm_check || die "a last-metre check failed (the lines above)"
 faults_run || die "a restart or fault was not survived (the lines above)"
 k get trainingtasks,pods -n default -o json >"$WORK/final-tasks.json"
 watch_stop

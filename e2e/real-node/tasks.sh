@@ -14,7 +14,8 @@
 #   tt-hostoom is killed by the kernel under its 32Mi memory limit (OOMKilled, exit 137): the operator
 #            has to call it HostOOMKilled, not a GPU OOM, and leave the GPU reservation as it was.
 # Every figure of the summary line is read from the API server: the TrainingTasks' status and their
-# attempt pods' container statuses.
+# attempt pods' container statuses. Each attempt first prints lastmetre.sh's line (its GPUs and env as
+# seen from inside), which lm_check compares with the assignment.
 
 # training_task <name> <memory limit> <script> [more recovery fields]: a TrainingTask running <script>
 # with busybox sh, the attempt number in $ATTEMPT, on one GPU with a 2000Mi reservation (TT_GPU_MEMORY
@@ -23,7 +24,8 @@
 # read-only at /signal.
 training_task() {
   local script
-  script="$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$3")"
+  # first, the container's own view of its GPUs (lastmetre.sh's LM_PRINT; a no-op when not sourced)
+  script="$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "${LM_PRINT:-:}"$'\n'"$3")"
   cat <<EOF
 apiVersion: carma.io/v1alpha1
 kind: TrainingTask

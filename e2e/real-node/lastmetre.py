@@ -1,0 +1,212 @@
+"""The last metre of the real-node run (lastmetre.sh): what each GPU container printed from inside
+(its environment and the /dev/nvidia* nodes it has) against what carma assigned it, as the API server
+has it (the pod's carma.io/assigned-gpus and carma.io/estimate annotations, the GpuNode's index of each
+UUID). Run by lastmetre.sh; `python3 -m unittest lastmetre` runs its own tests.
+
+The line a container prints (LM_PRINT in lastmetre.sh), one line, values without spaces:
+    carma-last-metre env CARMA_ASSIGNED_GPUS=GPU-a NVIDIA_VISIBLE_DEVICES=void ... dev /dev/nvidia0 /dev/nvidiactl end
+"""
+
+import copy
+import json
+import os
+import re
+import sys
+import unittest
+
+MARK = "carma-last-metre"
+GPU_RESOURCE = "carma.io/gpu"
+MIB = 1 << 20
+
+
+def parse_inside(log):
+    """(env, devices) from the container's last-metre line, or None when it printed none."""
+    for line in (log or "").splitlines():
+        words = line.split()
+        if len(words) < 2 or words[0] != MARK or words[1] != "env":
+            continue
+        env, devs, part = {}, [], "env"
+        for w in words[2:]:
+            if w in ("dev", "end"):
+                part = w
+            elif part == "env" and "=" in w:
+                k, v = w.split("=", 1)
+                env[k] = v
+            elif part == "dev":
+                devs.append(w)
+        return env, sorted(devs)
+    return None
+
+
+def gpu_index(gpunodes):
+    """{node: {uuid: index}} from the GpuNodes (one per node, named after it)."""
+    out = {}
+    for g in gpunodes:
+        out[g["metadata"]["name"]] = {x["uuid"]: x["index"] for x in g.get("status", {}).get("gpus", [])}
+    return out
+
+
+def gpu_containers(pod):
+    """Names of the pod's containers that ask for carma.io/gpu."""
+    return [c["name"] for c in pod["spec"]["containers"]
+            if GPU_RESOURCE in (c.get("resources", {}).get("limits") or {})]
+
+
+def records(pods, logs, gpunodes):
+    """One record per GPU container that has run: the pod's assignment from the API and what the
+    container printed. `logs` maps a pod name to its log text."""
+    index = gpu_index(gpunodes)
+    out = []
+    for p in pods:
+        names = gpu_containers(p)
+        if not names or not p.get("spec", {}).get("nodeName"):
+            continue
+        started = [c for c in p.get("status", {}).get("containerStatuses", [])
+                   if c["name"] in names and (c.get("state", {}).get("running") or c.get("state", {}).get("terminated"))]
+        if not started:
+            continue
+        ann = p["metadata"].get("annotations", {})
+        try:
+            mib = json.loads(ann.get("carma.io/estimate", "{}")).get("mib")
+        except ValueError:
+            mib = None
+        node = p["spec"]["nodeName"]
+        out.append({
+            "pod": f"{p['metadata']['namespace']}/{p['metadata']['name']}",
+            "node": node,
+            "assigned": [u for u in ann.get("carma.io/assigned-gpus", "").split(",") if u],
+            "mib": mib,
+            "index": index.get(node, {}),
+            "inside": parse_inside(logs.get(p["metadata"]["name"], "")),
+        })
+    return out
+
+
+def judge(rec):
+    """'' when the container saw exactly its GPUs and reservation, else what differs."""
+    if rec["inside"] is None:
+        return "printed no last-metre line"
+    env, devs = rec["inside"]
+    bad = []
+    if not rec["assigned"]:
+        bad.append("no carma.io/assigned-gpus in the API")
+    missing = [u for u in rec["assigned"] if u not in rec["index"]]
+    if missing:
+        bad.append(f"assigned {missing} not on {rec['node']}'s GpuNode")
+    want_dev = sorted(f"/dev/nvidia{rec['index'][u]}" for u in rec["assigned"] if u in rec["index"])
+    got_dev = sorted(d for d in devs if re.fullmatch(r"/dev/nvidia\d+", d))
+    if got_dev != want_dev:
+        bad.append(f"device nodes {got_dev}, assignment {want_dev}")
+    if "/dev/nvidiactl" not in devs:
+        bad.append("no /dev/nvidiactl (the spec's common edits)")
+    if env.get("NVIDIA_VISIBLE_DEVICES") != "void":
+        bad.append(f"NVIDIA_VISIBLE_DEVICES={env.get('NVIDIA_VISIBLE_DEVICES')!r}, the spec's 'void' not applied")
+    if sorted(env.get("CARMA_ASSIGNED_GPUS", "").split(",")) != sorted(rec["assigned"]):
+        bad.append(f"CARMA_ASSIGNED_GPUS={env.get('CARMA_ASSIGNED_GPUS')!r}, assignment {rec['assigned']}")
+    mib = rec["mib"]
+    if mib is None:
+        bad.append("no carma.io/estimate in the API")
+    else:
+        if env.get("CARMA_RESERVED_MIB") != str(mib):
+            bad.append(f"CARMA_RESERVED_MIB={env.get('CARMA_RESERVED_MIB')!r}, estimate {mib}")
+        if env.get("NVIDIA_GPU_MEMORY_REQUEST") != str(mib * MIB):
+            bad.append(f"NVIDIA_GPU_MEMORY_REQUEST={env.get('NVIDIA_GPU_MEMORY_REQUEST')!r}, estimate {mib * MIB}")
+    limit = env.get("NVIDIA_GPU_MEMORY_LIMIT", "")
+    if not limit.isdigit() or int(limit) <= 0 or int(limit) % MIB:
+        bad.append(f"NVIDIA_GPU_MEMORY_LIMIT={limit!r}, not a positive whole number of MiB in bytes")
+    return "; ".join(bad)
+
+
+def canaries(recs):
+    """Doctored copies of the first record that the comparison must reject: its assignment moved to
+    another GPU of its node, and its reservation one MiB higher. [(what, rejected)]."""
+    out = []
+    if not recs:
+        return out
+    r = recs[0]
+    other = [u for u in sorted(r["index"], key=r["index"].get) if u not in r["assigned"]]
+    if other and r["assigned"]:
+        d = copy.deepcopy(r)
+        d["assigned"] = [other[0]] + d["assigned"][1:]
+        out.append((f"{r['pod']} assigned {other[0]} instead of {r['assigned'][0]}", bool(judge(d))))
+    if r["mib"] is not None:
+        d = copy.deepcopy(r)
+        d["mib"] = r["mib"] + 1
+        out.append((f"{r['pod']} reservation {r['mib'] + 1} MiB instead of {r['mib']}", bool(judge(d))))
+    return out
+
+
+def main(argv):
+    """argv: <work dir> <containerd version> <dra field>; reads lm-pods.json, lm-gpunodes.json,
+    lm-logs/<pod>.log and lm-refused.json from the work directory."""
+    work, runtime, dra = argv
+    pods = json.load(open(os.path.join(work, "lm-pods.json")))
+    gpunodes = json.load(open(os.path.join(work, "lm-gpunodes.json")))["items"]
+    logdir = os.path.join(work, "lm-logs")
+    logs = {f[:-4]: open(os.path.join(logdir, f), errors="replace").read()
+            for f in os.listdir(logdir) if f.endswith(".log")}
+    recs = records(pods, logs, gpunodes)
+    verdicts = [(r, judge(r)) for r in recs]
+    good = [r for r, v in verdicts if not v]
+    cans = canaries(recs)
+    refused = json.load(open(os.path.join(work, "lm-refused.json")))
+    per = [f"{r['pod']} on {r['node']}: {','.join(r['assigned'])} -> "
+           f"{' '.join(d for d in r['inside'][1] if re.fullmatch(r'/dev/nvidia[0-9]+', d))}"
+           for r in good]
+    example = f" (e.g. {per[0]})" if per else ""
+    if refused.get("refused"):
+        ref = (f"yes (pod {refused['pod']} on {refused['node']}, CDI name {refused['name']} not in its spec: "
+               f"{refused['reason']} {refused['message'][:160]!r})")
+    else:
+        ref = f"NO ({refused.get('why', 'the pod was not refused')})"
+    print(f"last-metre: {len(good)} of {len(recs)} containers saw exactly their GPUs and reservation "
+          f"(CDI via containerd {runtime}): each had /dev/nvidia<index> of its assigned UUIDs only{example}, "
+          f"injected from its node's stand-in nvidia.com/gpu spec by the CDI names of Allocate, and the spec's "
+          f"common /dev/nvidiactl, /dev/nvidia-uvm and NVIDIA_VISIBLE_DEVICES=void; CARMA_ASSIGNED_GPUS, "
+          f"CARMA_RESERVED_MIB and NVIDIA_GPU_MEMORY_REQUEST/LIMIT (bytes) equal to the API's assignment "
+          f"and estimate; "
+          f"canaries caught {sum(1 for _, c in cans if c)} of {len(cans)} ({'; '.join(w for w, _ in cans)}); "
+          f"unresolvable CDI name refused: {ref}; "
+          f"memory limits applied by the hook: not run (no enforcement hook on these nodes); DRA containers: {dra}")
+    for r, v in verdicts:
+        if v:
+            print(f"  last-metre: {r['pod']} on {r['node']}: {v}")
+    ok = (len(recs) >= 3 and len(good) == len(recs) and len(cans) == 2 and all(c for _, c in cans)
+          and refused.get("refused"))
+    return 0 if ok else 1
+
+
+class Tests(unittest.TestCase):
+    def rec(self, **kw):
+        r = {"pod": "default/p", "node": "n1", "assigned": ["GPU-b"], "mib": 2000,
+             "index": {"GPU-a": 0, "GPU-b": 1},
+             "inside": ({"NVIDIA_VISIBLE_DEVICES": "void", "CARMA_ASSIGNED_GPUS": "GPU-b",
+                         "CARMA_RESERVED_MIB": "2000", "NVIDIA_GPU_MEMORY_REQUEST": str(2000 * MIB),
+                         "NVIDIA_GPU_MEMORY_LIMIT": str(2000 * MIB)}, ["/dev/nvidia1", "/dev/nvidiactl"])}
+        r.update(kw)
+        return r
+
+    def test_parse(self):
+        env, devs = parse_inside("x\ncarma-last-metre env A=1 B=x=y dev /dev/nvidia1 /dev/nvidiactl end\n")
+        self.assertEqual(env, {"A": "1", "B": "x=y"})
+        self.assertEqual(devs, ["/dev/nvidia1", "/dev/nvidiactl"])
+        self.assertIsNone(parse_inside("hello"))
+        self.assertEqual(parse_inside("carma-last-metre env dev end"), ({}, []))
+
+    def test_judge(self):
+        self.assertEqual(judge(self.rec()), "")
+        self.assertIn("device nodes", judge(self.rec(inside=(self.rec()["inside"][0], ["/dev/nvidia0", "/dev/nvidiactl"]))))
+        self.assertIn("void", judge(self.rec(inside=(dict(self.rec()["inside"][0], NVIDIA_VISIBLE_DEVICES="GPU-b"),
+                                                     self.rec()["inside"][1]))))
+        self.assertIn("CARMA_RESERVED_MIB", judge(self.rec(mib=2001)))
+        self.assertIn("no last-metre", judge(self.rec(inside=None)))
+        self.assertIn("not on", judge(self.rec(assigned=["GPU-z"])))
+
+    def test_canaries(self):
+        cans = canaries([self.rec()])
+        self.assertEqual(len(cans), 2)
+        self.assertTrue(all(c for _, c in cans))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
