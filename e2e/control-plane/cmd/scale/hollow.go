@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -37,8 +38,12 @@ import (
 //   - telemetry: the pod is listed on its assigned GPUs using exactly its reservation
 //     (observedMiB = reservedMiB, free memory down by as much), so the extender's warm-up lock lifts
 //     as it does when a real pod's memory shows; the node's GpuNode status is re-published at the
-//     next sample (1 s) after its pod set changes, and at least every heartbeat (30 s, the device
-//     plugin's), so telemetry never turns stale.
+//     next sample (1 s) after its pod set changes, and otherwise once per heartbeat (5 min, the
+//     device plugin's, each interval shortened by up to a tenth as the device plugin's is), so
+//     telemetry never turns stale (the extender's limit is two heartbeats). The first heartbeat of
+//     each node comes at a random point of its first interval, as in a cluster whose device plugins
+//     started at different times: the writes at rest are then the steady N / (0.95 × heartbeat) a
+//     second from the start, not none for 4.5 min and then all nodes at once.
 //
 // It does not run containers, report pod phases, renew Node leases or heartbeats (nothing here reads
 // them: no kube-controller-manager runs), call a device plugin, or check what kubelet's device manager
@@ -64,7 +69,14 @@ type hnode struct {
 	gpus    []string // UUIDs by index
 	pods    []map[string]hpod
 	lastPub time.Time
+	beat    time.Duration // the current heartbeat interval (jittered)
 	dirty   bool
+}
+
+// nextBeat is a heartbeat interval: base shortened by up to a tenth, at random (the device plugin's
+// jittered_heartbeat does the same with a hash of the node name and its write count).
+func nextBeat(base time.Duration) time.Duration {
+	return base - time.Duration(rand.Int64N(int64(base/10)+1))
 }
 
 // hollow holds the hollow nodes and plays their kubelets' and device plugins' part.
@@ -100,7 +112,8 @@ func (h *hollow) createNodes(ctx context.Context, n, gpus int) error {
 	h.pods = map[string]string{}
 	h.marks = map[string]bool{}
 	for i := 1; i <= n; i++ {
-		hn := &hnode{name: nodeName(i)}
+		// The first heartbeat at a random point of the first interval (see the comment at the top).
+		hn := &hnode{name: nodeName(i), beat: time.Duration(rand.Int64N(int64(h.heartbeat) + 1))}
 		for g := 0; g < gpus; g++ {
 			hn.gpus = append(hn.gpus, gpuUUID(i, g))
 			hn.pods = append(hn.pods, map[string]hpod{})
@@ -232,6 +245,9 @@ func (h *hollow) publish(ctx context.Context, node string) error {
 	hn := h.nodes[node]
 	st := h.status(hn)
 	hn.dirty = false
+	if !hn.lastPub.IsZero() {
+		hn.beat = nextBeat(h.heartbeat)
+	}
 	hn.lastPub = time.Now()
 	h.mu.Unlock()
 	raw, err := json.Marshal(map[string]any{"status": st})
@@ -270,7 +286,7 @@ func (h *hollow) run(ctx context.Context) {
 			var due []string
 			h.mu.Lock()
 			for name, hn := range h.nodes {
-				if hn.dirty || now.Sub(hn.lastPub) >= h.heartbeat {
+				if hn.dirty || now.Sub(hn.lastPub) >= hn.beat {
 					due = append(due, name)
 				}
 			}

@@ -152,7 +152,7 @@ func main() {
 	flag.StringVar(&c.carmaURL, "carma-scheduler-url", "", "the chart's kube-scheduler's secure port (https://127.0.0.1:PORT)")
 	flag.StringVar(&c.extenderURL, "extender-metrics-url", "", "the extender's metrics listener (http://127.0.0.1:PORT)")
 	flag.DurationVar(&c.stall, "stall", 90*time.Second, "give up on a batch after this long without a bind")
-	flag.DurationVar(&c.heartbeat, "heartbeat", 30*time.Second, "GpuNode re-publication interval (the device plugin's heartbeat)")
+	flag.DurationVar(&c.heartbeat, "heartbeat", 5*time.Minute, "GpuNode re-publication interval at rest (the device plugin's heartbeat, --publish-heartbeat)")
 	flag.IntVar(&c.createWorkers, "create-workers", 64, "concurrent pod creations in a saturated batch")
 	flag.StringVar(&c.plainPidFile, "plain-pid", "default-scheduler", "pid file (under work/pids) of the plain kube-scheduler")
 	flag.StringVar(&c.carmaPidFile, "carma-scheduler-pid", "carma-scheduler-0", "pid file of the chart's kube-scheduler")
