@@ -12,6 +12,11 @@ ci/checks/prometheus.sh can evaluate every query against a real Prometheus. Edit
 Template variables used in queries: $job, $node, $gpu, $namespace, $pod (regex, "All" = .*), the
 chart-set constants below ($telemetry_reserve_mib, ...), $__rate_interval, $__range.
 
+Grafana's schema: ci/checks/dashboards.sh decodes every dashboard strictly into the Grafana Foundation
+SDK's types (e2e/dashboards), so a field Grafana does not know or one of the wrong type fails CI; the
+options that schema requires (a stat's wideLayout, a legend's calcs, ...) are written out here, with
+Grafana's own defaults.
+
 Constants the chart sets: a value of the chart (placement.telemetryReserveMiB, ...) that a query needs is
 a `constant` variable whose default is the chart's default (read from charts/carma/values.yaml) and
 whose description names the value; charts/carma/templates/dashboards.yaml replaces the default with the
@@ -148,7 +153,9 @@ def stat(title: str, desc: str, expr: str, unit: str = "short", *, thresholds: l
         "targets": refs([target(expr, instant=True)]),
         "fieldConfig": {"defaults": defaults, "overrides": []},
         "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                    "colorMode": "value", "graphMode": "none", "textMode": "auto", "justifyMode": "auto"},
+                    "colorMode": "value", "graphMode": "none", "textMode": "auto", "justifyMode": "auto",
+                    "orientation": "auto", "wideLayout": True, "showPercentChange": False,
+                    "percentChangeColorMode": "standard"},
     }
 
 
@@ -162,14 +169,15 @@ def table(title: str, desc: str, targets: list[dict], *, exclude: list[str], ren
         "excludeByName": {k: True for k in exclude}, "renameByName": rename, "indexByName": {}}})
     unit_overrides = [{"matcher": {"id": "byName", "options": name},
                        "properties": [{"id": "unit", "value": unit}]} for name, unit in (units or {}).items()]
-    options: dict = {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}}
+    options: dict = {"showHeader": True, "cellHeight": "sm", "frameIndex": 0,
+                     "footer": {"show": False, "reducer": []}}
     if sort_by:
         options["sortBy"] = [{"displayName": sort_by[0], "desc": sort_by[1]}]
     return {
         "type": "table", "title": title, "description": desc, "datasource": DS,
         "targets": refs(targets),
         "transformations": transformations,
-        "fieldConfig": {"defaults": {"custom": {"align": "auto", "filterable": True}},
+        "fieldConfig": {"defaults": {"custom": {"align": "auto", "filterable": True, "inspect": False}},
                         "overrides": unit_overrides + (overrides or [])},
         "options": options,
     }
@@ -193,7 +201,8 @@ def bargauge(title: str, desc: str, targets: list[dict], unit: str = "short", *,
         "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                     "orientation": "horizontal", "displayMode": "gradient", "valueMode": "color",
                     "showUnfilled": True, "namePlacement": "auto", "sizing": "auto", "minVizWidth": 8,
-                    "minVizHeight": 16, "maxVizHeight": 300},
+                    "minVizHeight": 16, "maxVizHeight": 300,
+                    "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom", "calcs": []}},
     }
 
 
@@ -207,7 +216,7 @@ def state_timeline(title: str, desc: str, targets: list[dict], mappings: list[di
                                      "thresholds": {"mode": "absolute", "steps": [{"color": "text", "value": None}]}},
                         "overrides": []},
         "options": {"mergeValues": True, "showValue": "never", "alignValue": "left", "rowHeight": 0.9,
-                    "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom"},
+                    "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom", "calcs": []},
                     "tooltip": {"mode": "single", "sort": "none"}},
     }
 
@@ -242,7 +251,7 @@ def by_regex(rx: str, props: dict) -> dict:
 def variables(with_gpu: bool) -> list[dict]:
     out = [{
         "name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
-        "current": {}, "hide": 0, "refresh": 1, "regex": "", "includeAll": False, "multi": False,
+        "hide": 0, "refresh": 1, "regex": "", "includeAll": False, "multi": False,
     }]
     # Scrape jobs of carma's processes: with the chart's ServiceMonitors, one per component Service
     # (<release>-device-plugin, ...), so the job picks a carma installation or a component.
