@@ -16,6 +16,9 @@
 #   2. DRA_SHARERS pods, each with a claim of DRA_SHARE memory from a ResourceClaimTemplate (the chart
 #      README's example), pinned to the first node: the default kube-scheduler's allocator puts them on one
 #      GPU (first fit); the kubelet prepares the claims (NodePrepareResources) and the pods run.
+#      Each prints from inside what carma's per-claim CDI spec gave it (lastmetre.sh's LM_PRINT), and
+#      lm_dra_check compares that with the claim's allocation: the device's UUID in its ResourceSlice
+#      and the memory it consumes (a `last-metre DRA:` line; two doctored records must be rejected).
 #   3. A pod whose claim asks for more memory than any GPU has stays Pending; counted as refused only when
 #      its PodScheduled condition says Unschedulable because of its claim.
 #   4. The simulated backend puts scripted load on GPUs with prepared claims, rising with their number
@@ -148,7 +151,7 @@ spec:
   - name: main
     image: $BUSYBOX_IMAGE
     imagePullPolicy: Never
-    command: [sh, -c, 'env | grep -E "^(CARMA|NVIDIA)" | sort; sleep 3600']
+    command: [sh, -c, $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' 'env | grep -E "^(CARMA|NVIDIA)" | sort; '"${LM_PRINT:-:}"'; sleep 3600')]
     resources:
       claims: [{name: gpu}]
       requests: {cpu: 10m, memory: 16Mi}
@@ -166,8 +169,9 @@ dra_share() {
     k wait --for jsonpath='{.status.phase}'=Running --timeout 120s "pod/dra-share-$i" >/dev/null || {
       k describe pod "dra-share-$i" >&2; k get resourceclaims -o wide >&2; die "dra-share-$i is not Running"; }
   done
-  DRA_ENV="$(k logs dra-share-1 | tr '\n' ' ')"
+  DRA_ENV="$(k logs dra-share-1 | grep -v '^carma-last-metre ' | tr '\n' ' ')"
   dra_snapshot shared
+  lm_dra_check || die "a DRA last-metre check failed (the lines above)"
 }
 
 dra_refuse() {

@@ -136,6 +136,106 @@ def canaries(recs):
     return out
 
 
+def quantity_mib(q):
+    """A Kubernetes quantity of memory (7Gi, 7168Mi, bytes) in MiB, or None."""
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)?", str(q or ""))
+    if not m:
+        return None
+    n = int(m.group(1)) * {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m.group(2)]
+    return n // MIB if n % MIB == 0 else None
+
+
+def dra_records(items, slices, logs, driver):
+    """One record per pod with a claim of `driver`: the UUID of each device its claim was allocated
+    (the ResourceSlice's uuid attribute) and the memory it consumes, and what the container printed."""
+    uuid = {}
+    for sl in slices:
+        if sl["spec"].get("driver") != driver:
+            continue
+        for d in sl["spec"].get("devices", []):
+            uuid[(sl["spec"]["pool"]["name"], d["name"])] = ((d.get("attributes") or {}).get("uuid") or {}).get("string")
+    claims = {c["metadata"]["name"]: c for c in items if c["kind"] == "ResourceClaim"}
+    out = []
+    for p in items:
+        if p["kind"] != "Pod" or p["metadata"]["name"] not in logs:
+            continue
+        results = []
+        for st in p.get("status", {}).get("resourceClaimStatuses", []):
+            c = claims.get(st.get("resourceClaimName") or "", {})
+            results += [r for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+                        if r.get("driver") == driver]
+        mibs = {quantity_mib((r.get("consumedCapacity") or {}).get("memory")) for r in results}
+        out.append({
+            "pod": f"{p['metadata']['namespace']}/{p['metadata']['name']}",
+            "node": p["spec"].get("nodeName"),
+            "assigned": [uuid.get((r["pool"], r["device"])) for r in results],
+            "mib": max(mibs) if mibs and None not in mibs else None,
+            "inside": parse_inside(logs[p["metadata"]["name"]]),
+        })
+    return out
+
+
+def judge_dra(rec):
+    """'' when a DRA container saw exactly its claim's GPUs and reservation through carma's per-claim CDI
+    spec (env only: the chart's dra.nvidiaCdi is off, so no nvidia.com/gpu name and no device node)."""
+    if rec["inside"] is None:
+        return "printed no last-metre line"
+    env, devs = rec["inside"]
+    bad = []
+    if not rec["assigned"] or None in rec["assigned"]:
+        bad.append(f"claim's devices {rec['assigned']} without a UUID in the ResourceSlice")
+    want = ",".join(sorted(u or "" for u in rec["assigned"]))
+    for k in ("CARMA_ASSIGNED_GPUS", "NVIDIA_VISIBLE_DEVICES"):
+        if ",".join(sorted(env.get(k, "").split(","))) != want:
+            bad.append(f"{k}={env.get(k)!r}, claim {want}")
+    if rec["mib"] is None:
+        bad.append("no consumed memory in the claim's allocation")
+    else:
+        if env.get("CARMA_RESERVED_MIB") != str(rec["mib"]):
+            bad.append(f"CARMA_RESERVED_MIB={env.get('CARMA_RESERVED_MIB')!r}, claim {rec['mib']}")
+        if env.get("NVIDIA_GPU_MEMORY_REQUEST") != str(rec["mib"] * MIB):
+            bad.append(f"NVIDIA_GPU_MEMORY_REQUEST={env.get('NVIDIA_GPU_MEMORY_REQUEST')!r}, claim {rec['mib'] * MIB}")
+    limit = env.get("NVIDIA_GPU_MEMORY_LIMIT", "")
+    if not limit.isdigit() or int(limit) <= 0 or int(limit) % MIB:
+        bad.append(f"NVIDIA_GPU_MEMORY_LIMIT={limit!r}, not a positive whole number of MiB in bytes")
+    nodes = [d for d in devs if re.fullmatch(r"/dev/nvidia[0-9]+", d)]
+    if nodes:
+        bad.append(f"device nodes {nodes} without an nvidia.com/gpu CDI name")
+    return "; ".join(bad)
+
+
+def main_dra(argv):
+    """argv: <work dir> <containerd version> <driver>; reads lm-dra.json (claims and pods), lm-dra-slices.json
+    and lm-dra-logs/<pod>.log."""
+    work, runtime, driver = argv
+    items = json.load(open(os.path.join(work, "lm-dra.json")))["items"]
+    slices = json.load(open(os.path.join(work, "lm-dra-slices.json")))["items"]
+    logdir = os.path.join(work, "lm-dra-logs")
+    logs = {f[:-4]: open(os.path.join(logdir, f), errors="replace").read() for f in os.listdir(logdir) if f.endswith(".log")}
+    recs = dra_records(items, slices, logs, driver)
+    verdicts = [(r, judge_dra(r)) for r in recs]
+    good = [r for r, v in verdicts if not v]
+    cans = []
+    if recs and recs[0]["assigned"]:
+        d = copy.deepcopy(recs[0])
+        d["assigned"] = ["GPU-00000000-0000-0000-0000-000000000000"]
+        cans.append(bool(judge_dra(d)))
+        d = copy.deepcopy(recs[0])
+        d["mib"] = (d["mib"] or 0) + 1
+        cans.append(bool(judge_dra(d)))
+    ex = (f" (e.g. {good[0]['pod']} on {good[0]['node']}: {','.join(good[0]['assigned'])}, {good[0]['mib']} MiB)"
+          if good else "")
+    print(f"last-metre DRA: {len(good)} of {len(recs)} containers saw exactly their claim's GPU and reservation "
+          f"(CDI spec gpu.carma.io/claim via containerd {runtime}){ex}: CARMA_ASSIGNED_GPUS and NVIDIA_VISIBLE_DEVICES "
+          f"= the UUID of the device in the claim's allocation (its ResourceSlice), CARMA_RESERVED_MIB and "
+          f"NVIDIA_GPU_MEMORY_REQUEST = its consumed memory; device nodes: none (the chart's dra.nvidiaCdi is off, "
+          f"so no nvidia.com/gpu name reaches the runtime); canaries caught {sum(cans)} of {len(cans)}")
+    for r, v in verdicts:
+        if v:
+            print(f"  last-metre DRA: {r['pod']} on {r['node']}: {v}")
+    return 0 if recs and len(good) == len(recs) and len(cans) == 2 and all(cans) else 1
+
+
 def main(argv):
     """argv: <work dir> <containerd version> <dra field>; reads lm-pods.json, lm-gpunodes.json,
     lm-logs/<pod>.log and lm-refused.json from the work directory."""
@@ -202,6 +302,25 @@ class Tests(unittest.TestCase):
         self.assertIn("no last-metre", judge(self.rec(inside=None)))
         self.assertIn("not on", judge(self.rec(assigned=["GPU-z"])))
 
+    def test_dra(self):
+        items = [
+            {"kind": "ResourceClaim", "metadata": {"name": "c1"}, "status": {"allocation": {"devices": {"results": [
+                {"driver": "gpu.carma.io", "pool": "n1", "device": "gpu-1", "consumedCapacity": {"memory": "7Gi"}}]}}}},
+            {"kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": {"nodeName": "n1"},
+             "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c1"}]}}]
+        slices = [{"spec": {"driver": "gpu.carma.io", "pool": {"name": "n1"}, "devices": [
+            {"name": "gpu-1", "attributes": {"uuid": {"string": "GPU-b"}}}]}}]
+        env = {"CARMA_ASSIGNED_GPUS": "GPU-b", "NVIDIA_VISIBLE_DEVICES": "GPU-b", "CARMA_RESERVED_MIB": "7168",
+               "NVIDIA_GPU_MEMORY_REQUEST": str(7168 * MIB), "NVIDIA_GPU_MEMORY_LIMIT": str(7168 * MIB)}
+        line = "carma-last-metre env " + " ".join(f"{k}={v}" for k, v in env.items()) + " dev end"
+        recs = dra_records(items, slices, {"p": line}, "gpu.carma.io")
+        self.assertEqual(len(recs), 1)
+        self.assertEqual(judge_dra(recs[0]), "")
+        self.assertIn("CARMA_RESERVED_MIB", judge_dra(dict(recs[0], mib=7169)))
+        self.assertIn("claim", judge_dra(dict(recs[0], assigned=["GPU-a"])))
+        self.assertEqual(quantity_mib("7Gi"), 7168)
+        self.assertIsNone(quantity_mib("1.5Gi"))
+
     def test_canaries(self):
         cans = canaries([self.rec()])
         self.assertEqual(len(cans), 2)
@@ -209,4 +328,6 @@ class Tests(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["dra"]:
+        sys.exit(main_dra(sys.argv[2:]))
     sys.exit(main(sys.argv[1:]))

@@ -8,9 +8,10 @@
 # the names to the runtime, and containerd 2 resolves them against the CDI specs of its cdi_spec_dirs
 # (run.sh: the node's cdi-nvidia/ and cdi/). On a GPU node that spec is what NVIDIA's container toolkit
 # writes (`nvidia-ctk cdi generate`); here lm_standin writes a stand-in of it per node:
-#   - kind nvidia.com/gpu; per GPU a device named by its index and one named by its UUID (the toolkit's
-#     default --device-name-strategy is both, index and uuid, since v1.17; earlier only index), plus
-#     "all"; each device's edits add /dev/nvidia<index>;
+#   - kind nvidia.com/gpu; per GPU a device named by its index and one named by its UUID (the default
+#     --device-name-strategy of nvidia-ctk v1.20.2 is both, index and uuid, read from its source,
+#     cmd/nvidia-ctk/cdi/generate/generate.go; older releases defaulted to index alone, which carma's
+#     UUID names would not resolve against), plus "all"; each device's edits add /dev/nvidia<index>;
 #   - common edits: /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, env NVIDIA_VISIBLE_DEVICES=void
 #     and /dev/null bound at /var/run/nvidia-container-devices/void (as the toolkit writes them);
 #   - left out: the toolkit's hooks (ldcache, symlinks, the CUDA memory-limit hook) and its library mounts,
@@ -26,8 +27,10 @@
 # One line from inside a container: the env carma's Allocate and the CDI spec set, and /dev/nvidia*.
 LM_PRINT='echo "carma-last-metre env $(env | grep -E "^(CARMA_|CUDA_|NVIDIA_)" | sort | tr "\n" " ")dev $(for d in /dev/nvidia*; do [ -e "$d" ] && printf "%s " "$d"; done)end"'
 
-# lm_standin <i> [no-uuid]: write node i's stand-in spec from its GpuNode; with no-uuid, without the
-# devices named by UUID (lm_refusal).
+# lm_standin <i> [no-uuid|swap]: write node i's stand-in spec from its GpuNode; with no-uuid, without
+# the devices named by UUID (lm_refusal); with swap, each UUID's device edits add the next GPU's node
+# (CARMA_RN_PLANT=lastmetre: every container then sees another GPU than its assignment, and the run
+# must fail).
 lm_standin() {
   local i="$1" name nd
   name="$(node_name "$i")"; nd="$WORK/nodes/$name"
@@ -45,9 +48,11 @@ def node(n):  # a char device with /dev/null's numbers, named like NVIDIA's
         os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     return {"path": f"/dev/{n}", "hostPath": p}
 devices = []
-for g in gpus:
+for k, g in enumerate(gpus):
     edits = {"deviceNodes": [node(f"nvidia{g['index']}")]}
     devices.append({"name": str(g["index"]), "containerEdits": edits})
+    if mode == "swap":  # CARMA_RN_PLANT=lastmetre: each UUID names its neighbour's device node
+        edits = {"deviceNodes": [node(f"nvidia{gpus[(k + 1) % len(gpus)]['index']}")]}
     if mode != "no-uuid":
         devices.append({"name": g["uuid"], "containerEdits": edits})
 devices.append({"name": "all", "containerEdits": {"deviceNodes": [node(f"nvidia{g['index']}") for g in gpus]}})
@@ -68,8 +73,10 @@ lm_standins() {
   [[ $CONTAINERD_MAJOR -ge 2 ]] || { log "last-metre: containerd $CONTAINERD_VERSION ignores CDI: no stand-in specs"; return 0; }
   local i
   for i in $(seq "$NODES"); do
-    lm_standin "$i" || die "last-metre: no stand-in CDI spec for $(node_name "$i")"
+    lm_standin "$i" "$([[ "${CARMA_RN_PLANT:-}" == lastmetre ]] && echo swap)" ||
+      die "last-metre: no stand-in CDI spec for $(node_name "$i")"
   done
+  [[ "${CARMA_RN_PLANT:-}" != lastmetre ]] || log "last-metre: planted: every UUID's CDI device is its neighbour's /dev/nvidia<index>"
   log "last-metre: stand-in nvidia.com/gpu CDI specs on $NODES nodes ($(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["devices"]))' "$WORK/nodes/$(node_name 1)/cdi-nvidia/nvidia.json") devices on $(node_name 1))"
 }
 
@@ -112,7 +119,7 @@ EOF
   done
   k get pod "$pod" -o json >"$WORK/lm-refused-pod.json"
   k delete pod "$pod" --wait=true --timeout 60s >/dev/null 2>&1 || true
-  lm_standin "$i" || die "last-metre: stand-in spec not restored on $name"
+  lm_standin "$i" "$([[ "${CARMA_RN_PLANT:-}" == lastmetre ]] && echo swap)" || die "last-metre: stand-in spec not restored on $name"
   python3 - "$WORK/lm-refused-pod.json" "$name" >"$WORK/lm-refused.json" <<'PY'
 import json, sys
 p, node = json.load(open(sys.argv[1])), sys.argv[2]
@@ -151,6 +158,24 @@ PY
   k get gpunodes -o json >"$WORK/lm-gpunodes.json"
   # the version the running containerd reports through CRI (the kubelet's node status)
   runtime="$(k get node "$(node_name 1)" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
-  dra="not run$([[ -n "${CARMA_RN_DRA:-}" ]] && echo " (dra.sh's pods do not print from inside yet)" || echo " (CARMA_RN_DRA unset)")"
+  dra="$([[ -n "${CARMA_RN_DRA:-}" ]] && echo "the 'last-metre DRA' line (dra.sh, later)" || echo "not run (CARMA_RN_DRA unset)")"
   PYTHONPATH="$HERE" python3 "$HERE/lastmetre.py" "$WORK" "${runtime#containerd://}" "$dra"
+}
+
+# lm_dra_check: dra.sh's sharers (carma's DRA driver, the chart's default dra.nvidiaCdi=false: its
+# per-claim spec gpu.carma.io/claim carries only env) against their claims' allocations.
+lm_dra_check() {
+  local p runtime
+  if [[ $CONTAINERD_MAJOR -lt 2 ]]; then
+    echo "last-metre DRA: not run (containerd $CONTAINERD_VERSION ignores CDI names)"
+    return 0
+  fi
+  mkdir -p "$WORK/lm-dra-logs"
+  for p in $(k get pods -n default -o name | grep '^pod/dra-share-'); do
+    k logs -n default "${p#pod/}" >"$WORK/lm-dra-logs/${p#pod/}.log" 2>&1 || true
+  done
+  k get resourceclaims,pods -n default -o json >"$WORK/lm-dra.json"
+  k get resourceslices -o json >"$WORK/lm-dra-slices.json"
+  runtime="$(k get node "$(node_name 1)" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
+  PYTHONPATH="$HERE" python3 "$HERE/lastmetre.py" dra "$WORK" "${runtime#containerd://}" "$DRA_DRIVER"
 }
