@@ -3,8 +3,8 @@
 # Grafana's schema as the Grafana Foundation SDK v0.0.22 encodes it (e2e/dashboards: its own Go module,
 # go.sum committed). Each dashboard is decoded strictly, panels included: an unknown field, a field of
 # the wrong type or a missing required field fails, with its path (panels[3].gridPos.h); each panel's
-# options and fieldConfig decode into the SDK's type for its panel type, each query into the SDK's
-# Prometheus query. (ci/checks/prometheus.sh evaluates the queries themselves.)
+# options and fieldConfig (overrides included) decode into the SDK's type for its panel type, each query
+# into the SDK's Prometheus query. (ci/checks/prometheus.sh evaluates the queries themselves.)
 # Planted faults: doctored copies of a dashboard must fail, each naming the doctored path.
 # Needs Go (the module proxy for the first build); under CI=true a missing Go fails the check, elsewhere
 # it is skipped with a SKIP line.
@@ -63,6 +63,10 @@ cases = [
         d["panels"][index(d, "timeseries")]["targets"][0].__setitem__("exp", "up"))),
     ("a panel type Grafana's schema does not have", lambda d: (f"panels[{index(d, 'timeseries')}].type",
         d["panels"][index(d, "timeseries")].__setitem__("type", "graph"))),
+    ("an override of a custom field the panel type does not have",
+        lambda d: (f"panels[{index(d, 'timeseries')}].fieldConfig.overrides[0].properties[0].id",
+        d["panels"][index(d, "timeseries")]["fieldConfig"].__setitem__("overrides", [{
+            "matcher": {"id": "byName", "options": "x"}, "properties": [{"id": "custom.lineWidht", "value": 2}]}]))),
 ]
 for i, (name, plant) in enumerate(cases):
     d = copy.deepcopy(src)
@@ -79,7 +83,7 @@ while IFS=$'\t' read -r i name path; do
     echo "PASS: caught $name: $(grep -F -m1 "  $path: " "$tmp/out" | sed 's/^ *//')"
   fi
 done < "$tmp/cases.tsv"
-[[ "$(wc -l < "$tmp/cases.tsv")" -eq 6 ]] || fail "expected 6 planted faults, wrote $(wc -l < "$tmp/cases.tsv")"
+[[ "$(wc -l < "$tmp/cases.tsv")" -eq 7 ]] || fail "expected 7 planted faults, wrote $(wc -l < "$tmp/cases.tsv")"
 
 echo
 if ((${#failures[@]})); then

@@ -12,6 +12,9 @@
 //     dashboard.FieldConfigSource.UnmarshalJSONStrict (defaults and overrides);
 //   - a query whose datasource type the SDK does not know is kept as an unchecked map: such a query is
 //     an error here, so every query is decoded strictly (prometheus.Dataquery for carma's dashboards).
+//   - an override property's value is kept untyped: each is decoded here against the field it names,
+//     "custom.X" in the panel type's own field config, any other id in dashboard.FieldConfig;
+//   - the SDK's decoders return an empty error list as a non-nil error (noErrors).
 //
 // Usage: dashcheck FILE.json... — prints "ok FILE" or "FAIL FILE" and one "  PATH: MESSAGE" line per
 // problem; exits 1 when any file fails, 2 on a usage error.
@@ -75,9 +78,9 @@ func check(raw []byte) ([]string, string) {
 		return []string{"(file): not a JSON object: " + err.Error()}, ""
 	}
 	var dash dashboard.Dashboard
-	if err := dash.UnmarshalJSONStrict(raw); err != nil {
+	if err := noErrors(dash.UnmarshalJSONStrict(raw)); err != nil {
 		add("", err)
-	} else if err := dash.Validate(); err != nil {
+	} else if err := noErrors(dash.Validate()); err != nil {
 		add("", err)
 	}
 
@@ -135,8 +138,10 @@ func checkPanel(path string, raw json.RawMessage, types map[string]int, add func
 	}
 	if len(p.FieldConfig) > 0 && string(p.FieldConfig) != "null" {
 		var fc dashboard.FieldConfigSource
-		if err := fc.UnmarshalJSONStrict(p.FieldConfig); err != nil {
+		if err := noErrors(fc.UnmarshalJSONStrict(p.FieldConfig)); err != nil {
 			add(path+".fieldConfig", err)
+		} else {
+			checkOverrides(path+".fieldConfig", fc, cfg, found, add)
 		}
 	}
 	hint := ""
@@ -145,16 +150,77 @@ func checkPanel(path string, raw json.RawMessage, types map[string]int, add func
 	}
 	for i, t := range p.Targets {
 		q, err := cog.StrictUnmarshalDataquery(t, hint)
-		if err != nil {
+		if noErrors(err) != nil || q == nil {
 			continue // the strict decoder has reported it
 		}
 		if _, unknown := q.(variants.UnknownDataquery); unknown {
 			add(path+".targets["+strconv.Itoa(i)+"]", errors.New("the query's datasource type is not one the Grafana Foundation SDK has a schema for, so it cannot be checked"))
-		} else if err := q.Validate(); err != nil {
+		} else if err := noErrors(q.Validate()); err != nil {
 			add(path+".targets["+strconv.Itoa(i)+"]", err)
 		}
 	}
 	return len(p.Targets)
+}
+
+// checkOverrides checks what the SDK keeps as an untyped value: each override property's value, under its
+// id, against the field config it overrides. "custom.X" is field X of the panel type's own field config
+// (timeseries.FieldConfig, ...); any other id is a field of dashboard.FieldConfig (unit, color, ...).
+// Each is decoded on its own, so only unknown fields and wrong types count, not the required fields the
+// one property leaves out.
+func checkOverrides(path string, fc dashboard.FieldConfigSource, cfg variants.PanelcfgConfig, found bool, add func(string, error)) {
+	for i, o := range fc.Overrides {
+		for j, prop := range o.Properties {
+			where := fmt.Sprintf("%s.overrides[%d].properties[%d]", path, i, j)
+			value, err := json.Marshal(prop.Value)
+			if err != nil {
+				add(where+".value", err)
+				continue
+			}
+			var decode func([]byte) error
+			field := prop.Id
+			if custom, ok := strings.CutPrefix(prop.Id, "custom."); ok {
+				if !found || cfg.StrictFieldConfigUnmarshaler == nil {
+					add(where+".id", fmt.Errorf("%q: the panel type has no custom field config in Grafana's schema", prop.Id))
+					continue
+				}
+				field = custom
+				decode = func(raw []byte) error { _, err := cfg.StrictFieldConfigUnmarshaler(raw); return err }
+			} else {
+				decode = func(raw []byte) error { var f dashboard.FieldConfig; return f.UnmarshalJSONStrict(raw) }
+			}
+			raw, _ := json.Marshal(map[string]json.RawMessage{field: value})
+			var errs cog.BuildErrors
+			if err := noErrors(decode(raw)); err != nil && !errors.As(err, &errs) {
+				add(where, err)
+				continue
+			}
+			var kept cog.BuildErrors
+			for _, e := range errs {
+				inside := e.Path == field || strings.HasPrefix(e.Path, field+".") || strings.HasPrefix(e.Path, field+"[")
+				if e.Message == "required field is missing from input" && !inside {
+					continue
+				}
+				if m := unexpected.FindStringSubmatch(e.Message); m != nil && m[1] == field {
+					kept = append(kept, &cog.BuildError{Path: "id", Message: fmt.Sprintf("%q is not a field Grafana's schema knows here", prop.Id)})
+					continue
+				}
+				kept = append(kept, &cog.BuildError{Path: "value" + strings.TrimPrefix(e.Path, field), Message: e.Message})
+			}
+			if len(kept) > 0 {
+				add(where, kept)
+			}
+		}
+	}
+}
+
+// noErrors is nil for no error. The SDK's decoders and Validate() return their cog.BuildErrors as an
+// error even when it is empty: a non-nil interface holding a nil slice.
+func noErrors(err error) error {
+	var errs cog.BuildErrors
+	if errors.As(err, &errs) && len(errs) == 0 {
+		return nil
+	}
+	return err
 }
 
 var unexpected = regexp.MustCompile(`^unexpected field '(.*)'$`)
