@@ -5,7 +5,8 @@
 #   2. every `uses:` pins an action by full commit SHA with its release in a comment
 #   3. planted faults, on doctored copies of the release workflow, must fail actionlint: an unknown
 #      top-level key, an expression naming an output no job has, an unquoted variable (shellcheck)
-#   4. the release's own steps that publish nothing: tools/release-tag.sh accepts v<chart version> and
+#   4. every run: script runs with pipefail (defaults.run.shell: bash; GitHub's implicit shell is bash -e)
+#   5. the release's own steps that publish nothing: tools/release-tag.sh accepts v<chart version> and
 #      refuses another tag; `helm package charts/carma` writes the package the workflow pushes
 # Needs Go (the module proxy for the first build); under CI=true a missing Go or shellcheck fails the
 # check, elsewhere it is skipped with a SKIP line. Nothing here logs in or pushes.
@@ -97,6 +98,36 @@ if [[ -n "$unpinned" ]]; then
   echo "$unpinned"; fail "actions not pinned as owner/name@<40-hex SHA> # vX.Y.Z"
 else
   echo "PASS: $(cat "${workflows[@]}" | grep -cE '^[[:space:]]*(-[[:space:]]*)?uses:') uses: lines pinned by SHA"
+fi
+
+step "every workflow runs its scripts with pipefail (defaults.run.shell: bash)"
+# GitHub runs a run: script with `bash -e` unless a shell is named; `shell: bash` adds -o pipefail.
+pipefail_check() { python3 - "$@" <<'PY'
+import sys, yaml
+bad = 0
+for path in sys.argv[1:]:
+    w = yaml.safe_load(open(path))
+    shell = ((w.get("defaults") or {}).get("run") or {}).get("shell")
+    unnamed = [f"{job}: {st.get('name') or st['run'].splitlines()[0]}"
+               for job, j in (w.get("jobs") or {}).items() for st in j.get("steps") or []
+               if "run" in st and not st.get("shell") and not ((j.get("defaults") or {}).get("run") or {}).get("shell")]
+    if shell != "bash" and unnamed:
+        bad += 1
+        print(f"  {path}: no defaults.run.shell: bash, and steps without a shell: {'; '.join(unnamed)}")
+sys.exit(1 if bad else 0)
+PY
+}
+if pipefail_check "${workflows[@]}"; then
+  echo "PASS: every run: script runs under bash -eo pipefail"
+else
+  fail "run: scripts without pipefail (set defaults: run: shell: bash)"
+fi
+mkdir -p "$tmp/no-defaults"
+sed '/^defaults:/,/^    shell: bash/d' .github/workflows/release.yaml > "$tmp/no-defaults/release.yaml"
+if pipefail_check "$tmp/no-defaults/release.yaml" > /dev/null; then
+  fail "planted fault: the release workflow without its defaults.run.shell passed the pipefail check"
+else
+  echo "PASS: caught the release workflow without defaults.run.shell: bash"
 fi
 
 step "the release's checks that publish nothing: tools/release-tag.sh, helm package"
