@@ -329,7 +329,7 @@ fn every_example_training_task_validates() {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
             let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
             if doc["kind"] != "TrainingTask" {
                 continue;

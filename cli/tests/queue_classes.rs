@@ -35,7 +35,7 @@ fn manifests_are_priority_classes_that_never_preempt() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+    let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
     // Under 1, 2, 4, 8, 16, 32 and 45 min; then 9 doublings of 45 GPU-minutes.

@@ -94,7 +94,7 @@ fn assert_bound(w: &World, cycle: &Cycle, pod: &Pod, node: &str, gpu: &str) -> E
 async fn training_task_recovers_from_a_cuda_oom() {
     // ---- 1. Submission: the CNN example, as a user applies it. ----------------
     let task: TrainingTask =
-        serde_yaml::from_str(include_str!("../../deploy/examples/trainingtask-cnn.yaml"))
+        serde_yaml_ng::from_str(include_str!("../../deploy/examples/trainingtask-cnn.yaml"))
             .expect("the example parses as a TrainingTask");
     let task_name = task.metadata.name.clone().unwrap();
     assert_eq!(task.spec.gpu_memory, None, "the extender estimates it");

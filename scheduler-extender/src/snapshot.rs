@@ -72,7 +72,7 @@ impl Snapshot {
     /// Parse snapshot text (see [`Snapshot::load`]).
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut out = Snapshot::default();
-        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
             let value = serde_json::Value::deserialize(doc)
                 .map_err(|e| format!("document {}: {e}", i + 1))?;
             if value.is_null() {

@@ -41,7 +41,7 @@ pub fn chart_file() -> anyhow::Result<String> {
     }
     Ok(format!(
         "{CHART_FILE_HEADER}{}",
-        serde_yaml::to_string(&Value::Object(ladders))?
+        serde_yaml_ng::to_string(&Value::Object(ladders))?
     ))
 }
 
@@ -62,7 +62,7 @@ pub fn manifests(order: QueueOrder) -> anyhow::Result<String> {
             "description": c.description,
         });
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&pc)?);
+        out.push_str(&serde_yaml_ng::to_string(&pc)?);
     }
     Ok(out)
 }
