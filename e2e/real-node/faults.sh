@@ -9,6 +9,8 @@
 # with exit 0 when told. Then, one after the other:
 #   upgrade    `helm upgrade` with a changed value: the extender and the device plugin roll while the
 #              training pods keep running;
+#   extender-hang  the extender's processes are stopped (SIGSTOP) for 20 s and continued: a task submitted
+#              meanwhile stays unbound (no scheduler binds it without carma), then runs;
 #   kubelet    the kubelet of tt-load-1's node is stopped (SIGTERM) and started again: the device plugin registers
 #              again (its log, read through the kubelet), the node lists carma.io/gpu again, and the
 #              running training pods keep their containers and GPUs;
@@ -222,6 +224,56 @@ fault_drain() {
   faults_judge drain "$WORK/fault-drain-0" "$WORK/fault-drain-1" "$node" '{}'
 }
 
+# pod_pids <namespace> <pod>: host PIDs of the pod's processes, found by the pod UID in their cgroup path
+# (cgroupfs: .../pod<uid>/..., systemd: ...-pod<uid with _>.slice), so a concurrent run's processes of
+# the same name are never touched.
+pod_pids() {
+  local uid
+  uid="$(k -n "$1" get pod "$2" -o jsonpath='{.metadata.uid}')" || return 1
+  [[ -n "$uid" ]] || return 1
+  grep -lE "pod(${uid}|${uid//-/_})" /proc/[0-9]*/cgroup 2>/dev/null | cut -d/ -f3 | sort -n
+}
+
+# fault_extender_hang: the extender's processes are stopped (SIGSTOP) for FAULT_HANG_S seconds, a hang
+# and not a crash: its port still accepts connections, nothing answers. A TrainingTask submitted during
+# the hang must stay unbound (kube-scheduler's calls time out and it binds nothing itself; no other
+# scheduler may take the pod), the load keeps training, and after SIGCONT that task and a new one run
+# to success.
+FAULT_HANG_S="${FAULT_HANG_S:-20}"
+fault_extender_hang() {
+  local pod pids name=tt-during-extender-hang bound=() t0 node=""
+  pod="$(k -n "$CHART_NS" get pods -l app.kubernetes.io/component=scheduler-extender --field-selector status.phase=Running \
+    -o jsonpath='{.items[0].metadata.name}')"
+  pids="$(pod_pids "$CHART_NS" "$pod" | tr '\n' ' ')"
+  [[ -n "$pod" && -n "${pids// /}" ]] || { log "faults: no running extender pod, or none of its processes found"; return 1; }
+  log "faults: extender $pod hung (SIGSTOP of PIDs $pids) for ${FAULT_HANG_S}s with the load in flight"
+  faults_state "$WORK/fault-extender-hang-0"
+  # shellcheck disable=SC2086 # one PID per word
+  kill -STOP $pids
+  t0=$(date +%s)
+  # shellcheck disable=SC2086 # one PID per word
+  training_task "$name" 32Mi 'echo "placed after the extender hang"; exit 0' | k apply -f - >/dev/null ||
+    { kill -CONT $pids; return 1; }
+  FAULT_TASKS+=("$name")
+  while (( $(date +%s) - t0 < FAULT_HANG_S )); do
+    node="$(k get pods -n default -l "carma.io/task=$name" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep . || true)"
+    [[ -z "$node" ]] || bound+=("$node")
+    sleep 1
+  done
+  # shellcheck disable=SC2086
+  kill -CONT $pids
+  log "faults: extender resumed after $(( $(date +%s) - t0 )) s; pods of $name bound during the hang: ${#bound[@]}"
+  k wait -n default --for jsonpath='{.status.phase}'=Succeeded --timeout 150s "trainingtask/$name" >/dev/null ||
+    log "faults: $name did not succeed after the extender resumed"
+  faults_after extender-hang || log "faults: the TrainingTask after the extender hang did not succeed"
+  faults_state "$WORK/fault-extender-hang-1"
+  local during restarts
+  during="$(k get trainingtask -n default "$name" -o jsonpath='{.status.phase}')"
+  restarts="$(k -n "$CHART_NS" get pod "$pod" -o jsonpath='{.status.containerStatuses[0].restartCount}' 2>/dev/null || echo gone)"
+  faults_judge extender-hang "$WORK/fault-extender-hang-0" "$WORK/fault-extender-hang-1" "" \
+    "{\"hangS\": $FAULT_HANG_S, \"boundDuringHang\": ${#bound[@]}, \"taskSubmittedDuringHang\": \"$during\", \"extenderRestarts\": \"$restarts\", \"ok\": $([[ ${#bound[@]} == 0 && $during == Succeeded ]] && echo true || echo false)}"
+}
+
 # fault_control_plane <apiserver|etcd>: SIGKILL, 5 s down, started again.
 fault_control_plane() {
   local what="$1" t0 down
@@ -260,7 +312,7 @@ faults_run() {
   log "faults: load ${FAULT_LOAD[*]} (training until told to stop)"
   for f in "${FAULT_LOAD[@]}"; do load_task "$f"; done | k apply -f - >/dev/null
   faults_wait_running || die "the load TrainingTasks did not all start"
-  for f in upgrade kubelet containerd drain; do "fault_$f" || failed+=("$f"); done
+  for f in upgrade extender_hang kubelet containerd drain; do "fault_$f" || failed+=("$f"); done
   for f in apiserver etcd; do fault_control_plane "$f" || failed+=("$f"); done
   if [[ "${CARMA_RN_PLANT:-}" == overcommit ]]; then plant_overcommit; fi
   log "faults: stopping the load"
@@ -277,4 +329,27 @@ for line in open(sys.argv[1]):
           + ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("fault", "node", "ok")))
 PY
   [[ ${#failed[@]} == 0 ]] || { log "faults: failed: ${failed[*]}"; return 1; }
+}
+
+# faults_summary <over-commit report>: one line over every fault of the run, each figure read from the
+# faults' JSON lines (themselves read from the API server) and the over-commit watcher's report; the
+# faults this run does not make are named as not run. Exit 1 when a fault failed or a task was lost.
+faults_summary() {
+  python3 - "$WORK/faults.jsonl" "$1" <<'PY'
+import json, sys
+faults = [json.loads(l) for l in open(sys.argv[1])]
+oc = json.load(open(sys.argv[2]))
+names = {"extender-hang": "extender hang", "kubelet": "kubelet restart", "containerd": "containerd restart",
+         "apiserver": "apiserver restart", "etcd": "etcd restart", "drain": "drain", "upgrade": "upgrade"}
+ran = ", ".join(names.get(f["fault"], f["fault"]) for f in faults)
+lost = sorted({t for f in faults for t in f["lost"]})
+dup = sorted({t for f in faults for t in f["duplicated"]})
+failed = [f["fault"] for f in faults if not f["ok"]]
+bound = sum(f.get("boundDuringHang", 0) for f in faults)
+print(f"faults: {len(faults)} faults under load ({ran}): {len(lost)} TrainingTasks lost, {len(dup)} duplicated, "
+      f"{bound} pods bound while the extender hung, {len(oc['findings'])} over-committed GPUs in {oc['checks']} checks; "
+      f"failed: {', '.join(failed) or 'none'}; not run here: device plugin cut off, operator hang (control-plane "
+      f"scenario hang), upgrade from the previous chart release")
+sys.exit(1 if failed or lost or dup or oc["findings"] else 0)
+PY
 }
