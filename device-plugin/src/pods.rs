@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK};
+use carma_api::names::{ANNOTATION_ALLOCATED, LABEL_TASK, RESOURCE_GPU};
 use carma_api::{AnnotationError, Assignment};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use thiserror::Error;
@@ -183,6 +184,7 @@ impl KubePodLookup {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
         let stream = watcher(api, config)
             .default_backoff()
+            .modify(keep_what_pod_info_reads)
             .reflect(writer)
             .touched_objects();
         let watched = node.clone();
@@ -249,6 +251,63 @@ impl KubePodLookup {
         );
         *converted = Some((seen, pods.clone()));
         Some(pods)
+    }
+}
+
+/// Strips a watched pod down to what [`PodInfo::from_pod`] reads, before the store keeps it: the
+/// store holds every pod of the node for as long as it exists, and most of a pod's JSON is
+/// `managedFields`, container `env`, `command`, `args`, probes and mounts, volumes and status
+/// conditions, none of which the device plugin reads.
+///
+/// Kept: `metadata` name, namespace, UID, resourceVersion (the watch resumes from it), the
+/// creation and deletion timestamps (`terminating`), the `carma.io/` annotations (the assignment
+/// and the `allocated` mark) and the `carma.io/task` label; `spec` nodeName, schedulerName, and
+/// of each container and init container its name and `carma.io/gpu` limit and request;
+/// `status.phase`. Every other field is dropped.
+pub(crate) fn keep_what_pod_info_reads(pod: &mut Pod) {
+    let m = &mut pod.metadata;
+    m.managed_fields = None;
+    m.owner_references = None;
+    m.finalizers = None;
+    m.generate_name = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.retain(|k, _| k.starts_with("carma.io/"));
+    }
+    if let Some(l) = m.labels.as_mut() {
+        l.retain(|k, _| k == LABEL_TASK);
+    }
+    fn gpu_only(list: &mut BTreeMap<String, Quantity>) {
+        list.retain(|k, _| k == RESOURCE_GPU);
+    }
+    let slim = |c: Container| Container {
+        name: c.name,
+        resources: c.resources.map(|mut r| {
+            r.limits.as_mut().map(gpu_only);
+            r.requests.as_mut().map(gpu_only);
+            ResourceRequirements {
+                limits: r.limits,
+                requests: r.requests,
+                ..Default::default()
+            }
+        }),
+        ..Default::default()
+    };
+    if let Some(spec) = pod.spec.take() {
+        pod.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            scheduler_name: spec.scheduler_name,
+            containers: spec.containers.into_iter().map(slim).collect(),
+            init_containers: spec
+                .init_containers
+                .map(|cs| cs.into_iter().map(slim).collect()),
+            ..Default::default()
+        });
+    }
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            ..Default::default()
+        });
     }
 }
 
@@ -319,6 +378,65 @@ impl PodLookup for KubePodLookup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The store keeps a node's pods stripped to what `PodInfo` reads: the same `PodInfo`, a
+    /// fraction of the object.
+    #[test]
+    fn the_stored_pod_reads_the_same_and_drops_the_rest() {
+        let full = pod(serde_json::json!({
+            "metadata": {
+                "name": "train-1", "namespace": "ml", "uid": "u-1", "resourceVersion": "7",
+                "generateName": "train-", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "deletionTimestamp": "2026-01-01T00:10:00Z",
+                "labels": { "carma.io/task": "resnet", "app": "train" },
+                "annotations": {
+                    "carma.io/assigned-gpus": "GPU-a,GPU-b",
+                    "carma.io/assigned-at": "2026-01-01T00:00:00Z",
+                    "carma.io/estimate": "{\"mib\":8000,\"source\":\"override\"}",
+                    "carma.io/allocated": "true",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}"
+                },
+                "ownerReferences": [{ "apiVersion": "v1", "kind": "Job", "name": "j", "uid": "o" }],
+                "managedFields": [{ "manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1",
+                                    "fieldsV1": { "f:status": { "f:phase": {} } } }]
+            },
+            "spec": {
+                "nodeName": "n1",
+                "schedulerName": "carma-scheduler",
+                "initContainers": [{ "name": "warm", "command": ["sh"],
+                    "resources": { "requests": { "carma.io/gpu": "1", "cpu": "1" } } }],
+                "containers": [
+                    { "name": "a", "image": "pytorch", "env": [{ "name": "X", "value": "1" }],
+                      "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
+                      "resources": { "limits": { "carma.io/gpu": "2", "memory": "1Gi" } } },
+                    { "name": "sidecar", "args": ["--v=2"] }
+                ],
+                "volumes": [{ "name": "data", "emptyDir": {} }],
+                "tolerations": [{ "key": "k", "operator": "Exists" }]
+            },
+            "status": { "phase": "Running", "podIP": "10.0.0.1",
+                        "conditions": [{ "type": "Ready", "status": "True" }] }
+        }));
+        let mut kept = full.clone();
+        keep_what_pod_info_reads(&mut kept);
+        assert_eq!(PodInfo::from_pod(&kept), PodInfo::from_pod(&full));
+        let m = &kept.metadata;
+        assert!(m.managed_fields.is_none() && m.owner_references.is_none());
+        assert_eq!(m.labels.as_ref().unwrap().len(), 1);
+        assert_eq!(m.annotations.as_ref().unwrap().len(), 4);
+        assert_eq!(m.resource_version.as_deref(), Some("7"));
+        let spec = kept.spec.as_ref().unwrap();
+        assert!(spec.volumes.is_none() && spec.tolerations.is_none());
+        let a = &spec.containers[0];
+        assert!(a.env.is_none() && a.volume_mounts.is_none() && a.image.is_none());
+        assert_eq!(
+            a.resources.as_ref().unwrap().limits.as_ref().unwrap().len(),
+            1
+        );
+        assert!(spec.init_containers.as_ref().unwrap()[0].command.is_none());
+        let status = kept.status.as_ref().unwrap();
+        assert!(status.pod_ip.is_none() && status.conditions.is_none());
+    }
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()

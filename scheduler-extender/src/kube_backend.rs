@@ -18,6 +18,7 @@ use kube::{Api, Client};
 use crate::backend::{BackendError, BindTarget, ClusterBackend, PodWarning};
 use crate::cluster::{ClusterState, Kind};
 use crate::verbs::Extender;
+use crate::watched_pod::WatchedPod;
 
 /// Name under which carma posts Events.
 pub const REPORTER: &str = "carma-scheduler-extender";
@@ -273,18 +274,23 @@ pub fn spawn_watchers(client: Client, extender: Arc<Extender>) -> Vec<tokio::tas
         ))
     };
 
+    // Every pod of the cluster, with no selector: nothing a label or field selector can match
+    // tells a carma pod from another before it is bound (its `carma.io/gpu` request is in its
+    // containers). Each is decoded as a `WatchedPod` — the few fields the extender reads, or a
+    // stub for a pod that is not carma's (crate::watched_pod says which and why) — never as a
+    // full `Pod`; only carma pods' UIDs are collected at a re-list, as only they can be held.
     let pods = {
-        let stream = watcher(Api::<Pod>::all(client), cfg).default_backoff();
+        let stream = watcher(Api::<WatchedPod>::all(client), cfg).default_backoff();
         let ext = Arc::clone(&extender);
         tokio::spawn(drive(
             stream,
             Kind::Pods,
             Arc::clone(&cluster),
-            |p: &Pod| p.metadata.uid.clone(),
+            |p: &WatchedPod| p.carma.then(|| p.pod.metadata.uid.clone()).flatten(),
             move |c| match c {
-                Change::Apply(p) => ext.observe_pod(p),
+                Change::Apply(p) => ext.observe_pod(&p.pod),
                 Change::Delete(p) => {
-                    if let Some(uid) = &p.metadata.uid {
+                    if let Some(uid) = &p.pod.metadata.uid {
                         ext.forget_pod(uid);
                     }
                 }

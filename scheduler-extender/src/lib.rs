@@ -19,6 +19,7 @@
 //! * [`handoff`] — one kubelet admission at a time per node, for bind.
 //! * [`history`] — reservations learned from `MemoryHistory` records.
 //! * [`recovery_queue`] — recovery attempts waiting for GPUs (recovery first).
+//! * [`watched_pod`] — the pods of the pod watch, decoded to the fields the extender reads.
 //! * [`backend`] — the I/O side: [`kube_backend`] (watchers, Binding,
 //!   Events) or [`snapshot`] (a static `List`, binds recorded instead of written).
 //! * [`metrics`] — Prometheus metrics.
@@ -42,6 +43,7 @@ pub mod snapshot;
 #[path = "../fixtures/synthetic.rs"]
 pub mod synthetic;
 pub mod verbs;
+pub mod watched_pod;
 pub mod wire;
 
 use std::net::SocketAddr;
