@@ -1,5 +1,6 @@
 //! Run-time configuration of the DRA driver.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
 
 /// Default of [`Config::cdi_sweep_interval`].
 pub const DEFAULT_CDI_SWEEP_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Default of [`Config::health_check_interval`].
+pub const DEFAULT_HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Everything the DRA driver needs to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +78,11 @@ pub struct Config {
     /// until a runtime is asked for its device, which only a claim that is prepared again (and
     /// then rewritten) would do, so the sweep only keeps the directory from growing.
     pub cdi_sweep_interval: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; `None`: no HTTP listener.
+    pub metrics_addr: Option<SocketAddr>,
+    /// How often the driver checks its own gRPC servers with a `grpc.health.v1` call over each
+    /// socket, as a client would (what `/healthz` reports).
+    pub health_check_interval: Duration,
 }
 
 impl Config {
@@ -101,6 +110,8 @@ impl Config {
             nvidia_cdi: false,
             slice_min_interval: Duration::from_secs(2),
             cdi_sweep_interval: DEFAULT_CDI_SWEEP_INTERVAL,
+            metrics_addr: None,
+            health_check_interval: DEFAULT_HEALTH_CHECK_INTERVAL,
         }
     }
 
@@ -162,6 +173,9 @@ impl Config {
         }
         if self.cdi_sweep_interval.is_zero() {
             return bad("the CDI sweep interval must be longer than zero".into());
+        }
+        if self.health_check_interval.is_zero() {
+            return bad("the health check interval must be longer than zero".into());
         }
         if self.window == 0 {
             return bad("the activity window must hold at least one sample".into());

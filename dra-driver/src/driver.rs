@@ -1,6 +1,14 @@
 //! Wiring: backend and telemetry (the device plugin's), taints and the ResourceSlice, the
-//! registration and DRA sockets.
+//! registration and DRA sockets, health checks and the HTTP listener.
+//!
+//! Every part runs as a task of one [`Tasks`] set. A task ends only when the driver is told to
+//! stop; when one ends otherwise (a gRPC server failed, a loop returned or panicked)
+//! [`RunningDriver::run_until`] stops the others and returns [`Error::TaskEnded`], so the process
+//! exits and the kubelet restarts the pod instead of keeping a driver that serves nothing.
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,20 +20,23 @@ use carma_device_plugin::telemetry::{Snapshot, Telemetry};
 use chrono::Utc;
 use k8s_openapi::api::resource::v1::Device;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
+use tonic::server::NamedService;
 use tonic::service::Routes;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::Error;
 use crate::checkpoint::{self, PreparedClaims, checkpoint_path};
 use crate::claims::{ClaimSource, GpuInfo, Inventory, KubeClaims, Published};
 use crate::config::Config;
+use crate::health::{self, Health, SOCKET_DRA, SOCKET_REGISTRATION};
+use crate::metrics::Metrics;
 use crate::node::{DraNodeService, NodeServiceParts, Prepared};
 use crate::proto::dra::dra_plugin_server::DraPluginServer;
 use crate::proto::registration::registration_server::RegistrationServer;
-use crate::publisher::SlicePublisher;
+use crate::publisher::{PublishError, SlicePublisher};
 use crate::registration::{RegistrationService, RegistrationState};
-use crate::server::{serve_unix, serve_unix_fixing_authority};
+use crate::server::{ServerEnd, serve_unix, serve_unix_fixing_authority};
 use crate::slice::{CapacityPolicy, devices};
 use crate::taints::Tainter;
 
@@ -62,8 +73,71 @@ pub struct RunningDriver {
     devices: watch::Receiver<Vec<Device>>,
     prepared: Prepared,
     simulated: Option<SimulatedControl>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    metrics_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Tasks,
+}
+
+/// The driver's tasks, each with its name; each ends with `Ok` only when told to stop.
+#[derive(Debug, Default)]
+pub struct Tasks {
+    set: JoinSet<ServerEnd>,
+    names: HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Tasks {
+    /// Run `task` as the part `name`.
+    pub fn spawn(
+        &mut self,
+        name: &'static str,
+        task: impl Future<Output = ServerEnd> + Send + 'static,
+    ) {
+        let handle = self.set.spawn(task);
+        self.names.insert(handle.id(), name);
+    }
+
+    /// Wait for the first task to end: its name and why (`Ok` if it was told to stop, an error,
+    /// or the panic). `None` when there are no tasks.
+    pub async fn first_end(&mut self) -> Option<(&'static str, ServerEnd)> {
+        let (id, end) = match self.set.join_next_with_id().await? {
+            Ok((id, end)) => (id, end),
+            Err(e) => (e.id(), Err(format!("the task failed: {e}"))),
+        };
+        Some((self.names.remove(&id).unwrap_or("unknown"), end))
+    }
+
+    /// Wait for every task, at most `grace` in all; those still running then are aborted.
+    pub async fn join_all(mut self, grace: Duration) {
+        let all = async { while self.set.join_next().await.is_some() {} };
+        if tokio::time::timeout(grace, all).await.is_err() {
+            warn!("driver tasks still running after {grace:?}: aborted");
+            self.set.abort_all();
+            while self.set.join_next().await.is_some() {}
+        }
+    }
+}
+
+/// Run `tasks` until `signal` resolves (`None`) or a task ends first: `Some` with
+/// [`Error::TaskEnded`] naming it (logged as an error). A task that ends `Ok` before the signal
+/// also counts: nothing told it to stop.
+pub async fn supervise(tasks: &mut Tasks, signal: impl Future<Output = ()>) -> Option<Error> {
+    let ended = tokio::select! {
+        _ = signal => return None,
+        ended = tasks.first_end() => ended,
+    };
+    let (task, why) = match ended {
+        Some((task, Err(why))) => (task, why),
+        Some((task, Ok(()))) => (task, "ended without being told to stop".to_string()),
+        // Nothing to supervise: nothing can end.
+        None => return None,
+    };
+    error!(
+        task,
+        "a part of the DRA driver ended: {why}; stopping the driver"
+    );
+    Some(Error::TaskEnded { task, why })
 }
 
 impl RunningDriver {
@@ -102,19 +176,39 @@ impl RunningDriver {
         self.simulated.as_ref()
     }
 
+    /// The driver's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// What the health checks found (`/healthz`, `/readyz`).
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (the bound address, so port 0 is
+    /// resolved); `None` without an HTTP listener.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Run until `signal` resolves, then [`RunningDriver::shutdown`]: `Ok`. When a part of the
+    /// driver ends first (a gRPC server failed or stopped, a loop ended or panicked), the others
+    /// are stopped too and its [`Error::TaskEnded`] is returned, for the process to exit with.
+    pub async fn run_until(mut self, signal: impl Future<Output = ()>) -> Result<(), Error> {
+        let ended = supervise(&mut self.tasks, signal).await;
+        self.shutdown().await;
+        match ended {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
     /// Stop serving and sampling; the sockets are removed. The ResourceSlice stays: the kubelet
     /// wipes a gone driver's slices itself, and a restarted driver takes over the same one.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        for task in self.tasks {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
-        }
+        self.tasks.join_all(Duration::from_secs(10)).await;
         info!("DRA driver stopped");
     }
 }
@@ -165,10 +259,11 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     // One sample before serving, so the first prepare already knows the GPUs.
     sampler.tick().await;
     let published = Published::default();
-    let publisher = deps
-        .kube
-        .clone()
-        .map(|c| SlicePublisher::new(c, node.clone(), config.slice_min_interval));
+    let metrics = Arc::new(Metrics::new());
+    let publisher = deps.kube.clone().map(|c| {
+        SlicePublisher::new(c, node.clone(), config.slice_min_interval)
+            .with_metrics(metrics.clone())
+    });
     match &publisher {
         // What allocations made before this start were made against: the slice as stored.
         Some(p) => match p.stored_devices().await {
@@ -182,20 +277,41 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         None => published.set_from_gpus(&inventory.all()),
     }
 
-    let mut tasks = Vec::new();
+    // Bound before anything is spawned, so a taken port fails the start.
+    let http_listener = match config.metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::MetricsBind { addr, source })?,
+        ),
+        None => None,
+    };
+    let metrics_addr = match &http_listener {
+        Some(l) => Some(l.local_addr().map_err(|source| {
+            Error::MetricsBind {
+                addr: config
+                    .metrics_addr
+                    .unwrap_or_else(|| ([0, 0, 0, 0], 0).into()),
+                source,
+            }
+        })?),
+        None => None,
+    };
+
+    let mut tasks = Tasks::default();
     let interval = config.sample_interval;
     let mut stop = shutdown_rx.clone();
-    tasks.push(tokio::spawn(async move {
+    tasks.spawn("telemetry", async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
         loop {
             tokio::select! {
                 _ = ticker.tick() => sampler.tick().await,
-                _ = stopped(&mut stop) => return,
+                _ = stopped(&mut stop) => return Ok(()),
             }
         }
-    }));
+    });
 
     let slices = SliceLoop {
         tainter: Tainter::new(
@@ -215,9 +331,10 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         devices: dev_tx,
         publisher,
         published: published.clone(),
+        metrics: metrics.clone(),
         interval,
     };
-    tasks.push(tokio::spawn(slices.run(shutdown_rx.clone())));
+    tasks.spawn("resourceslice", slices.run(shutdown_rx.clone()));
 
     let dra_socket = config.dra_socket();
     let node_service = Arc::new(DraNodeService::new(NodeServiceParts {
@@ -230,52 +347,88 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         mps: config.mps.clone(),
         nvidia_cdi: config.nvidia_cdi,
         prepared: prepared.clone(),
+        metrics: metrics.clone(),
     }));
     // Once before serving, then periodically.
     sweep(&node_service).await;
     let sweeper = node_service.clone();
     let sweep_every = config.cdi_sweep_interval;
     let mut stop = shutdown_rx.clone();
-    tasks.push(tokio::spawn(async move {
+    tasks.spawn("cdi-sweep", async move {
         let mut ticker = tokio::time::interval(sweep_every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
         loop {
             tokio::select! {
                 _ = ticker.tick() => sweep(&sweeper).await,
-                _ = stopped(&mut stop) => return,
+                _ = stopped(&mut stop) => return Ok(()),
             }
         }
-    }));
+    });
     let socket_error = |path: &std::path::Path| {
         let path = path.to_path_buf();
         move |source| Error::Socket { path, source }
     };
     // The DRA socket first: the kubelet dials it as soon as registration succeeds.
-    tasks.push(
+    tasks.spawn(
+        "dra-grpc",
         serve_unix(
             &dra_socket,
             Routes::new(DraPluginServer::from_arc(node_service)),
+            <DraPluginServer<DraNodeService> as NamedService>::NAME,
             shutdown_rx.clone(),
         )
         .map_err(socket_error(&dra_socket))?,
     );
     let registration_socket = config.registration_socket();
     let (registration, registration_rx) = RegistrationService::new(&dra_socket);
-    tasks.push(
+    tasks.spawn(
+        "registration-grpc",
         serve_unix_fixing_authority(
             &registration_socket,
             Routes::new(RegistrationServer::new(registration)),
+            <RegistrationServer<RegistrationService> as NamedService>::NAME,
             shutdown_rx.clone(),
         )
         .map_err(socket_error(&registration_socket))?,
     );
+
+    let health = Arc::new(Health::new(
+        config.health_check_interval,
+        snap_rx.clone(),
+        registration_rx.clone(),
+        metrics.clone(),
+    ));
+    tasks.spawn("health-checks", {
+        let (health, stop) = (health.clone(), shutdown_rx.clone());
+        let sockets = vec![
+            (SOCKET_DRA, dra_socket.clone()),
+            (SOCKET_REGISTRATION, registration_socket.clone()),
+        ];
+        let every = config.health_check_interval;
+        async move {
+            health::check_loop(health, sockets, every, stop).await;
+            Ok(())
+        }
+    });
+    if let Some(listener) = http_listener {
+        let app = health::router(health.clone(), metrics.clone());
+        let mut stop = shutdown_rx.clone();
+        tasks.spawn("http", async move {
+            let listener = carma_http::IdleListener::new(listener, carma_http::IDLE_TIMEOUT);
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped(&mut stop).await })
+                .await
+                .map_err(|e| format!("HTTP listener failed: {e}"))
+        });
+    }
     info!(
         node = %node,
         backend = backend.name(),
         registration = %registration_socket.display(),
         dra = %dra_socket.display(),
         cdi = %config.cdi_dir.display(),
+        http = ?metrics_addr,
         publishing = deps.kube.is_some(),
         "carma DRA driver started"
     );
@@ -287,6 +440,9 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         devices: dev_rx,
         prepared,
         simulated: sim.map(|s| s.control()),
+        metrics,
+        health,
+        metrics_addr,
         shutdown: shutdown_tx,
         tasks,
     })
@@ -426,11 +582,12 @@ struct SliceLoop {
     /// Follows what the slice carries: the publisher's last write, or without a publisher the
     /// devices as offered.
     published: Published,
+    metrics: Arc<Metrics>,
     interval: Duration,
 }
 
 impl SliceLoop {
-    async fn run(mut self, mut stop: watch::Receiver<bool>) {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) -> ServerEnd {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
@@ -451,6 +608,13 @@ impl SliceLoop {
                     if let Some(written) = p.published() {
                         self.published.set_from_devices(written);
                     }
+                    match &offered {
+                        Ok(Some(_)) => self.metrics.publication("ok"),
+                        Ok(None) => {}
+                        // Counted as withdrawn devices when it happened; later offers write nothing.
+                        Err(PublishError::SharingDropped { .. }) => {}
+                        Err(_) => self.metrics.publication("error"),
+                    }
                     match offered {
                         Ok(_) if failing => {
                             info!("ResourceSlice publishing works again");
@@ -465,13 +629,76 @@ impl SliceLoop {
                     }
                 } else {
                     self.published.set_from_devices(&wanted);
+                    self.metrics.set_slice(&wanted);
                 }
             }
             tokio::select! {
                 _ = ticker.tick() => {}
-                changed = self.snapshots.changed() => if changed.is_err() { return },
-                _ = stopped(&mut stop) => return,
+                changed = self.snapshots.changed() => if changed.is_err() {
+                    return Err("the telemetry snapshots ended".to_string());
+                },
+                _ = stopped(&mut stop) => return Ok(()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::server;
+    use tokio::io::DuplexStream;
+
+    #[tokio::test]
+    async fn a_server_task_that_ends_ends_supervision_with_an_error_naming_it() {
+        let (stop_tx, stop) = watch::channel(false);
+        let dir = tempfile::tempdir().unwrap();
+        let mut tasks = Tasks::default();
+        let mut told = stop.clone();
+        tasks.spawn("telemetry", async move {
+            stopped(&mut told).await;
+            Ok(())
+        });
+        // A gRPC server whose connections stop coming: its task ends on its own.
+        tasks.spawn(
+            "dra-grpc",
+            server(
+                futures::stream::empty::<std::io::Result<DuplexStream>>(),
+                Routes::default(),
+                "test.Service",
+                stop,
+                dir.path().join("dra.sock"),
+            ),
+        );
+        let ended = tokio::time::timeout(
+            Duration::from_secs(10),
+            supervise(&mut tasks, std::future::pending()),
+        )
+        .await
+        .expect("supervision returns when a task ends");
+        match ended {
+            Some(Error::TaskEnded { task, why }) => {
+                assert_eq!(task, "dra-grpc");
+                assert!(why.contains("ended without being told to stop"), "{why}");
+            }
+            other => panic!("expected TaskEnded, got {other:?}"),
+        }
+        stop_tx.send_replace(true);
+        tasks.join_all(Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn the_signal_ends_supervision_without_an_error_and_a_panic_is_an_end() {
+        let mut tasks = Tasks::default();
+        tasks.spawn("loop", std::future::pending());
+        assert!(supervise(&mut tasks, async {}).await.is_none());
+        tasks.spawn("sweep", async { panic!("boom") });
+        match supervise(&mut tasks, std::future::pending()).await {
+            Some(Error::TaskEnded { task: "sweep", why }) => {
+                assert!(why.contains("panicked"), "{why}")
+            }
+            other => panic!("expected the sweep's end, got {other:?}"),
+        }
+        tasks.join_all(Duration::from_millis(100)).await;
     }
 }

@@ -10,7 +10,12 @@
 //! * samples the GPUs with the device plugin's backends and telemetry windows (shared code in
 //!   `carma-device-plugin`).
 //!
-//! [`driver::start`] wires it together. The design is `docs/dra.md`.
+//! * serves `grpc.health.v1` on both sockets, checks them itself ([`health`]) and serves
+//!   `/healthz`, `/readyz` and `/metrics` ([`metrics`]) over HTTP;
+//! * reports devices it withdraws from the slice as Events on the Node ([`publisher`]).
+//!
+//! [`driver::start`] wires it together; [`RunningDriver::run_until`] ends with an error as soon
+//! as a part of it ends. The design is `docs/dra.md`.
 
 pub mod authority;
 pub mod cdi;
@@ -18,6 +23,8 @@ pub mod checkpoint;
 pub mod claims;
 pub mod config;
 pub mod driver;
+pub mod health;
+pub mod metrics;
 pub mod node;
 pub mod proto;
 pub mod publisher;
@@ -26,6 +33,7 @@ pub mod server;
 pub mod slice;
 pub mod taints;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use config::{Config, ConfigError};
@@ -56,5 +64,22 @@ pub enum Error {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The HTTP listener (`/metrics`, `/healthz`, `/readyz`) cannot be bound.
+    #[error("cannot listen on {addr} for /metrics, /healthz and /readyz: {source}")]
+    MetricsBind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A part of the running driver ended without being told to stop.
+    #[error("the DRA driver's {task} ended: {why}")]
+    TaskEnded {
+        /// Which part: `dra-grpc`, `registration-grpc`, `telemetry`, `resourceslice`,
+        /// `cdi-sweep`, `health-checks` or `http`.
+        task: &'static str,
+        /// Why.
+        why: String,
     },
 }

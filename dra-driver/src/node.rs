@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use carma_device_plugin::backends::{PodOnGpu, SampleContext};
 use carma_device_plugin::config::MpsConfig;
@@ -25,6 +26,7 @@ use tracing::{info, instrument, warn};
 use crate::cdi::{self, NVIDIA_CDI_KIND};
 use crate::checkpoint::{self, PreparedClaims};
 use crate::claims::{ClaimSource, Inventory, PrepareError, Published, allocated_devices};
+use crate::metrics::Metrics;
 use crate::proto::dra::dra_plugin_server::DraPlugin;
 use crate::proto::dra::{
     Claim, Device, NodePrepareResourceResponse, NodePrepareResourcesRequest,
@@ -138,6 +140,7 @@ pub struct DraNodeService {
     mps: Option<MpsConfig>,
     nvidia_cdi: bool,
     prepared: Prepared,
+    metrics: Arc<Metrics>,
     serial: tokio::sync::Mutex<()>,
 }
 
@@ -162,6 +165,8 @@ pub struct NodeServiceParts {
     pub nvidia_cdi: bool,
     /// Record of prepared claims.
     pub prepared: Prepared,
+    /// Where prepare and unprepare outcomes are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 impl DraNodeService {
@@ -177,6 +182,7 @@ impl DraNodeService {
             mps: parts.mps,
             nvidia_cdi: parts.nvidia_cdi,
             prepared: parts.prepared,
+            metrics: parts.metrics,
             serial: tokio::sync::Mutex::new(()),
         }
     }
@@ -308,7 +314,13 @@ impl DraPlugin for DraNodeService {
         let _serial = self.serial.lock().await;
         let mut claims = HashMap::new();
         for claim in request.into_inner().claims {
-            let answer = match self.prepare(&claim).await {
+            let began = Instant::now();
+            let prepared = self.prepare(&claim).await;
+            self.metrics.prepared(
+                &prepared.as_ref().map(|_| ()).map_err(|_| ()),
+                began.elapsed(),
+            );
+            let answer = match prepared {
                 Ok(devices) => NodePrepareResourceResponse {
                     devices,
                     error: String::new(),
@@ -334,7 +346,13 @@ impl DraPlugin for DraNodeService {
         let _serial = self.serial.lock().await;
         let mut claims = HashMap::new();
         for claim in request.into_inner().claims {
-            let error = match self.unprepare(&claim).await {
+            let began = Instant::now();
+            let unprepared = self.unprepare(&claim).await;
+            self.metrics.unprepared(
+                &unprepared.as_ref().map(|_| ()).map_err(|_| ()),
+                began.elapsed(),
+            );
+            let error = match unprepared {
                 Ok(()) => String::new(),
                 Err(e) => {
                     warn!(uid = %claim.uid, "cannot unprepare: {e}");
@@ -444,6 +462,7 @@ mod tests {
             mps: None,
             nvidia_cdi: false,
             prepared: Prepared::default(),
+            metrics: Arc::new(Metrics::new()),
         })
     }
 

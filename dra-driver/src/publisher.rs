@@ -17,16 +17,56 @@
 //! writing until it is restarted (the Go helper reports the same case as `DroppedFieldsError`).
 //! Dropped taints (`DRADeviceTaints` off) leave the devices usable but the gate unenforced; that
 //! is logged, once.
+//!
+//! Devices are never withdrawn silently: a write that leaves out devices the slice carried (the
+//! GPU backend no longer reports a GPU, or the sharing fields were dropped) emits a Warning Event
+//! `DevicesWithdrawn` on the Node naming why and which devices, and counts them in
+//! `carma_dra_driver_devices_withdrawn_total` ([`crate::metrics`]).
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use thiserror::Error;
 use tracing::{error, info, warn};
 
+use crate::metrics::Metrics;
 use crate::slice::{dropped_fields, resource_slice, slice_name};
+
+/// Reason of the Event emitted on the Node when devices leave the slice.
+pub const REASON_DEVICES_WITHDRAWN: &str = "DevicesWithdrawn";
+
+/// Why devices left the slice (label `reason` of `carma_dra_driver_devices_withdrawn_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// The GPU backend no longer reports the GPUs (gone, or no GPU sampled at all).
+    GpusGone,
+    /// The API server dropped the sharing fields: the whole pool is emptied.
+    SharingDropped,
+}
+
+impl Withdrawal {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::GpusGone => "gpus_gone",
+            Self::SharingDropped => "sharing_dropped",
+        }
+    }
+
+    fn why(self) -> &'static str {
+        match self {
+            Self::GpusGone => "the GPU backend no longer reports them",
+            Self::SharingDropped => {
+                "the API server dropped allowMultipleAllocations/requestPolicy (feature gate DRAConsumableCapacity off); the driver publishes no devices until it restarts"
+            }
+        }
+    }
+}
 
 /// How often an unchanged slice is applied again.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(30);
@@ -85,6 +125,11 @@ pub struct SlicePublisher {
     slice_uid: Option<String>,
     withdrawn: bool,
     taints_warned: bool,
+    /// Names of the devices the stored slice carries (the last accepted write, or the slice an
+    /// earlier run left), to tell which devices a write withdraws.
+    carried: Option<Vec<String>>,
+    recorder: Recorder,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for SlicePublisher {
@@ -101,10 +146,18 @@ impl SlicePublisher {
     /// A publisher for `node`'s slice (needs `get` on nodes and `get`, `create`, `patch` on
     /// resourceslices).
     pub fn new(client: kube::Client, node: impl Into<String>, min_interval: Duration) -> Self {
+        let node = node.into();
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_string(),
+                instance: Some(format!("{FIELD_MANAGER}@{node}")),
+            },
+        );
         Self {
             slices: Api::all(client.clone()),
             nodes: Api::all(client),
-            node: node.into(),
+            node,
             node_uid: None,
             generation: None,
             last: None,
@@ -114,7 +167,16 @@ impl SlicePublisher {
             slice_uid: None,
             withdrawn: false,
             taints_warned: false,
+            carried: None,
+            recorder,
+            metrics: None,
         }
+    }
+
+    /// Record the slice's devices and count withdrawn ones in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Re-apply an unchanged slice this often (default [`DEFAULT_RESYNC`]).
@@ -179,7 +241,11 @@ impl SlicePublisher {
             self.withdrawn = true;
             let generation = generation + 1;
             self.generation = Some(generation);
+            // What the pool offered: the devices just stored (whole-only), or before them the
+            // slice's earlier devices.
+            self.carried = Some(names(devices));
             self.apply(&name, generation, Vec::new()).await?;
+            self.withdraw_gone(&[], Withdrawal::SharingDropped).await;
             let e = PublishError::SharingDropped { name };
             error!("{e}");
             return Err(e);
@@ -193,7 +259,55 @@ impl SlicePublisher {
         }
         self.last = Some(devices.to_vec());
         info!(slice = %name, generation, devices = devices.len(), "ResourceSlice written");
+        self.withdraw_gone(devices, Withdrawal::GpusGone).await;
         Ok(Some(generation))
+    }
+
+    /// After a write of `now`: the devices the slice carried before and no longer does are
+    /// reported (log, Event on the Node, metric); `now` becomes what the slice carries.
+    async fn withdraw_gone(&mut self, now: &[Device], why: Withdrawal) {
+        if let Some(m) = &self.metrics {
+            m.set_slice(now);
+        }
+        let now = names(now);
+        let before = self.carried.replace(now.clone()).unwrap_or_default();
+        let gone: Vec<&str> = before
+            .iter()
+            .filter(|d| !now.contains(d))
+            .map(String::as_str)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let note = format!(
+            "{} of {} devices withdrawn from ResourceSlice {} ({}): {}",
+            gone.len(),
+            before.len(),
+            slice_name(&self.node),
+            gone.join(", "),
+            why.why()
+        );
+        warn!(node = %self.node, reason = why.as_str(), "{note}");
+        if let Some(m) = &self.metrics {
+            m.devices_withdrawn(why.as_str(), gone.len() as u64);
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".to_string()),
+            kind: Some("Node".to_string()),
+            name: Some(self.node.clone()),
+            uid: self.node_uid.clone(),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: REASON_DEVICES_WITHDRAWN.to_string(),
+            note: Some(clip_note(note)),
+            action: "PublishResourceSlice".to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            warn!(node = %self.node, "publishing the DevicesWithdrawn Event failed: {e}");
+        }
     }
 
     async fn next_generation(&mut self, name: &str) -> Result<i64, PublishError> {
@@ -208,6 +322,14 @@ impl SlicePublisher {
                             name: name.to_string(),
                             source,
                         })?;
+                if self.carried.is_none() {
+                    self.carried = Some(
+                        stored
+                            .as_ref()
+                            .map(|s| names(s.spec.devices.as_deref().unwrap_or_default()))
+                            .unwrap_or_default(),
+                    );
+                }
                 stored.map_or(0, |s| s.spec.pool.generation) + 1
             }
         };
@@ -253,4 +375,22 @@ impl SlicePublisher {
                 source,
             })
     }
+}
+
+fn names(devices: &[Device]) -> Vec<String> {
+    devices.iter().map(|d| d.name.clone()).collect()
+}
+
+/// The API server refuses an Event note over 1 KiB.
+fn clip_note(mut note: String) -> String {
+    const LIMIT: usize = 1024;
+    if note.len() > LIMIT {
+        let mut end = LIMIT - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
 }

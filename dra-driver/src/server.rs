@@ -1,5 +1,9 @@
-//! Serving gRPC on a Unix socket.
+//! Serving gRPC on a Unix socket, with `grpc.health.v1` next to the socket's service: SERVING
+//! (for the whole server, `""`, and for the service's name) while the server runs, NOT_SERVING
+//! once it is told to stop. A server task ends only when told to stop; any other end is an
+//! [`Err`] the driver ends the process on ([`crate::driver::RunningDriver::run_until`]).
 
+use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -7,12 +11,12 @@ use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::service::Routes;
 use tonic::transport::Server;
 use tonic::transport::server::Connected;
-use tracing::{debug, info, warn};
+use tonic_health::ServingStatus;
+use tracing::{debug, error, info, warn};
 
 use crate::authority::forward_fixing_authority;
 use crate::driver::stopped;
@@ -20,16 +24,22 @@ use crate::driver::stopped;
 /// Buffer between a connection and its authority fix, each way.
 const DUPLEX_BUFFER: usize = 64 * 1024;
 
-/// Serve `routes` on a new socket at `path` until `stop` turns true, then remove the socket.
+/// What a server task ends with: `Ok` when it stopped because it was told to, else why it ended.
+pub type ServerEnd = Result<(), String>;
+
+/// Serve `routes` (whose service is named `service`) and the health service on a new socket at
+/// `path` until `stop` turns true, then remove the socket.
 pub fn serve_unix(
     path: &Path,
     routes: Routes,
+    service: &'static str,
     stop: watch::Receiver<bool>,
-) -> io::Result<JoinHandle<()>> {
+) -> io::Result<impl Future<Output = ServerEnd> + Send + 'static> {
     let listener = bind(path)?;
-    Ok(spawn_server(
+    Ok(server(
         UnixListenerStream::new(listener),
         routes,
+        service,
         stop,
         path.to_path_buf(),
     ))
@@ -41,8 +51,9 @@ pub fn serve_unix(
 pub fn serve_unix_fixing_authority(
     path: &Path,
     routes: Routes,
+    service: &'static str,
     stop: watch::Receiver<bool>,
-) -> io::Result<JoinHandle<()>> {
+) -> io::Result<impl Future<Output = ServerEnd> + Send + 'static> {
     let listener = bind(path)?;
     let (tx, rx) = mpsc::channel::<io::Result<DuplexStream>>(16);
     let mut stop_accepting = stop.clone();
@@ -74,9 +85,10 @@ pub fn serve_unix_fixing_authority(
             }
         }
     });
-    Ok(spawn_server(
+    Ok(server(
         ReceiverStream::new(rx),
         routes,
+        service,
         stop,
         path.to_path_buf(),
     ))
@@ -105,27 +117,99 @@ fn bind(path: &Path) -> io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
-fn spawn_server<I, IO>(
+/// Serve `routes` and the health service on `incoming` until `stop`: a future to run as a task,
+/// ending with the [`ServerEnd`]. The socket at `path` is removed when it ends.
+pub fn server<I, IO>(
     incoming: I,
     routes: Routes,
+    service: &'static str,
     mut stop: watch::Receiver<bool>,
     path: PathBuf,
-) -> JoinHandle<()>
+) -> impl Future<Output = ServerEnd> + Send + 'static
 where
     I: Stream<Item = io::Result<IO>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
     info!(socket = %path.display(), "serving");
-    tokio::spawn(async move {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let routes = routes.add_service(health);
+    async move {
+        for name in ["", service] {
+            reporter
+                .set_service_status(name, ServingStatus::Serving)
+                .await;
+        }
+        let told = reporter.clone();
+        let asked = stop.clone();
         let served = Server::builder()
             .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, async move {
                 stopped(&mut stop).await;
+                for name in ["", service] {
+                    told.set_service_status(name, ServingStatus::NotServing)
+                        .await;
+                }
             })
             .await;
-        if let Err(e) = served {
-            warn!(socket = %path.display(), "gRPC server ended: {e}");
-        }
         let _ = std::fs::remove_file(&path);
-    })
+        // Told to stop, or the sender (the running driver) is gone.
+        let stopping = *asked.borrow() || asked.has_changed().is_err();
+        if !stopping {
+            for name in ["", service] {
+                reporter
+                    .set_service_status(name, ServingStatus::NotServing)
+                    .await;
+            }
+        }
+        match served {
+            Ok(()) if stopping => Ok(()),
+            Ok(()) => {
+                error!(socket = %path.display(), "gRPC server ended without being told to stop");
+                Err(format!(
+                    "gRPC server on {} ended without being told to stop",
+                    path.display()
+                ))
+            }
+            Err(e) => {
+                error!(socket = %path.display(), "gRPC server failed: {e}");
+                Err(format!("gRPC server on {} failed: {e}", path.display()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_whose_connections_stop_coming_ends_with_an_error() {
+        let (_stop_tx, stop) = watch::channel(false);
+        let dir = tempfile::tempdir().unwrap();
+        let end = server(
+            futures::stream::empty::<io::Result<DuplexStream>>(),
+            Routes::default(),
+            "test.Service",
+            stop,
+            dir.path().join("x.sock"),
+        )
+        .await;
+        let why = end.unwrap_err();
+        assert!(why.contains("ended without being told to stop"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_server_told_to_stop_ends_ok() {
+        let (stop_tx, stop) = watch::channel(false);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.sock");
+        let serving =
+            tokio::spawn(serve_unix(&path, Routes::default(), "test.Service", stop).unwrap());
+        crate::health::check_socket(&path, std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        stop_tx.send_replace(true);
+        assert_eq!(serving.await.unwrap(), Ok(()));
+        assert!(!path.exists(), "the socket is removed");
+    }
 }

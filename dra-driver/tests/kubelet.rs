@@ -743,3 +743,140 @@ async fn the_gate_taint_follows_the_measured_sm_activity_and_prepared_claims_rea
     );
     driver.shutdown().await;
 }
+
+/// Status and body of `GET path` from the driver's HTTP listener.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).await.unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// `GET path` until it answers `status`, for up to 10 s; the last body.
+async fn http_until(addr: std::net::SocketAddr, path: &str, status: u16) -> String {
+    let mut last = (0, String::new());
+    for _ in 0..100 {
+        last = http_get(addr, path).await;
+        if last.0 == status {
+            return last.1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("GET {path}: not {status} within 10 s, last {last:?}");
+}
+
+#[tokio::test]
+async fn both_sockets_serve_grpc_health_and_healthz_checks_them_over_the_sockets() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_with(dir.path(), &StaticClaims::default(), |c| {
+        c.metrics_addr = Some(([127, 0, 0, 1], 0).into());
+        c.health_check_interval = Duration::from_millis(100);
+    })
+    .await;
+    // A kubelet-like client asks each socket's grpc.health.v1 service.
+    for (socket, service) in [
+        (
+            driver.dra_socket(),
+            "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+        ),
+        (
+            driver.registration_socket(),
+            "pluginregistration.Registration",
+        ),
+    ] {
+        let mut health = HealthClient::new(uds_channel(socket).await.unwrap());
+        for name in ["", service] {
+            let answer = health
+                .check(HealthCheckRequest {
+                    service: name.into(),
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{} {name:?}: {e}", socket.display()))
+                .into_inner();
+            assert_eq!(answer.status, 1, "SERVING: {} {name:?}", socket.display());
+        }
+    }
+    let addr = driver.metrics_addr().unwrap();
+    let live = http_until(addr, "/healthz", 200).await;
+    assert_eq!(live, "dra=serving registration=serving\n");
+    // Not ready until the kubelet registered the driver.
+    let ready = http_get(addr, "/readyz").await;
+    assert_eq!(ready.0, 503, "{ready:?}");
+    assert!(ready.1.ends_with("registered=false\n"), "{ready:?}");
+    let mut reg = RegistrationClient::new(uds_channel(driver.registration_socket()).await.unwrap());
+    reg.notify_registration_status(RegistrationStatus {
+        plugin_registered: true,
+        error: String::new(),
+    })
+    .await
+    .unwrap();
+    let ready = http_until(addr, "/readyz", 200).await;
+    assert_eq!(
+        ready,
+        "dra=serving registration=serving sampled=true registered=true\n"
+    );
+    let (status, metrics) = http_get(addr, "/metrics").await;
+    assert_eq!(status, 200);
+    for line in [
+        "carma_dra_driver_grpc_serving{socket=\"dra\"} 1",
+        "carma_dra_driver_kubelet_registered 1",
+        "carma_dra_driver_devices_published 4",
+        "carma_dra_driver_prepares_total{result=\"ok\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing in\n{metrics}");
+    }
+
+    // The DRA socket is gone (what a kubelet would find for a hung or vanished server): the next
+    // checks fail and so does liveness, though the server task itself still runs.
+    std::fs::remove_file(driver.dra_socket()).unwrap();
+    let live = http_until(addr, "/healthz", 503).await;
+    assert!(live.starts_with("dra=cannot connect"), "{live}");
+    assert!(live.ends_with("registration=serving\n"), "{live}");
+    driver.shutdown().await;
+}
+
+#[tokio::test]
+async fn prepare_and_unprepare_are_counted_by_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let claims = StaticClaims::default();
+    let driver = start(dir.path(), &claims).await;
+    let mut client = DraPluginClient::new(uds_channel(driver.dra_socket()).await.unwrap());
+    // A claim the API server does not have: an error for that claim.
+    let answer = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kubelet_claim("gone", "uid-gone")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!answer.claims["uid-gone"].error.is_empty());
+    client
+        .node_unprepare_resources(NodeUnprepareResourcesRequest {
+            claims: vec![kubelet_claim("gone", "uid-gone")],
+        })
+        .await
+        .unwrap();
+    let text = driver.metrics().encode().unwrap();
+    for line in [
+        "carma_dra_driver_prepares_total{result=\"error\"} 1",
+        "carma_dra_driver_prepares_total{result=\"ok\"} 0",
+        "carma_dra_driver_unprepares_total{result=\"ok\"} 1",
+        "carma_dra_driver_prepare_duration_seconds_count 1",
+        "carma_dra_driver_unprepare_duration_seconds_count 1",
+    ] {
+        assert!(text.contains(line), "{line} missing in\n{text}");
+    }
+    driver.shutdown().await;
+}

@@ -1,13 +1,15 @@
 //! The ResourceSlice publisher against a scripted API server (tower-test): server-side apply of
 //! the node's slice owned by its Node, pool generations that only grow, no write when nothing
-//! changed, and the devices withdrawn when the API server drops the sharing fields.
+//! changed, and the devices withdrawn when the API server drops the sharing fields; devices that
+//! leave the slice are reported as an Event on the Node.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use carma_device_plugin::backends::GpuSample;
 use carma_device_plugin::telemetry::Telemetry;
-use carma_dra_driver::publisher::{PublishError, SlicePublisher};
+use carma_dra_driver::metrics::Metrics;
+use carma_dra_driver::publisher::{PublishError, REASON_DEVICES_WITHDRAWN, SlicePublisher};
 use carma_dra_driver::slice::{CapacityPolicy, devices};
 use carma_dra_driver::taints::Tainter;
 use chrono::Utc;
@@ -115,6 +117,9 @@ fn fake_api_with_store(
                     *stored = Some(s.clone());
                     json_response(StatusCode::OK, s)
                 }
+                ("POST", "/apis/events.k8s.io/v1/namespaces/default/events") => {
+                    json_response(StatusCode::CREATED, body.clone())
+                }
                 _ => json_response(
                     StatusCode::NOT_FOUND,
                     json!({"kind": "Status", "code": 404}),
@@ -147,6 +152,15 @@ fn node_devices(busy: bool) -> Vec<Device> {
         min_share_mib: 1024,
     };
     devices(&snap, &taints, policy)
+}
+
+/// The Events posted.
+fn events(seen: &Mutex<Vec<Seen>>) -> Vec<Value> {
+    seen.lock()
+        .iter()
+        .filter(|s| s.method == "POST" && s.uri.contains("/events"))
+        .map(|s| s.body.clone())
+        .collect()
 }
 
 fn patches(seen: &Mutex<Vec<Seen>>) -> Vec<Seen> {
@@ -277,4 +291,87 @@ async fn an_unchanged_slice_is_applied_again_after_the_resync_so_a_wiped_one_com
         "same content, same generation"
     );
     assert!(store.lock().is_some(), "the slice exists again");
+}
+
+#[tokio::test]
+async fn devices_that_leave_the_slice_are_reported_as_an_event_on_the_node() {
+    let (client, seen) = fake_api(None, false);
+    let metrics = Arc::new(Metrics::new());
+    let mut p = SlicePublisher::new(client, NODE, Duration::ZERO).with_metrics(metrics.clone());
+    let both = node_devices(false);
+    assert_eq!(p.offer(&both).await.unwrap(), Some(1));
+    // A taint changes, no device leaves: no Event.
+    assert_eq!(p.offer(&node_devices(true)).await.unwrap(), Some(2));
+    assert!(events(&seen).is_empty(), "{:?}", events(&seen));
+    // The backend stops reporting the second GPU.
+    assert_eq!(p.offer(&both[..1]).await.unwrap(), Some(3));
+    let posted = events(&seen);
+    assert_eq!(posted.len(), 1, "{posted:?}");
+    let e = &posted[0];
+    assert_eq!(e["reason"], REASON_DEVICES_WITHDRAWN);
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(
+        e["regarding"],
+        json!({"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE_UID})
+    );
+    let note = e["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("1 of 2 devices withdrawn from ResourceSlice n1-gpu.carma.io (gpu-1)"),
+        "{note}"
+    );
+    assert!(
+        note.contains("GPU backend no longer reports them"),
+        "{note}"
+    );
+    let text = metrics.encode().unwrap();
+    assert!(
+        text.contains("carma_dra_driver_devices_withdrawn_total{reason=\"gpus_gone\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("carma_dra_driver_devices_published 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_driver_reports_the_devices_its_predecessor_published_and_it_does_not() {
+    let stored = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "n1-gpu.carma.io", "uid": "old"},
+        "spec": {"driver": "gpu.carma.io", "nodeName": NODE,
+                 "pool": {"name": NODE, "generation": 4, "resourceSliceCount": 1},
+                 "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}, {"name": "gpu-2"}]}
+    });
+    let (client, seen) = fake_api(Some(stored), false);
+    let mut p = SlicePublisher::new(client, NODE, Duration::ZERO);
+    assert_eq!(p.offer(&node_devices(false)).await.unwrap(), Some(5));
+    let posted = events(&seen);
+    assert_eq!(posted.len(), 1, "{posted:?}");
+    let note = posted[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("1 of 3 devices withdrawn from ResourceSlice n1-gpu.carma.io (gpu-2)"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn withdrawing_every_device_over_dropped_sharing_fields_is_an_event_too() {
+    let (client, seen) = fake_api(None, true);
+    let mut p = SlicePublisher::new(client, NODE, Duration::ZERO);
+    assert!(matches!(
+        p.offer(&node_devices(false)).await,
+        Err(PublishError::SharingDropped { .. })
+    ));
+    let posted = events(&seen);
+    assert_eq!(posted.len(), 1, "{posted:?}");
+    assert_eq!(posted[0]["reason"], REASON_DEVICES_WITHDRAWN);
+    let note = posted[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with(
+            "2 of 2 devices withdrawn from ResourceSlice n1-gpu.carma.io (gpu-0, gpu-1)"
+        ),
+        "{note}"
+    );
+    assert!(note.contains("DRAConsumableCapacity"), "{note}");
 }

@@ -5,8 +5,10 @@
 //! `--cdi-dir`, and publishes the node's GPUs as a ResourceSlice: memory as consumable capacity,
 //! the utilization gate and health as device taints. It needs the API server (claims are read
 //! from it, the slice is written to it) and Kubernetes 1.36 or newer for shared devices; see
-//! docs/dra.md.
+//! docs/dra.md. `/metrics`, `/healthz` and `/readyz` are served on `--metrics-addr`; the process
+//! exits with an error when any part of the driver (a gRPC server above all) ends on its own.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -73,6 +75,9 @@ pub struct DraDriverArgs {
     /// A gated GPU's taint is lifted only below every cap minus this margin.
     #[arg(long, default_value_t = 0.05)]
     pub gate_reopen_margin: f64,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9403")]
+    pub metrics_addr: SocketAddr,
 }
 
 fn parse_interval(text: &str) -> Result<Duration, config::ConfigError> {
@@ -97,6 +102,7 @@ impl DraDriverArgs {
         c.sm_occupancy_cap = self.sm_occupancy_cap;
         c.dram_activity_cap = self.dram_activity_cap;
         c.gate_reopen_margin = self.gate_reopen_margin;
+        c.metrics_addr = Some(self.metrics_addr);
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }
@@ -128,8 +134,11 @@ pub fn run(args: DraDriverArgs) -> anyhow::Result<ExitCode> {
             }
             Err(e) => return Err(anyhow::Error::new(e).context("carma dra-driver cannot start")),
         };
-        super::shutdown_signal().await;
-        running.shutdown().await;
+        // Until SIGTERM / Ctrl-C, or until a part of the driver ends: then the error is the exit.
+        running
+            .run_until(super::shutdown_signal())
+            .await
+            .map_err(|e| anyhow::Error::new(e).context("carma dra-driver stopped"))?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -180,6 +189,10 @@ mod tests {
         assert_eq!(c.cdi_dir, PathBuf::from("/tmp/cdi"));
         assert!(c.nvidia_cdi && c.mps.is_some());
         assert_eq!(c.sm_activity_cap, 0.7);
+        assert_eq!(
+            c.metrics_addr.map(|a| a.to_string()).as_deref(),
+            Some("0.0.0.0:9403")
+        );
         assert_eq!(
             c.registration_socket(),
             PathBuf::from("/var/lib/kubelet/plugins_registry/gpu.carma.io-reg.sock")
