@@ -135,9 +135,11 @@ for path in sys.argv[1:]:
                 if "hostPath" in v and v["hostPath"]["path"] not in allowed:
                     bad.append(f"{path}: {kind}/{name} mounts unexpected hostPath {v['hostPath']['path']}")
         if kind == "ClusterRole" and name.endswith("-dra-driver"):
-            # Exactly what dra-driver/src reads and writes (claims.rs, publisher.rs).
+            # Exactly what dra-driver/src reads and writes (claims.rs, publisher.rs; the Events of
+            # withdrawn devices through kube's Recorder: create, patch for a series).
             want = {("resource.k8s.io", "resourceslices"): {"get", "create", "patch"},
-                    ("resource.k8s.io", "resourceclaims"): {"get"}, ("", "nodes"): {"get"}}
+                    ("resource.k8s.io", "resourceclaims"): {"get"}, ("", "nodes"): {"get"},
+                    ("events.k8s.io", "events"): {"create", "patch"}}
             got = {(g, r): set(rule["verbs"]) for rule in doc["rules"] for g in rule["apiGroups"]
                    for r in rule["resources"]}
             if got != want:
