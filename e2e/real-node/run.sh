@@ -23,6 +23,10 @@
 #                                              # it got, compared with carma's assignment in the API:
 #                                              #   last-metre: <c> of <C> containers saw exactly their
 #                                              #   GPUs and reservation (CDI via containerd <v>), ...
+#        CARMA_RN_PLANT=lastmetre CARMA_RN_CHART=1 ... # plants stand-in specs whose UUIDs name their
+#                                              # neighbours' device nodes: the run must FAIL
+#                                              # (also: overcommit, faults.sh; dra-overcommit and
+#                                              # dra-any-node, dra.sh)
 #        CARMA_RN_IMAGE=<ref> ...               # the chart's carma image: <ref> in Buildah's storage
 #                                              # (ci/image.sh builds it from the root Dockerfile); else
 #                                              # one is assembled from target/debug/carma
@@ -36,7 +40,8 @@
 #                                              # with the release's default feature gates (from 1.36
 #                                              # DRAConsumableCapacity and DRADeviceTaints are beta and
 #                                              # on), the kubelets' plugin and CDI directories
-#                                              # node-private, and the chart with dra.enabled=true
+#                                              # node-private, and the chart with dra.enabled=true;
+#                                              # its pods' last metre: `last-metre DRA: ...`
 # Needs: root, go, openssl, python3, curl, gcc (static glibc), buildah, iproute2, iptables, runc, the
 # CNI plugins and a static busybox (Debian 12: apt-get install -y runc containernetworking-plugins
 # busybox-static buildah gcc iptables iproute2; and containerd for CARMA_RN_CONTAINERD=debian).
