@@ -223,6 +223,8 @@ expect_reject "a cap above 1" "at '/placement/smActivityCap'" --set-json placeme
 expect_reject "an unknown backend" "at '/devicePlugin/backend'" --set devicePlugin.backend=rocm
 expect_reject "a misspelt key" "replicasPerGPU" --set devicePlugin.replicasPerGPU=8
 expect_reject "zero replicas per GPU" "at '/devicePlugin/replicasPerGpu'" --set devicePlugin.replicasPerGpu=0
+expect_reject "a GpuNode risk deadband of 0" "at '/devicePlugin/publish/riskDelta'" --set-json devicePlugin.publish.riskDelta=0
+expect_reject "a heartbeat the staleness limit does not outlast" "must exceed devicePlugin.publish.heartbeatSeconds" --set devicePlugin.publish.heartbeatSeconds=600
 expect_reject "dra.enabled as a string" "at '/dra/enabled'" --set-string dra.enabled=yes
 expect_reject "a relative DRA plugin directory" "at '/dra/pluginDir'" --set dra.enabled=true --set dra.pluginDir=plugins/gpu.carma.io
 expect_reject "a DRA gate margin of 0.5" "at '/dra/gateReopenMargin'" --set dra.enabled=true --set-json dra.gateReopenMargin=0.5

@@ -164,7 +164,7 @@ contract = {
     "carma_gpu_power_watts", "carma_gpu_energy_joules_total", "carma_gpu_pods", "carma_gpu_healthy",
     "carma_pod_gpu_info", "carma_pod_gpu_memory_reserved_bytes", "carma_pod_gpu_memory_used_bytes", "carma_pod_gpu_memory_peak_bytes",
     "carma_device_plugin_allocations_total", "carma_telemetry_last_sample_timestamp_seconds",
-    "carma_gpunode_publish_total", "carma_gpu_sm_activity_cap_ratio"],
+    "carma_gpunode_publish_total", "carma_gpunode_status_writes_total", "carma_gpu_sm_activity_cap_ratio"],
   "extender": ["carma_extender_requests_total", "carma_extender_request_duration_seconds_bucket",
     "carma_extender_rejections_total", "carma_extender_reservations_total", "carma_extender_placements_in_flight",
     "carma_extender_binds_total"],

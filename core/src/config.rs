@@ -4,8 +4,12 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::placement::gain::{PackGain, SharingModel};
 
-/// Default limit on telemetry age: three of the device plugin's 30 s heartbeats missed.
-pub const DEFAULT_MAX_TELEMETRY_AGE_MS: u64 = 90_000;
+/// Default limit on telemetry age: two of the device plugin's heartbeats (one write per node every
+/// 270–300 s when nothing changes, so 5,000 nodes write about 18 statuses a second). A node is
+/// stale after a whole heartbeat and the retries of the next one failed, 10 minutes at most; a
+/// plugin that died is caught sooner by the kubelet, whose device manager withdraws
+/// `carma.io/gpu` from the node, and a node that died by its NotReady taint.
+pub const DEFAULT_MAX_TELEMETRY_AGE_MS: u64 = 600_000;
 
 /// Default wait after which `pack` lets a pod crowd any busy GPU: eight hours, a bound on waiting
 /// rather than a setting that acts on the simulated grid of docs/default-policy.md: there, aging

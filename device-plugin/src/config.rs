@@ -268,26 +268,42 @@ pub struct Config {
     pub watch_interval: Duration,
 }
 
-/// When the GpuNode status is written.
-#[derive(Debug, Clone, PartialEq)]
+/// When the GpuNode status is written (see [`crate::telemetry::publish_reason`]).
+///
+/// At rest (telemetry unchanged, or moving inside the deadbands) a node writes only its heartbeat:
+/// at the defaults one status write per node every 270–300 s, so 5,000 nodes write about 18 a
+/// second (ARCHITECTURE.md, "A quiet API server"). A change that can alter a placement decision is
+/// written at the next sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PublishConfig {
-    /// Free memory change (MiB) of any GPU that triggers a write.
+    /// Free memory change (MiB) of any GPU since the last write that triggers a write. Below the
+    /// 512 MiB the extender holds back from every published free figure, so a pod it admits on a
+    /// figure up to this far off still has its whole memory margin.
     pub free_mib_delta: u64,
-    /// Risk-score change of any activity metric that triggers a write.
+    /// Risk-score change of any activity metric since the last write that triggers a write. A
+    /// change that opens or closes the utilization gate is written whatever its size.
     pub risk_delta: f64,
-    /// Write at least this often even when nothing changed.
+    /// Write at least this often even when nothing changed: the extender's liveness signal
+    /// (`maxTelemetryAgeSeconds` must be longer; the default is two heartbeats). Each interval is
+    /// shortened by up to a tenth, differently on each node, so nodes restarted together do not
+    /// write together.
     pub heartbeat: Duration,
-    /// Threshold-driven writes are at least this far apart (health and pod-set changes are not delayed).
+    /// Deadband-driven writes are at least this far apart (a change of GPUs, health, pods, a pod's
+    /// memory showing or of the gate verdict is never delayed). The default, 750 ms, allows one
+    /// write per 1 s sample whatever the sampler's jitter, and no more at shorter intervals.
     pub min_interval: Duration,
 }
+
+/// Default heartbeat of the GpuNode status (see [`PublishConfig::heartbeat`]).
+pub const DEFAULT_PUBLISH_HEARTBEAT: Duration = Duration::from_secs(300);
 
 impl Default for PublishConfig {
     fn default() -> Self {
         Self {
             free_mib_delta: 256,
             risk_delta: 0.05,
-            heartbeat: Duration::from_secs(30),
-            min_interval: Duration::from_secs(2),
+            heartbeat: DEFAULT_PUBLISH_HEARTBEAT,
+            min_interval: Duration::from_millis(750),
         }
     }
 }
@@ -377,6 +393,25 @@ impl Config {
         if self.window == 0 {
             return Err(ConfigError::Invalid(
                 "window must hold at least one sample".into(),
+            ));
+        }
+        let p = &self.publish;
+        if p.heartbeat < p.min_interval.max(self.sample_interval) {
+            return Err(ConfigError::Invalid(format!(
+                "--publish-heartbeat {:?}: expected at least the sample interval ({:?})",
+                p.heartbeat, self.sample_interval
+            )));
+        }
+        if !(p.risk_delta.is_finite() && p.risk_delta > 0.0 && p.risk_delta <= 1.0) {
+            return Err(ConfigError::Invalid(format!(
+                "--publish-risk-delta {}: expected a risk-score change above 0 and at most 1",
+                p.risk_delta
+            )));
+        }
+        if p.free_mib_delta == 0 {
+            return Err(ConfigError::Invalid(
+                "--publish-free-mib-delta 0: expected at least 1 MiB (every sample would be written)"
+                    .into(),
             ));
         }
         Ok(())

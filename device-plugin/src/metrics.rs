@@ -19,7 +19,9 @@
 //!
 //! Plugin: `carma_device_plugin_allocations_total{result}`,
 //! `carma_device_plugin_registrations_total{result}`,
-//! `carma_telemetry_last_sample_timestamp_seconds{node}`, `carma_gpunode_publish_total{result}`.
+//! `carma_telemetry_last_sample_timestamp_seconds{node}`, `carma_gpunode_publish_total{result}`,
+//! `carma_gpunode_status_writes_total{reason}` (successful status writes by why: `first`, `change`,
+//! `heartbeat`; at rest only heartbeats, one per node every 270–300 s by default).
 //!
 //! The per-GPU and per-pod series are rendered from the latest snapshot at scrape time, so series of
 //! pods that left disappear at once.
@@ -34,7 +36,20 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::telemetry::{GpuView, Snapshot};
+use crate::telemetry::{GpuView, Snapshot, WriteKind};
+
+/// Label set `{reason}` of `carma_gpunode_status_writes_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `first`, `change` or `heartbeat`.
+    pub reason: String,
+}
+
+fn reason(kind: WriteKind) -> ReasonLabel {
+    ReasonLabel {
+        reason: kind.as_str().to_string(),
+    }
+}
 
 /// Label set `{result}` of the plugin's counters.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -57,6 +72,7 @@ pub struct Metrics {
     allocations: Family<ResultLabel, Counter>,
     registrations: Family<ResultLabel, Counter>,
     publishes: Family<ResultLabel, Counter>,
+    writes: Family<ReasonLabel, Counter>,
     state: Arc<RwLock<State>>,
 }
 
@@ -67,6 +83,7 @@ impl Metrics {
         let allocations = Family::<ResultLabel, Counter>::default();
         let registrations = Family::<ResultLabel, Counter>::default();
         let publishes = Family::<ResultLabel, Counter>::default();
+        let writes = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "carma_device_plugin_allocations",
             "Allocate calls served by the device plugin, by result (ok, ok_unannotated, no_pod, lookup_off, lookup_error, bad_request, bad_assignment)",
@@ -82,6 +99,11 @@ impl Metrics {
             "GpuNode status writes, by result (ok, error)",
             publishes.clone(),
         );
+        registry.register(
+            "carma_gpunode_status_writes",
+            "GpuNode status writes that succeeded, by reason (first: the process's first; change: a change beyond the deadbands; heartbeat: nothing changed for the heartbeat interval)",
+            writes.clone(),
+        );
         let state = Arc::new(RwLock::new(State {
             node: node.into(),
             cap,
@@ -95,11 +117,15 @@ impl Metrics {
             allocations,
             registrations,
             publishes,
+            writes,
             state,
         };
         // Make the common series exist from the start.
         for r in ["ok", "no_pod"] {
             let _ = m.allocations.get_or_create(&label(r));
+        }
+        for k in WriteKind::ALL {
+            let _ = m.writes.get_or_create(&reason(k));
         }
         for r in ["ok", "error"] {
             let _ = m.publishes.get_or_create(&label(r));
@@ -121,6 +147,11 @@ impl Metrics {
     /// Count a GpuNode write.
     pub fn publish(&self, result: &str) {
         self.publishes.get_or_create(&label(result)).inc();
+    }
+
+    /// Count a GpuNode status write that succeeded, by why it was made.
+    pub fn status_write(&self, kind: WriteKind) {
+        self.writes.get_or_create(&reason(kind)).inc();
     }
 
     /// Replace the snapshot the per-GPU and per-pod series come from.

@@ -289,13 +289,8 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
             replicas_per_gpu: config.replicas,
             mps: config.mps.is_some(),
         };
-        let mut publisher = Publisher::new(
-            client,
-            node.clone(),
-            spec,
-            config.publish.clone(),
-            metrics.clone(),
-        );
+        let mut publisher =
+            Publisher::new(client, node.clone(), spec, config.publish, metrics.clone());
         let mut snaps = snap_rx.clone();
         let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {

@@ -1,6 +1,9 @@
 //! Publish the node's `GpuNode` (cluster-scoped, name = node name): created when missing (owned by
 //! the Node, so it goes away with it), its status written through the status subresource with a JSON
-//! merge patch — only when [`crate::telemetry::publish_reason`] says so, so writes stay bounded.
+//! merge patch — only when [`crate::telemetry::publish_reason`] says so: at the next sample after a
+//! change that can move a placement decision, after a move beyond the deadbands, and otherwise once
+//! per heartbeat (5 min by default, jittered per node by [`crate::telemetry::jittered_heartbeat`]).
+//! Each successful write is counted in `carma_gpunode_status_writes_total{reason}`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +18,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::PublishConfig;
 use crate::metrics::Metrics;
-use crate::telemetry::{Snapshot, publish_reason};
+use crate::telemetry::{PublishReason, Snapshot, jittered_heartbeat, publish_reason};
 
 /// Longest wait for one publication (its API calls together).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -30,6 +33,10 @@ pub struct Publisher {
     cfg: PublishConfig,
     metrics: Arc<Metrics>,
     last: Option<(GpuNodeStatus, Instant)>,
+    /// Successful writes so far (picks each heartbeat's jitter).
+    writes: u64,
+    /// The interval after which the current status is written unchanged.
+    heartbeat: Duration,
     exists: bool,
     retry_at: Option<Instant>,
 }
@@ -53,13 +60,16 @@ impl Publisher {
         cfg: PublishConfig,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let node = node.into();
         Self {
+            heartbeat: jittered_heartbeat(cfg.heartbeat, &node, 0),
             client,
-            node: node.into(),
+            node,
             spec,
             cfg,
             metrics,
             last: None,
+            writes: 0,
             exists: false,
             retry_at: None,
         }
@@ -67,20 +77,26 @@ impl Publisher {
 
     /// Write the snapshot's status if it changed enough (or the heartbeat is due).
     /// Returns the reason when it wrote.
-    pub async fn offer(&mut self, snapshot: &Snapshot) -> Option<String> {
-        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+    pub async fn offer(&mut self, snapshot: &Snapshot) -> Option<PublishReason> {
+        self.offer_at(snapshot, Instant::now()).await
+    }
+
+    /// [`Self::offer`] at `now` (tests drive the clock).
+    pub async fn offer_at(&mut self, snapshot: &Snapshot, now: Instant) -> Option<PublishReason> {
+        if self.retry_at.is_some_and(|t| now < t) {
             return None;
         }
         let status = snapshot.to_status();
         let since = self
             .last
             .as_ref()
-            .map(|(_, t)| t.elapsed())
+            .map(|(_, t)| now.saturating_duration_since(*t))
             .unwrap_or(Duration::MAX);
         let reason = publish_reason(
             self.last.as_ref().map(|(s, _)| s),
             &status,
             since,
+            self.heartbeat,
             &self.cfg,
         )?;
         let written = match tokio::time::timeout(WRITE_TIMEOUT, self.write(&status)).await {
@@ -90,15 +106,20 @@ impl Publisher {
         match written {
             Ok(()) => {
                 self.metrics.publish("ok");
+                self.metrics.status_write(reason.kind);
                 debug!(node = %self.node, %reason, summary = %status.summary, "GpuNode status published");
-                self.last = Some((status, Instant::now()));
+                // Timed from the sample, not from the answer: a write that took a while does not
+                // hold back the next change by as long.
+                self.last = Some((status, now));
+                self.writes += 1;
+                self.heartbeat = jittered_heartbeat(self.cfg.heartbeat, &self.node, self.writes);
                 self.retry_at = None;
                 Some(reason)
             }
             Err(e) => {
                 self.metrics.publish("error");
                 warn!(node = %self.node, "GpuNode status not published: {e}; retrying in {RETRY_AFTER:?}");
-                self.retry_at = Some(Instant::now() + RETRY_AFTER);
+                self.retry_at = Some(now + RETRY_AFTER);
                 None
             }
         }

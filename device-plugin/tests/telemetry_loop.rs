@@ -45,6 +45,7 @@ const METRIC_NAMES: &[&str] = &[
     "carma_device_plugin_allocations_total",
     "carma_telemetry_last_sample_timestamp_seconds",
     "carma_gpunode_publish_total",
+    "carma_gpunode_status_writes_total",
 ];
 
 #[derive(Debug, Clone)]

@@ -682,4 +682,52 @@ mod tests {
         cluster.apply_gpu_node_observed(&next, Some(t0 + 70_000));
         assert!(matches!(judge(t0 + 70_001)[0], Verdict::Pass { .. }));
     }
+
+    #[test]
+    fn a_node_that_only_heartbeats_stays_fresh_and_turns_stale_after_two_missed() {
+        // At rest a device plugin writes its GpuNode once per heartbeat (5 min, shortened by up
+        // to a tenth), no longer every 30 s: with the default limit such a node stays fresh
+        // between heartbeats, and turns stale only once two heartbeats' time passed without one.
+        let cfg = PlacementConfig {
+            warmup_ms: 0,
+            ..PlacementConfig::default()
+        };
+        assert_eq!(cfg.max_telemetry_age_ms, Some(600_000));
+        let heartbeat: Millis = 300_000;
+        let snap = synthetic::cluster(1, 1);
+        let cluster = ClusterState::new();
+        snap.apply(&cluster);
+        cluster.use_placement_config(&cfg);
+        let node = synthetic::node_name(0);
+        let d = Demand::new(1, Reservation::Mib(2000), Policy::Magm);
+        let t0: Millis = 5_000_000;
+        let publish = |n: u64, at: Millis| {
+            let mut g = snap.gpu_nodes[0].clone();
+            g.status.as_mut().unwrap().updated_at = Some(format!("2026-01-01T00:{n:02}:00Z"));
+            cluster.apply_gpu_node_observed(&g, Some(at));
+        };
+        publish(0, t0);
+        {
+            let mut w = cluster.write();
+            let p = w.place(&node, &d, &cfg, t0).unwrap();
+            w.book("first", &p, &cfg, t0).unwrap();
+        }
+        let cache = Verdicts::new();
+        let judge = |now| cache.judge(&cluster.read(), &[node.as_str()], &d, &cfg, now);
+        let code = |v: &[Verdict]| match &v[0] {
+            Verdict::Pass { .. } => "pass",
+            Verdict::Fail { code, .. } => code,
+        };
+        // Heartbeats at 5 min: fresh throughout, also just before each one arrives.
+        for n in 1..=4 {
+            let at = t0 + n * heartbeat;
+            assert_eq!(code(&judge(at - 1)), "pass", "before heartbeat {n}");
+            publish(n, at);
+            assert_eq!(code(&judge(at + 1)), "pass", "after heartbeat {n}");
+        }
+        // Then they stop: fresh through the next missed heartbeat, stale after the second.
+        let last = t0 + 4 * heartbeat;
+        assert_eq!(code(&judge(last + 2 * heartbeat)), "pass");
+        assert_eq!(code(&judge(last + 2 * heartbeat + 1)), "telemetry-stale");
+    }
 }

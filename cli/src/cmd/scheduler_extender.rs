@@ -142,7 +142,8 @@ pub struct Thresholds {
     pub warmup_ms: u64,
     /// A node whose GpuNode telemetry has not been published for this many seconds (as seen by
     /// the extender, immune to clock skew) takes no new shared pods; exclusive placement on idle
-    /// GPUs continues. 0 disables the check.
+    /// GPUs continues. 0 disables the check. Keep it above the device plugins'
+    /// --publish-heartbeat (default 600 s: two 5 min heartbeats).
     #[arg(
         long,
         env = "CARMA_MAX_TELEMETRY_AGE_SECONDS",

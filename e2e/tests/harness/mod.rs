@@ -420,6 +420,7 @@ impl NodeAgent {
             self.published.as_ref().map(|(s, _)| s),
             &status,
             since,
+            self.publish.heartbeat,
             &self.publish,
         )?;
         self.published = Some((status.clone(), now));
