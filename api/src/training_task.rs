@@ -264,6 +264,40 @@ pub struct ModelProfile {
     /// is used, it is read from this instead of from the totals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_reading: Option<LayerReadingValues>,
+    /// What the table's or printout's reading had no measured rule for and counted
+    /// conservatively (`carma estimate --summary … --emit-profile` writes them beside
+    /// `layerReading`). Where that count sets the reservation, its source is `analytic-fallback`
+    /// and `status.estimate.warnings` and an `EstimateIsFallback` Event say these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 3))]
+    pub caveats: Option<Vec<ProfileCaveat>>,
+}
+
+/// One pattern a reading had no measured rule for (the estimator's caveat), at most one per kind.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProfileCaveat {
+    /// What kind of pattern.
+    pub kind: CaveatKind,
+    /// The module types it concerns, e.g. T5Attention (the estimator takes 1 to 64 of at most 256
+    /// bytes each).
+    #[schemars(length(min = 1, max = 64))]
+    pub modules: Vec<String>,
+    /// What the bound counted instead, in words (at most 256 bytes).
+    #[schemars(length(max = 256))]
+    pub counted: String,
+}
+
+/// The kind of pattern a reading had no measured rule for.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CaveatKind {
+    /// An attention block of a type no rule covers, counted with its score tensors.
+    UnknownAttention,
+    /// A layer group shown once that runs several times (ALBERT's), run count not given.
+    SharedLayers,
+    /// A module the reader cannot size, every activation value counted half as much again.
+    UnknownModule,
 }
 
 /// Values per sample that the layer-by-layer bound counts. The range is the estimator's
@@ -657,11 +691,15 @@ pub struct EstimateStatus {
     /// Reserved MiB per GPU (absent for whole GPUs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mib: Option<u64>,
-    /// Where it came from: override, estimator (traced, gpumemnet-…, analytic-upper-bound), history (earlier runs of the same model profile), recovery, whole-gpu.
+    /// Where it came from: override, estimator (traced, gpumemnet-…, analytic-upper-bound, analytic-fallback), history (earlier runs of the same model profile), recovery, whole-gpu.
     pub source: String,
     /// Estimator class label, when one applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// With source analytic-fallback: what the model profile's reading had no measured rule for
+    /// and counted conservatively (its `caveats`), one line each; absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// A condition of a TrainingTask, in the Kubernetes style.

@@ -131,6 +131,48 @@ fn a_modelprofile_with_a_layer_reading_reaches_the_estimator_with_its_range() {
 }
 
 #[test]
+fn a_modelprofile_with_caveats_reaches_the_estimator() {
+    // what `carma estimate --summary albert.txt … --emit-profile` writes without
+    // --shared-layer-runs: the reading's caveat beside its layer reading
+    let spec: carma_api::training_task::ModelProfile = serde_json::from_value(serde_json::json!({
+        "family": "transformer", "batchSize": 16, "parameters": 11_221_680u64,
+        "activations": 9_000_000u64, "depth": 40, "seqLength": 512,
+        "caveats": [{"kind": "shared-layers", "modules": ["AlbertLayerGroup"],
+                     "counted": "24 runs"}]
+    }))
+    .unwrap();
+    let json = serde_json::to_string(&spec).unwrap();
+    let profile = carma_estimator::parse_profile(&json).unwrap();
+    assert_eq!(
+        profile.caveats[0].kind,
+        carma_estimator::CaveatKind::SharedLayers
+    );
+    let e = carma_estimator::Estimator::new()
+        .unwrap()
+        .estimate(&profile)
+        .unwrap();
+    assert_eq!(e.source, carma_estimator::EstimateSource::AnalyticFallback);
+    assert_eq!(e.warnings, ["shared-layers: AlbertLayerGroup: 24 runs"]);
+    // every kind the estimator knows, and nothing else, is accepted by the CRD's type
+    for kind in ["unknown-attention", "shared-layers", "unknown-module"] {
+        let c = serde_json::json!({"kind": kind, "modules": ["M"], "counted": ""});
+        assert!(
+            serde_json::from_value::<carma_api::training_task::ProfileCaveat>(c.clone()).is_ok()
+                && serde_json::from_value::<carma_estimator::Caveat>(c).is_ok(),
+            "{kind}"
+        );
+    }
+    let odd = serde_json::json!({"kind": "odd", "modules": ["M"], "counted": ""});
+    assert!(serde_json::from_value::<carma_api::training_task::ProfileCaveat>(odd).is_err());
+    let s = model_profile_schema();
+    assert_eq!(
+        s["properties"]["caveats"]["maxItems"], 3,
+        "{}",
+        s["properties"]["caveats"]
+    );
+}
+
+#[test]
 fn a_modelprofile_with_a_traced_step_reaches_the_estimator_with_its_range() {
     let s = model_profile_schema();
     for key in ["forwardMiB", "backwardMiB", "optimizerStepMiB"] {

@@ -6,10 +6,12 @@
 //! type no rule covers (it may keep its score tensors, or not), a layer group that runs more often
 //! than it is printed (ALBERT), a module whose outputs the reader cannot size. The generic rule
 //! would under-count such a model without saying so, and an underestimate is the one error a
-//! user pays for in a crash. So the readers record a [`Caveat`] for each, count the unknown part
-//! conservatively, and an estimate that rests on such a count says so: its source is
+//! user pays for in a crash. So the readers record a [`Caveat`] for each and count the unknown part
+//! conservatively; the profile carries them ([`crate::Profile::caveats`]), and an estimate whose
+//! reservation that conservative bound sets says so: its source is
 //! [`EstimateSource::AnalyticFallback`](crate::EstimateSource::AnalyticFallback) and its
-//! `warnings` name what was unknown ([`crate::Estimate::with_caveats`]).
+//! `warnings` name what was unknown. Where a GPUMemNet class reserves more than the bound, the
+//! class stands and nothing is said.
 
 use std::fmt;
 
@@ -50,10 +52,16 @@ impl CaveatKind {
     }
 }
 
+/// Most module types one caveat of a profile may name ([`crate::Profile::caveats`]).
+pub const MAX_CAVEAT_MODULES: usize = 64;
+/// Longest module name or `counted` text of a profile's caveat, in bytes.
+pub const MAX_CAVEAT_TEXT: usize = 256;
+
 /// One thing a reading had no rule for: its kind, the module types it concerns and what the
-/// bound counted in its place.
+/// bound counted in its place. A model profile carries them (`caveats`), so an estimate made from
+/// the profile alone says what its reservation rests on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Caveat {
     /// What kind of thing.
     pub kind: CaveatKind,

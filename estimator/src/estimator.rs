@@ -104,27 +104,25 @@ pub struct Estimate {
     pub probabilities: Vec<f32>,
     /// Where `mib` comes from.
     pub source: EstimateSource,
-    /// What the reservation could not read with a measured rule, one line each (see
-    /// [`Estimate::with_caveats`]); empty when it read everything.
+    /// With [`EstimateSource::AnalyticFallback`]: what the reservation could not read with a
+    /// measured rule, one line per [`Profile::caveats`] entry. Empty otherwise: also when the
+    /// profile has caveats but a model's class sets a larger reservation than the conservative
+    /// bound, or the profile carries a traced step (which comes before any bound).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
 
 impl Estimate {
-    /// This estimate of a job whose table or printout reading recorded `caveats`: each becomes a
-    /// warning, and an analytic bound that rests on one becomes
-    /// [`EstimateSource::AnalyticFallback`]. The reservation is unchanged: the reading already
-    /// counted the unknown part conservatively. A profile's `layerReading` carries those counts
-    /// but not the caveats, so an estimate from the profile alone says `analytic-upper-bound`.
-    pub fn with_caveats(mut self, caveats: &[crate::Caveat]) -> Estimate {
-        if caveats.is_empty() {
-            return self;
+    /// The estimate `mib` set by a profile's conservative bound, which rests on its
+    /// [`Profile::caveats`]: the source says so and the warnings say why.
+    fn fallback(p: &Profile, mib: u64, probabilities: Vec<f32>) -> Estimate {
+        Estimate {
+            mib,
+            class: format!("(0,{mib}]"),
+            probabilities,
+            source: EstimateSource::AnalyticFallback,
+            warnings: p.caveats.iter().map(|c| c.to_string()).collect(),
         }
-        if self.source == EstimateSource::AnalyticUpperBound {
-            self.source = EstimateSource::AnalyticFallback;
-        }
-        self.warnings.extend(caveats.iter().map(|c| c.to_string()));
-        self
     }
 }
 
@@ -336,8 +334,12 @@ fn bound_mib(p: &Profile, gpus: u32) -> u64 {
     }
 }
 
+/// The analytic bound as an estimate: a fallback when the profile's reading has caveats.
 fn analytic(p: &Profile, probabilities: Vec<f32>, gpus: u32) -> Estimate {
     let mib = bound_mib(p, gpus);
+    if !p.caveats.is_empty() {
+        return Estimate::fallback(p, mib, probabilities);
+    }
     Estimate {
         mib,
         class: format!("(0,{mib}]"),
@@ -365,16 +367,34 @@ fn decide(model: &Model, p: &Profile, probabilities: Vec<f32>, gpus: u32) -> Est
             "profile beyond the model's training range; using the analytic upper bound"
         );
         if class_mib > e.mib {
+            // the class, not the (possibly conservative) bound, sets the reservation
             e.mib = class_mib;
             e.class = format!("(0,{class_mib}]");
+            e.source = EstimateSource::AnalyticUpperBound;
+            e.warnings.clear();
         }
         return e;
     }
     let k = meta.decision.choose(&probabilities);
     let class = &meta.classes[k.min(meta.classes.len() - 1)];
+    // A profile whose reading counted parts conservatively (caveats) gets the larger of the
+    // class and that bound; it is a fallback only where the bound is the larger.
     let mib = match class.upper_mib {
-        Some(u) => u,
-        None => bound_mib(p, gpus).max(meta.open_class_min_reservation_mib),
+        Some(u) if p.caveats.is_empty() => u,
+        Some(u) => {
+            let bound = bound_mib(p, gpus);
+            if bound > u {
+                return Estimate::fallback(p, bound, probabilities);
+            }
+            u
+        }
+        None => {
+            let bound = bound_mib(p, gpus);
+            if !p.caveats.is_empty() && bound >= meta.open_class_min_reservation_mib {
+                return Estimate::fallback(p, bound, probabilities);
+            }
+            bound.max(meta.open_class_min_reservation_mib)
+        }
     };
     Estimate {
         mib,

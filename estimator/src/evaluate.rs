@@ -192,6 +192,7 @@ pub fn read_mlp_csv(text: &str) -> Result<Vec<LabelledRow>, EvaluateError> {
             mixed_precision: None,
             traced: None,
             layer_reading: None,
+            caveats: Vec::new(),
         };
         rows.push(LabelledRow {
             line,

@@ -168,6 +168,7 @@ mod tests {
             mixed_precision: None,
             traced: None,
             layer_reading: None,
+            caveats: Vec::new(),
         }
     }
 

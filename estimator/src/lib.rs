@@ -58,7 +58,9 @@ mod torchsummary;
 mod traced;
 
 pub use analytic::analytic_upper_bound_mib;
-pub use caveat::{Caveat, CaveatKind, Caveats, FALLBACK_PERCENT};
+pub use caveat::{
+    Caveat, CaveatKind, Caveats, FALLBACK_PERCENT, MAX_CAVEAT_MODULES, MAX_CAVEAT_TEXT,
+};
 pub use estimator::{
     EMBEDDED_MODELS, Estimate, EstimateError, EstimateSource, Estimator, EstimatorError, ModelParts,
 };

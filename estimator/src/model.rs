@@ -200,6 +200,7 @@ fn probe_profile(family: Family) -> Profile {
         mixed_precision: None,
         traced: None,
         layer_reading: None,
+        caveats: Vec::new(),
     }
 }
 

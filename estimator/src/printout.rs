@@ -465,6 +465,7 @@ pub(crate) fn parse_printout_reading(
         mixed_precision: None,
         traced: None,
         layer_reading: None,
+        caveats: Vec::new(),
     };
     profile.validate()?;
     profile.depth = Some(profile.effective_depth());

@@ -7,6 +7,7 @@ use serde::de::{MapAccess, Visitor, value::MapAccessDeserializer};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::analytic::{BoundInputs, analytic_upper_bound_mib};
+use crate::caveat::{Caveat, MAX_CAVEAT_MODULES, MAX_CAVEAT_TEXT};
 pub use crate::family::{Family, FamilyParseError, Optimizer};
 use crate::layer_reading::LayerReading;
 use crate::traced::{MAX_TRACED_MIB, Traced};
@@ -160,6 +161,13 @@ pub struct Profile {
         deserialize_with = "some_map_only"
     )]
     pub layer_reading: Option<LayerReading>,
+    /// What the table's or printout's reading had no measured rule for and counted
+    /// conservatively instead (`carma estimate --summary … --emit-profile` writes them beside
+    /// `layerReading`). Where that conservative bound sets the reservation, the estimate is an
+    /// [`crate::EstimateSource::AnalyticFallback`] whose `warnings` are these; empty when the
+    /// reading had a rule for everything. At most one per kind, each naming at least one module.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caveats: Vec<Caveat>,
 }
 
 impl Profile {
@@ -303,6 +311,30 @@ impl Profile {
                     "layerReading",
                     &format!(
                         "the bound it gives is {detailed} MiB, more than the {MAX_ESTIMATE_MIB} MiB (1 PiB) any cluster has"
+                    ),
+                );
+            }
+        }
+        for (i, c) in self.caveats.iter().enumerate() {
+            let key = format!("caveats[{i}]");
+            if self.caveats[..i].iter().any(|d| d.kind == c.kind) {
+                return invalid(&key, &format!("a second `{}` caveat", c.kind.as_str()));
+            }
+            if c.modules.is_empty() || c.modules.len() > MAX_CAVEAT_MODULES {
+                return invalid(
+                    &format!("{key}.modules"),
+                    &format!("must name 1 to {MAX_CAVEAT_MODULES} module types"),
+                );
+            }
+            if c.modules
+                .iter()
+                .any(|m| m.trim().is_empty() || m.len() > MAX_CAVEAT_TEXT)
+                || c.counted.len() > MAX_CAVEAT_TEXT
+            {
+                return invalid(
+                    &key,
+                    &format!(
+                        "module names must be non-empty and texts at most {MAX_CAVEAT_TEXT} bytes"
                     ),
                 );
             }

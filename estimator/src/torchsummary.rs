@@ -320,6 +320,7 @@ pub(crate) fn parse_torchsummary_reading(
         mixed_precision: None,
         traced: None,
         layer_reading: None,
+        caveats: Vec::new(),
     };
     profile.depth = Some(profile.effective_depth());
     tracing::debug!(rows, parameters, activations, %family, "parsed torchsummary table");

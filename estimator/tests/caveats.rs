@@ -2,7 +2,8 @@
 //! layer group, T5's attention with a learned position bias and EfficientNet-B3's SiLU rows (the
 //! H100 peaks of `data/h100-heldout-peaks.csv`; the printouts and the table in `data/held-out/`,
 //! written by `data/describe_models.py`), XLNet with its language-model head, and what a module
-//! type or attention with no rule does to the estimate.
+//! type or attention with no rule does to the estimate (a fallback only where its bound sets the
+//! reservation).
 
 use std::path::PathBuf;
 
@@ -10,7 +11,9 @@ use carma_estimator::analytic::{Reading, detailed_bound, printout_reading, summa
 use carma_estimator::printout_rules::{
     ASSUMED_SHARED_RUNS, POSITION_BIAS_SCORE_QUARTERS, RELATIVE_SCORE_QUARTERS,
 };
-use carma_estimator::{CaveatKind, EstimateSource, Estimator, Family, LayerReading};
+use carma_estimator::{
+    Caveat, CaveatKind, EstimateSource, Estimator, Family, LayerReading, parse_profile,
+};
 
 fn data(rel: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -70,11 +73,8 @@ fn albert_counts_its_shared_layer_once_per_run() {
     assert_eq!(bound(&assumed), at(ASSUMED_SHARED_RUNS));
     let mut profile = assumed.profile.clone();
     profile.layer_reading = Some(LayerReading::from(&assumed.values));
-    let e = Estimator::new()
-        .unwrap()
-        .estimate(&profile)
-        .unwrap()
-        .with_caveats(&assumed.caveats);
+    profile.caveats = assumed.caveats.clone();
+    let e = Estimator::new().unwrap().estimate(&profile).unwrap();
     assert_eq!(e.source, EstimateSource::AnalyticFallback);
     assert_eq!(e.mib, bound(&assumed));
     assert!(
@@ -126,4 +126,96 @@ fn xlnet_with_its_lm_head_runs_relative_attention_twice() {
     .unwrap();
     let c = printout_reading(&classifier, Family::Transformer, 1, 512, None).unwrap();
     assert_eq!(c.values.scores, once.div_ceil(4));
+}
+
+/// A profile whose reading had caveats gets the larger of GPUMemNet's class and the conservative
+/// bound, and is a fallback, with warnings, only where the bound is the larger.
+#[test]
+fn a_profiles_caveats_make_a_fallback_only_where_the_bound_sets_the_reservation() {
+    let est = Estimator::new().unwrap();
+    let mut p = parse_profile(
+        r#"{"family":"mlp","batchSize":64,"parameters":100000,"activations":2000,"depth":3}"#,
+    )
+    .unwrap();
+    let class = est.estimate(&p).unwrap();
+    assert_eq!(
+        (class.mib, class.source),
+        (2000, EstimateSource::GpumemnetMlp)
+    );
+    let caveat = Caveat {
+        kind: CaveatKind::UnknownModule,
+        modules: vec!["FooBlock".into()],
+        counted: "every activation value counted 150 %".into(),
+    };
+    // a small reading: its bound is below the class edge, so the class stands and says nothing
+    let small = LayerReading {
+        saved_values: 2_000,
+        kept_fp32_values: 0,
+        largest_values: 512,
+        score_values: 0,
+    };
+    p.layer_reading = Some(small);
+    p.caveats = vec![caveat.clone()];
+    assert!(detailed_bound(&p, &small.values()).total_mib < 2000);
+    let e = est.estimate(&p).unwrap();
+    assert_eq!(e, class);
+    // a large one: the bound is above the class edge; it sets the reservation, as a fallback
+    let large = LayerReading {
+        saved_values: 20_000_000,
+        largest_values: 1_000_000,
+        ..small
+    };
+    p.layer_reading = Some(large);
+    let bound = detailed_bound(&p, &large.values()).total_mib;
+    assert!(bound > 2000, "{bound}");
+    let e = est.estimate(&p).unwrap();
+    assert_eq!((e.mib, e.source), (bound, EstimateSource::AnalyticFallback));
+    assert_eq!(e.class, format!("(0,{bound}]"));
+    assert_eq!(
+        e.warnings,
+        ["unknown-module: FooBlock: every activation value counted 150 %"]
+    );
+    // without the caveat the model's class is the reservation, as before
+    p.caveats.clear();
+    assert_eq!(
+        est.estimate(&p).unwrap().source,
+        EstimateSource::GpumemnetMlp
+    );
+    // an analytic family: the bound is the reservation, a fallback with the caveat
+    let mut t = p.clone();
+    t.family = Family::Transformer;
+    assert_eq!(
+        est.estimate(&t).unwrap().source,
+        EstimateSource::AnalyticUpperBound
+    );
+    t.caveats = vec![caveat];
+    let e = est.estimate(&t).unwrap();
+    assert_eq!(e.source, EstimateSource::AnalyticFallback);
+    assert_eq!(e.warnings.len(), 1);
+}
+
+#[test]
+fn a_profiles_caveats_are_validated_by_name() {
+    let base =
+        r#""family":"transformer","batchSize":8,"parameters":1000,"activations":1000,"depth":3"#;
+    let with = |caveats: &str| parse_profile(&format!("{{{base},\"caveats\":{caveats}}}"));
+    let ok =
+        with(r#"[{"kind":"shared-layers","modules":["AlbertLayerGroup"],"counted":"24 runs"}]"#)
+            .unwrap();
+    assert_eq!(ok.caveats[0].kind, CaveatKind::SharedLayers);
+    // the emitted form reads back the same
+    let again = parse_profile(&serde_json::to_string(&ok).unwrap()).unwrap();
+    assert_eq!(again, ok);
+    let err = |caveats: &str| with(caveats).unwrap_err().to_string();
+    assert!(err(r#"[{"kind":"odd","modules":["A"],"counted":""}]"#).contains("caveats"));
+    assert!(
+        err(r#"[{"kind":"unknown-module","modules":[],"counted":""}]"#)
+            .contains("caveats[0].modules")
+    );
+    let twice = r#"[{"kind":"unknown-module","modules":["A"],"counted":""},
+                    {"kind":"unknown-module","modules":["B"],"counted":""}]"#;
+    assert!(err(twice).contains("caveats[1]"), "{}", err(twice));
+    assert!(
+        err(r#"[{"kind":"unknown-module","modules":["A"],"counted":"","x":1}]"#).contains("`x`")
+    );
 }

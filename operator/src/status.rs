@@ -303,6 +303,7 @@ mod tests {
                 mib: Some(8000),
                 source: "gpumemnet-cnn".into(),
                 class: Some("(0,8000]".into()),
+                ..Default::default()
             }),
             ..Default::default()
         };
@@ -310,7 +311,7 @@ mod tests {
             estimate: Some(EstimateStatus {
                 mib: Some(16000),
                 source: "recovery".into(),
-                class: None,
+                ..Default::default()
             }),
             attempt_count: 2,
             ..Default::default()

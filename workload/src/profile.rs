@@ -39,6 +39,7 @@ impl Architecture {
             mixed_precision: None,
             traced: None,
             layer_reading: None,
+            caveats: Vec::new(),
         }
     }
 }

@@ -32,8 +32,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use carma_estimator::analytic::{detailed_bound_for, printout_reading, summary_reading};
 use carma_estimator::{
-    Caveat, Estimate, Estimator, Family, LayerReading, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer,
-    Profile, evaluate, looks_like_printout, looks_like_torchinfo, parse_profile,
+    Estimate, Estimator, Family, LayerReading, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer, Profile,
+    evaluate, looks_like_printout, looks_like_torchinfo, parse_profile,
 };
 use serde_json::json;
 
@@ -220,11 +220,11 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
         out["dataset"] = json!(dataset.display().to_string());
         return Ok(Output::Json(out));
     }
-    let (profile, caveats) = read_profile(args)?;
+    let profile = read_profile(args)?;
     if args.emit_profile {
-        // The profile carries the conservative counts, not the caveats (the annotation has no
-        // place for them): say them here.
-        for c in &caveats {
+        // The profile carries the caveats (`caveats`), and the cluster's estimate says them;
+        // say them here too, for the person who writes the annotation.
+        for c in &profile.caveats {
             eprintln!("carma estimate: warning: {c}");
         }
         let out = serde_json::to_value(&profile).map_err(|e| BadInput(e.to_string()))?;
@@ -235,8 +235,7 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
     let gpus = args.gpus.unwrap_or(1);
     let estimate = estimator
         .estimate_for(&profile, gpus)
-        .map_err(|e| BadInput(e.to_string()))?
-        .with_caveats(&caveats);
+        .map_err(|e| BadInput(e.to_string()))?;
     let mut out = render(&estimate);
     if let Some(reading) = &profile.layer_reading
         && estimate.source.is_analytic()
@@ -247,15 +246,15 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
     Ok(Output::Json(out))
 }
 
-/// The job's profile and what its reading had no rule for; from a table or a printout, with its
-/// layer-by-layer reading.
-fn read_profile(args: &EstimateArgs) -> Result<(Profile, Vec<Caveat>), BadInput> {
+/// The job's profile; from a table or a printout, with its layer-by-layer reading and what that
+/// reading had no rule for (`caveats`).
+fn read_profile(args: &EstimateArgs) -> Result<Profile, BadInput> {
     match (&args.profile, &args.summary, args.family, args.batch_size) {
         (Some(path), None, _, _) => {
             let text = read_input(path)?;
             let profile =
                 parse_profile(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
-            Ok((profile, Vec::new()))
+            Ok(profile)
         }
         (None, Some(path), Some(family), Some(batch)) => {
             let text = read_input(path)?;
@@ -279,8 +278,9 @@ fn read_profile(args: &EstimateArgs) -> Result<(Profile, Vec<Caveat>), BadInput>
             profile.optimizer = args.optimizer;
             profile.mixed_precision = args.mixed_precision.then_some(true);
             profile.layer_reading = Some(LayerReading::from(&reading.values));
+            profile.caveats = reading.caveats;
             profile.validate().map_err(|e| at(&e))?;
-            Ok((reading.profile, reading.caveats))
+            Ok(reading.profile)
         }
         (None, Some(_), _, _) => Err(BadInput("--summary needs --family and --batch-size".into())),
         _ => Err(BadInput(
@@ -742,6 +742,51 @@ mod printout_tests {
         ])
         .unwrap_err();
         assert!(msg.contains("--shared-layer-runs"), "{msg}");
+    }
+
+    /// An MLP table with an attention row of no known kind: the reading counts every value
+    /// conservatively, but where GPUMemNet's class reserves more than that bound, the class sets
+    /// the reservation and the estimate is no fallback.
+    #[test]
+    fn a_caveat_marks_a_fallback_only_where_the_fallback_sets_the_reservation() {
+        let table = |attention: &str| {
+            format!(
+                "Layer (type)   Output Shape   Param #\n====\n\
+                 Linear-1  [-1, 512]  401,920\nReLU-2  [-1, 512]  0\n\
+                 {attention}-3  [-1, 512]  0\nLinear-4  [-1, 10]  5,130\n\
+                 ====\nTotal params: 407,050\n"
+            )
+        };
+        let mystery = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(mystery.path(), table("MysteryAttention")).unwrap();
+        let known = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(known.path(), table("MultiheadAttention")).unwrap();
+        let at = |f: &tempfile::NamedTempFile, batch: &str| {
+            let path = f.path().to_string_lossy().into_owned();
+            run_with(&["--summary", &path, "--family", "mlp", "--batch-size", batch]).unwrap()
+        };
+        // batch 64: within the model's range, its class (1000,2000] is above the bound
+        let a = at(&mystery, "64");
+        assert_eq!(a["source"], "gpumemnet-mlp", "{a}");
+        assert_eq!(a["warnings"], json!([]), "{a}");
+        assert_eq!(a["estimate_mib"], at(&known, "64")["estimate_mib"]);
+        // batch 4096: beyond the model's range; the class edge (3,000) is above the bound too
+        let b = at(&mystery, "4096");
+        assert_eq!(b["source"], "analytic-upper-bound", "{b}");
+        assert_eq!(b["warnings"], json!([]), "{b}");
+        assert_eq!(b["estimate_mib"], at(&known, "4096")["estimate_mib"]);
+        // the emitted profile carries the caveat, and the estimate from it says the same
+        let path = mystery.path().to_string_lossy().into_owned();
+        let flags = ["--summary", &path, "--family", "mlp", "--batch-size", "64"];
+        let emitted = run_with(&[flags.as_slice(), &["--emit-profile"]].concat()).unwrap();
+        assert_eq!(
+            emitted["caveats"][0]["kind"], "unknown-attention",
+            "{emitted}"
+        );
+        let p = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(p.path(), emitted.to_string()).unwrap();
+        let from_profile = run_with(&["--profile", p.path().to_str().unwrap()]).unwrap();
+        assert_eq!(from_profile, a);
     }
 
     #[test]

@@ -996,6 +996,80 @@ fn failure_without_any_text_is_a_plain_failure() {
     assert_eq!(s.attempts[0].outcome, Some(AttemptOutcomeKind::Failed));
 }
 
+/// A model profile whose reading counted an unknown pattern conservatively: the caveat reaches the
+/// attempt's annotation, and where the extender's reservation is that fallback, the status says
+/// why and one Event says so.
+#[test]
+fn a_fallback_reservation_is_reported_with_its_caveats() {
+    let profile = json!({"family": "transformer", "batchSize": 16, "parameters": 11221680,
+        "activations": 9000000, "depth": 40, "seqLength": 512,
+        "caveats": [{"kind": "shared-layers", "modules": ["AlbertLayerGroup"],
+                     "counted": "24 runs, ALBERT-large's"}]});
+    let mut tk = task(json!({ "modelProfile": profile }));
+    let p = step(&tk, &[], t(0));
+    // the extender reads the caveat from the pod's profile annotation
+    let written: serde_json::Value =
+        serde_json::from_str(&ann(&p, ANNOTATION_MODEL_PROFILE).unwrap()).unwrap();
+    assert_eq!(written["caveats"], profile["caveats"]);
+    let parsed = carma_estimator::parse_profile(&written.to_string()).unwrap();
+    let e = carma_estimator::Estimator::new()
+        .unwrap()
+        .estimate(&parsed)
+        .unwrap();
+    assert_eq!(e.source, carma_estimator::EstimateSource::AnalyticFallback);
+    apply(&mut tk, &p);
+    let fallback = |o: ObservedAttempt| {
+        let mut o = bound(o, e.mib);
+        o.estimate = Some(EstimateAnnotation {
+            mib: e.mib,
+            source: e.source.as_str().into(),
+            class: Some(e.class.clone()),
+            samples: None,
+        });
+        o
+    };
+    let running = fallback(pod(1, PodProgress::Running));
+    let p = step(&tk, std::slice::from_ref(&running), t(30));
+    apply(&mut tk, &p);
+    let est = st(&tk).estimate.as_ref().unwrap();
+    assert_eq!(est.source, "analytic-fallback");
+    assert_eq!(est.warnings, e.warnings);
+    assert_eq!(
+        est.warnings,
+        ["shared-layers: AlbertLayerGroup: 24 runs, ALBERT-large's"]
+    );
+    let ev = p
+        .events
+        .iter()
+        .find(|ev| ev.reason == "EstimateIsFallback")
+        .unwrap_or_else(|| panic!("{:?}", reasons(&p)));
+    assert!(
+        ev.warning && ev.pod.as_deref() == Some("train-a1"),
+        "{ev:?}"
+    );
+    assert!(ev.note.contains("AlbertLayerGroup"), "{}", ev.note);
+    assert!(
+        ev.note.contains(&format!("{} MiB per GPU", e.mib)),
+        "{}",
+        ev.note
+    );
+    // once: the next step finds it reported
+    let p = step(&tk, std::slice::from_ref(&running), t(60));
+    assert!(
+        !reasons(&p).contains(&"EstimateIsFallback"),
+        "{:?}",
+        reasons(&p)
+    );
+    // another source says nothing of the caveats
+    let mut tk = task(json!({ "modelProfile": profile }));
+    let p = step(&tk, &[], t(0));
+    apply(&mut tk, &p);
+    let p = step(&tk, &[bound(pod(1, PodProgress::Running), 8000)], t(30));
+    let s = p.status.as_ref().unwrap();
+    assert!(s.estimate.as_ref().unwrap().warnings.is_empty());
+    assert!(!reasons(&p).contains(&"EstimateIsFallback"));
+}
+
 #[test]
 fn records_map_to_the_core() {
     let mut a = AttemptStatus {

@@ -194,3 +194,44 @@ fn a_refused_model_profile_fails_the_task_before_any_pod() {
     assert!(s.message.as_deref().unwrap().contains("batchSize"), "{s:?}");
     assert_eq!(reasons(&p), ["InvalidSpec"]);
 }
+
+/// On DRA the operator's own sizing is the reservation: a fallback is reported when the attempt is
+/// created, and not again once the pod carries it.
+#[test]
+fn a_fallback_first_estimate_is_reported_at_creation() {
+    let mut tk = task(
+        json!({"modelProfile": {"family": "transformer", "batchSize": 8,
+        "parameters": 1000000, "activations": 1000000, "depth": 3,
+        "caveats": [{"kind": "unknown-attention", "modules": ["MysteryAttention"],
+                     "counted": "as eager attention"}]}}),
+    );
+    let fallback = EstimateAnnotation {
+        mib: 2048,
+        source: "analytic-fallback".into(),
+        class: Some("(0,2048]".into()),
+        samples: None,
+    };
+    let p = dra_step(&tk, &[], t(0), Some(&fallback));
+    let est = p.status.as_ref().unwrap().estimate.as_ref().unwrap();
+    assert_eq!(est.source, "analytic-fallback");
+    assert_eq!(
+        est.warnings,
+        ["unknown-attention: MysteryAttention: as eager attention"]
+    );
+    assert_eq!(
+        reasons(&p),
+        ["AttemptCreated", "EstimateIsFallback"],
+        "{:?}",
+        p.events
+    );
+    apply(&mut tk, &p);
+    let mut running = pod(1, PodProgress::Running);
+    running.node = Some("gpu-node-1".into());
+    running.estimate = Some(fallback.clone());
+    let p = dra_step(&tk, &[running], t(30), Some(&fallback));
+    assert!(
+        !reasons(&p).contains(&"EstimateIsFallback"),
+        "{:?}",
+        reasons(&p)
+    );
+}
