@@ -405,6 +405,7 @@ lm_check || die "a last-metre check failed (the lines above)"
 faults_run || die "a restart or fault was not survived (the lines above)"
 k get trainingtasks,pods -n default -o json >"$WORK/final-tasks.json"
 watch_stop
+faults_summary "$WORK/overcommit.json" || die "a fault under load lost or over-committed something (the line above)"
 chart_uninstall || die "a helm check failed (the line above)"
 chart_remove || die "carma was not removed for good (the line above)"
 chart_summary || die "the real-node summary's goals are not met (the line above)"
