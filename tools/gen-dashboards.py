@@ -568,10 +568,17 @@ def collocation() -> dict:
                      [target("sum by (instance, result) (increase(carma_device_plugin_allocations_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{instance}} {{result}}")],
                      "short", min_=0, draw="bars", stack=True), 12, 8)
-    L.add(timeseries("GpuNode publishes by result", "Writes of each node's GpuNode status (on change beyond a "
-                     "threshold or every 30 s). Errors leave the extender with stale figures.",
+    L.add(timeseries("GpuNode publishes by result", "Writes of each node's GpuNode status (at the next sample after a "
+                     "change that can move a placement, beyond the deadbands, else once per 5 min heartbeat). Errors "
+                     "leave the extender with stale figures.",
                      [target("sum by (instance, result) (increase(carma_gpunode_publish_total{job=~\"$job\"}[$__rate_interval]))",
                              "{{instance}} {{result}}")], "short", min_=0, draw="bars", stack=True), 12, 8)
+    L.add(timeseries("GpuNode status writes per second by reason", "What the device plugins cost the API server: "
+                     "status writes a second, all nodes together, by why they were made (first, change, heartbeat). "
+                     "At rest only heartbeats: nodes / 285 a second at the default 5 min heartbeat (5,000 nodes: "
+                     "about 18).",
+                     [target("sum by (reason) (rate(carma_gpunode_status_writes_total{job=~\"$job\"}[$__rate_interval]))",
+                             "{{reason}}")], "ops", min_=0, stack=True), 12, 8)
     return dashboard("carma-gpu-collocation", "carma / GPU collocation",
                      "Per-GPU collocation: which pods share each GPU, the sharing decision and its reason per GPU, "
                      "reserved vs used memory, predicted (reserved) vs actual peak memory per pod, SM activity "
