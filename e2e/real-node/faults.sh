@@ -236,7 +236,7 @@ pod_pids() {
 
 # fault_extender_hang: the extender's processes are stopped (SIGSTOP) for FAULT_HANG_S seconds, a hang
 # and not a crash: its port still accepts connections, nothing answers. A TrainingTask submitted during
-# the hang must stay unbound (kube-scheduler's calls time out and it binds nothing itself; no other
+# the hang must have its attempt pod created and that pod must stay unbound (kube-scheduler's calls time out and it binds nothing itself; no other
 # scheduler may take the pod), the load keeps training, and after SIGCONT that task and a new one run
 # to success.
 FAULT_HANG_S="${FAULT_HANG_S:-20}"
@@ -255,8 +255,12 @@ fault_extender_hang() {
   training_task "$name" 32Mi 'echo "placed after the extender hang"; exit 0' | k apply -f - >/dev/null ||
     { kill -CONT $pids; return 1; }
   FAULT_TASKS+=("$name")
+  local seen=0 pods
   while (( $(date +%s) - t0 < FAULT_HANG_S )); do
-    node="$(k get pods -n default -l "carma.io/task=$name" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep . || true)"
+    # one line per pod of the task: "<name> <node or nothing>"
+    pods="$(k get pods -n default -l "carma.io/task=$name" -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}' || true)"
+    [[ -z "$pods" ]] || seen=1
+    node="$(awk 'NF > 1 {print $2}' <<<"$pods")"
     [[ -z "$node" ]] || bound+=("$node")
     sleep 1
   done
@@ -271,7 +275,7 @@ fault_extender_hang() {
   during="$(k get trainingtask -n default "$name" -o jsonpath='{.status.phase}')"
   restarts="$(k -n "$CHART_NS" get pod "$pod" -o jsonpath='{.status.containerStatuses[0].restartCount}' 2>/dev/null || echo gone)"
   faults_judge extender-hang "$WORK/fault-extender-hang-0" "$WORK/fault-extender-hang-1" "" \
-    "{\"hangS\": $FAULT_HANG_S, \"boundDuringHang\": ${#bound[@]}, \"taskSubmittedDuringHang\": \"$during\", \"extenderRestarts\": \"$restarts\", \"ok\": $([[ ${#bound[@]} == 0 && $during == Succeeded ]] && echo true || echo false)}"
+    "{\"hangS\": $FAULT_HANG_S, \"boundDuringHang\": ${#bound[@]}, \"taskSubmittedDuringHang\": \"$during\", \"attemptPodDuringHang\": $([[ $seen == 1 ]] && echo true || echo false), \"extenderRestarts\": \"$restarts\", \"ok\": $([[ $seen == 1 && ${#bound[@]} == 0 && $during == Succeeded ]] && echo true || echo false)}"
 }
 
 # fault_control_plane <apiserver|etcd>: SIGKILL, 5 s down, started again.
