@@ -693,7 +693,13 @@ mod tests {
         tasks.spawn("loop", std::future::pending());
         assert!(supervise(&mut tasks, async {}).await.is_none());
         tasks.spawn("sweep", async { panic!("boom") });
-        match supervise(&mut tasks, std::future::pending()).await {
+        let ended = tokio::time::timeout(
+            Duration::from_secs(10),
+            supervise(&mut tasks, std::future::pending()),
+        )
+        .await
+        .expect("supervision returns when a task panics");
+        match ended {
             Some(Error::TaskEnded { task: "sweep", why }) => {
                 assert!(why.contains("panicked"), "{why}")
             }
