@@ -94,6 +94,7 @@ type hollow struct {
 	allocQ      chan *v1.Pod
 	published   atomic.Int64
 	publishErrs atomic.Int64
+	lastPubErr  atomic.Value // string: the last publication's error
 	marked      atomic.Int64
 	markErrs    atomic.Int64
 	markDelayMu sync.Mutex
@@ -257,6 +258,7 @@ func (h *hollow) publish(ctx context.Context, node string) error {
 	_, err = h.b.pubDyn.Resource(gnGVR).Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{}, "status")
 	if err != nil {
 		h.publishErrs.Add(1)
+		h.lastPubErr.Store(err.Error())
 		h.mu.Lock()
 		hn.dirty = true
 		h.mu.Unlock()

@@ -281,6 +281,13 @@ func main() {
 	}
 }
 
+func lastErr(v *atomic.Value) string {
+	if s, ok := v.Load().(string); ok && s != "" {
+		return ", the last: " + s
+	}
+	return ""
+}
+
 func runTitle(title string, rep, repeats int) string {
 	if repeats <= 1 {
 		return title
@@ -748,6 +755,7 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 	}
 	if quiet {
 		fmt.Printf("  quiet window: %s with carma running and no pods to schedule\n", b.cfg.quiet)
+		pub0, pubErr0 := b.h.published.Load(), b.h.publishErrs.Load()
 		a0, err0 := b.apiScrape(ctx)
 		t := time.Now()
 		select {
@@ -760,7 +768,8 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 			r.failed = true
 		} else {
 			r.writesRest = carmaWrites(a0, a1, time.Since(t).Seconds())
-			fmt.Printf("  carma's API writes at rest: %s\n", r.writesRest)
+			fmt.Printf("  carma's API writes at rest: %s; the hollow device plugins published %d GpuNode statuses in it (%d failed%s)\n",
+				r.writesRest, b.h.published.Load()-pub0, b.h.publishErrs.Load()-pubErr0, lastErr(&b.h.lastPubErr))
 		}
 	}
 	t0 := time.Now()
