@@ -2,8 +2,9 @@
 # CI check: alert rules and dashboards against a real Prometheus scraping real carma processes.
 #   1. promtool check rules + promtool test rules (deploy/prometheus/)
 #   2. start `carma device-plugin --backend simulated`, `carma scheduler-extender --cluster-snapshot
-#      deploy/examples/snapshot.yaml` and `carma operator` (its API server unreachable) on
-#      127.0.0.1, drive the extender with kube-scheduler-shaped filter/prioritize/bind calls, start the
+#      deploy/examples/snapshot.yaml`, `carma operator` and `carma dra-driver --backend simulated`
+#      (both with their API server unreachable) on 127.0.0.1, drive the extender with
+#      kube-scheduler-shaped filter/prioritize/bind calls, start the
 #      Debian `prometheus` on 127.0.0.1 scraping them with carma-rules.yaml loaded;
 #   3. evaluate every Grafana panel query and variable (must return data), every annotation query and
 #      every alert expression (must evaluate) over the HTTP API; Prometheus' own rule evaluation must
@@ -54,7 +55,7 @@ fi
 echo "using $CARMA_BIN"
 
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-P_DP=$(free_port); P_EX=$(free_port); P_OP=$(free_port); P_PROM=$(free_port)
+P_DP=$(free_port); P_EX=$(free_port); P_OP=$(free_port); P_PROM=$(free_port); P_DRA=$(free_port)
 # No cluster: make sure nothing reaches a real API server from this machine.
 export KUBECONFIG="$tmp/no-kubeconfig"
 unset KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT
@@ -111,6 +112,22 @@ else
   tail -n 10 "$tmp/operator.log"
 fi
 
+step "start carma dra-driver (simulated) on 127.0.0.1:$P_DRA (API server unreachable)"
+# The driver's sockets and CDI specs go under $tmp; no kubelet registers it and its ResourceSlice is
+# never written, so /metrics has its pre-registered series at their initial values and /healthz
+# answers from its own gRPC health checks over the sockets.
+DRA_TARGET=""
+KUBECONFIG="$tmp/operator-kubeconfig" "$CARMA_BIN" dra-driver --backend simulated --simulated-gpus 2x40GiB \
+  --node-name sim-node-2 --registry-dir "$tmp/dra/plugins_registry" --plugin-dir "$tmp/dra/plugins/gpu.carma.io" \
+  --cdi-dir "$tmp/dra/cdi" --metrics-addr "127.0.0.1:$P_DRA" > "$tmp/dra-driver.log" 2>&1 &
+pids+=($!); DRA_PID=$!
+if wait_http "http://127.0.0.1:$P_DRA/healthz" 30 "$DRA_PID"; then
+  echo "PASS: DRA driver serves /healthz"; DRA_TARGET="'127.0.0.1:$P_DRA'"
+else
+  fail "the DRA driver did not serve /healthz without a reachable API server"
+  tail -n 10 "$tmp/dra-driver.log"
+fi
+
 step "start prometheus on 127.0.0.1:$P_PROM"
 cp deploy/prometheus/carma-rules.yaml "$tmp/carma-rules.yaml"
 cat > "$tmp/prometheus.yml" <<EOF
@@ -129,6 +146,9 @@ scrape_configs:
 EOF
 if [[ -n "$OPERATOR_TARGET" ]]; then
   printf '  - job_name: carma-operator\n    static_configs: [{targets: [%s]}]\n' "$OPERATOR_TARGET" >> "$tmp/prometheus.yml"
+fi
+if [[ -n "$DRA_TARGET" ]]; then
+  printf '  - job_name: carma-dra-driver\n    static_configs: [{targets: [%s]}]\n' "$DRA_TARGET" >> "$tmp/prometheus.yml"
 fi
 promtool check config "$tmp/prometheus.yml" >/dev/null || fail "generated prometheus.yml is invalid"
 prometheus --config.file "$tmp/prometheus.yml" --storage.tsdb.path "$tmp/tsdb" \
@@ -172,6 +192,10 @@ contract = {
     "carma_operator_recovery_duration_seconds_bucket", "carma_operator_reconcile_errors_total",
     "carma_operator_attempt_peak_ratio_bucket", "carma_operator_underestimates_total",
     "carma_operator_history_writes_total", "carma_operator_expected_duration_exceeded_total"],
+  "dra driver": ["carma_dra_driver_prepares_total", "carma_dra_driver_unprepares_total",
+    "carma_dra_driver_prepare_duration_seconds_bucket", "carma_dra_driver_unprepare_duration_seconds_bucket",
+    "carma_dra_driver_devices_published", "carma_dra_driver_slice_publications_total",
+    "carma_dra_driver_grpc_serving", "carma_dra_driver_kubelet_registered"],
 }
 for part, ms in contract.items():
     missing = [m for m in ms if m not in names]

@@ -880,3 +880,53 @@ async fn prepare_and_unprepare_are_counted_by_result() {
     }
     driver.shutdown().await;
 }
+
+#[tokio::test]
+async fn run_until_the_signal_stops_the_driver_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = start_with(dir.path(), &StaticClaims::default(), |c| {
+        c.metrics_addr = Some(([127, 0, 0, 1], 0).into());
+    })
+    .await;
+    let addr = driver.metrics_addr().unwrap();
+    // A scraper's kept-alive connection stays open meanwhile.
+    let (status, _) = http_get(addr, "/metrics").await;
+    assert_eq!(status, 200);
+    let began = std::time::Instant::now();
+    let run = driver.run_until(tokio::time::sleep(Duration::from_millis(300)));
+    tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("stopped within 5 s")
+        .unwrap();
+    assert!(began.elapsed() < Duration::from_secs(5));
+}
+
+/// As `carma dra-driver` runs (two workers, an API server that does not answer, health checks
+/// going on): the signal stops every part within the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_until_stops_promptly_with_an_unreachable_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(NODE, BackendKind::Simulated);
+    config.registry_dir = dir.path().join("plugins_registry");
+    config.plugin_dir = dir.path().join("plugins/gpu.carma.io");
+    config.cdi_dir = dir.path().join("cdi");
+    config.metrics_addr = Some(([127, 0, 0, 1], 0).into());
+    config.health_check_interval = Duration::from_millis(20);
+    let kube =
+        kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+    let deps = Dependencies {
+        kube: Some(kube),
+        ..Default::default()
+    };
+    let driver = carma_dra_driver::start(config, deps).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let began = std::time::Instant::now();
+    tokio::time::timeout(
+        Duration::from_secs(8),
+        driver.run_until(tokio::time::sleep(Duration::from_millis(100))),
+    )
+    .await
+    .expect("stopped within 8 s")
+    .unwrap();
+    assert!(began.elapsed() < Duration::from_secs(8));
+}
