@@ -24,6 +24,7 @@
 #                                                        # client (default 1000, burst 2 × Q; 0: kube-scheduler's
 #                                                        # own defaults, 50 and 100)
 #                                   [--filler-per-node F]   # other pods per node (default 10)
+#                                   [--filler-note TEXT]    # printed beside them (say why F is not 10)
 #                                   [--repeats N]        # each phase N times, alternating (default 1)
 #                                   [--quiet 60s]        # window for carma's API writes at rest (0: none)
 #                                   [--churn [ROUNDS]] [--phases plain,carma] [--stall 90s]
