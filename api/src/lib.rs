@@ -18,7 +18,10 @@ pub mod resources;
 pub mod training_task;
 
 pub use annotations::{AnnotationError, Assignment, EstimateAnnotation, PodRequest};
-pub use gpu_node::{EndedPodPeak, GpuNode, GpuNodeSpec, GpuNodeStatus, GpuPodStatus, GpuStatus};
+pub use gpu_node::{
+    CONDITION_OTHER_DEVICE_PLUGIN, EndedPodPeak, GpuNode, GpuNodeCondition, GpuNodeSpec,
+    GpuNodeStatus, GpuPodStatus, GpuStatus,
+};
 pub use memory_history::{MemoryHistory, MemoryHistorySpec, MemoryHistoryStatus, PeakSample};
 pub use training_task::{
     AttemptOutcomeKind, AttemptStatus, EstimateStatus, RecoverySpec, TaskCondition, TaskPhase,

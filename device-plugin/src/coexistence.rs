@@ -11,16 +11,20 @@
 //! Sockets of other plugins in the directory are reported too, for the message.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use carma_api::{CONDITION_OTHER_DEVICE_PLUGIN, GpuNodeCondition};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
+use tracing::warn;
 
 /// File name of the kubelet's device-manager checkpoint in its device-plugin directory.
 pub const KUBELET_CHECKPOINT: &str = "kubelet_internal_checkpoint";
 
-/// Resource names other device plugins use for whole NVIDIA GPUs or their shares.
-const KNOWN_GPU_RESOURCES: [&str; 3] =
-    ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig"];
+/// Resource name prefixes other device plugins use for NVIDIA GPUs, their shares and MIG slices
+/// (`nvidia.com/gpu`, `nvidia.com/gpu.shared`, `nvidia.com/mig-1g.10gb`).
+const KNOWN_GPU_RESOURCE_PREFIXES: [&str; 2] = ["nvidia.com/gpu", "nvidia.com/mig-"];
 
 /// One other resource registered with the kubelet that hands out carma's GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,7 +145,11 @@ pub fn detect(
             .filter(|uuid| ids.iter().any(|id| id_names_gpu(id, uuid)))
             .cloned()
             .collect();
-        if !shared_gpus.is_empty() || KNOWN_GPU_RESOURCES.contains(&resource.as_str()) {
+        if !shared_gpus.is_empty()
+            || KNOWN_GPU_RESOURCE_PREFIXES
+                .iter()
+                .any(|p| resource.starts_with(p))
+        {
             others.push(OtherGpuResource {
                 resource,
                 devices: ids.len(),
@@ -173,6 +181,75 @@ fn other_sockets(dir: &Path, own_socket: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// How often the kubelet's checkpoint is read again (another plugin comes and goes with its
+/// DaemonSet; minutes of delay are fine, a read per sample is not needed).
+pub const RECHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// The GpuNode condition `OtherDevicePlugin`, kept up to date from the device-plugin directory.
+#[derive(Debug)]
+pub struct CoexistenceProbe {
+    dir: PathBuf,
+    own_resource: String,
+    own_socket: String,
+    checked_at: Option<Instant>,
+    condition: Option<GpuNodeCondition>,
+}
+
+impl CoexistenceProbe {
+    /// A probe of `dir` (the kubelet's device-plugin directory) for carma's `own_resource` served
+    /// on `own_socket`.
+    pub fn new(dir: PathBuf, own_resource: &str, own_socket: &str) -> Self {
+        Self {
+            dir,
+            own_resource: own_resource.to_string(),
+            own_socket: own_socket.to_string(),
+            checked_at: None,
+            condition: None,
+        }
+    }
+
+    /// The condition for carma's GPUs `gpu_uuids`: read again when [`RECHECK_EVERY`] has passed
+    /// since the last read (`now`), its transition time `wall` when its status turned.
+    pub fn condition(
+        &mut self,
+        gpu_uuids: &[String],
+        now: Instant,
+        wall: DateTime<Utc>,
+    ) -> GpuNodeCondition {
+        let due = self
+            .checked_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= RECHECK_EVERY);
+        if due || self.condition.is_none() {
+            self.checked_at = Some(now);
+            let found = detect(&self.dir, &self.own_resource, &self.own_socket, gpu_uuids);
+            let (status, reason, message) = match &found {
+                Ok(c) if c.found() => ("True", "OtherPluginAdvertisesTheseGpus", c.message()),
+                Ok(c) => ("False", "NoOtherPlugin", c.message()),
+                Err(e) => ("Unknown", "CheckpointUnreadable", e.to_string()),
+            };
+            let turned = self.condition.as_ref().is_none_or(|c| c.status != status);
+            if turned && status != "False" {
+                warn!(
+                    condition = CONDITION_OTHER_DEVICE_PLUGIN,
+                    status, "{message}"
+                );
+            }
+            let since = match &self.condition {
+                Some(c) if !turned => c.last_transition_time.clone(),
+                _ => Some(wall.to_rfc3339_opts(SecondsFormat::Secs, true)),
+            };
+            self.condition = Some(GpuNodeCondition {
+                type_: CONDITION_OTHER_DEVICE_PLUGIN.to_string(),
+                status: status.to_string(),
+                reason: Some(reason.to_string()),
+                message: Some(message),
+                last_transition_time: since,
+            });
+        }
+        self.condition.clone().unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -259,5 +336,55 @@ mod tests {
         std::fs::write(dir.path().join(KUBELET_CHECKPOINT), "{not json").unwrap();
         let err = detect(dir.path(), "carma.io/gpu", "carma-gpu.sock", &uuids()).unwrap_err();
         assert!(err.to_string().contains(KUBELET_CHECKPOINT), "{err}");
+    }
+
+    #[test]
+    fn the_probe_turns_its_condition_and_keeps_the_transition_time_while_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut probe =
+            CoexistenceProbe::new(dir.path().to_path_buf(), "carma.io/gpu", "carma-gpu.sock");
+        let t0 = Instant::now();
+        let w0 = DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let c = probe.condition(&uuids(), t0, w0);
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str()),
+            ("OtherDevicePlugin", "False")
+        );
+        assert_eq!(
+            c.last_transition_time.as_deref(),
+            Some("2026-11-29T10:00:00Z")
+        );
+
+        // NVIDIA's plugin registers: seen at the next read, not before.
+        checkpoint(dir.path(), r#"{"nvidia.com/gpu":["GPU-aaaa"]}"#);
+        let soon = probe.condition(&uuids(), t0 + Duration::from_secs(5), w0);
+        assert_eq!(soon.status, "False");
+        let w1 = w0 + chrono::Duration::seconds(61);
+        let c = probe.condition(&uuids(), t0 + RECHECK_EVERY, w1);
+        assert_eq!(c.status, "True");
+        assert_eq!(c.reason.as_deref(), Some("OtherPluginAdvertisesTheseGpus"));
+        assert!(
+            c.message
+                .as_deref()
+                .unwrap()
+                .contains("nvidia.com/gpu (1 devices, 1 of them carma's GPUs)")
+        );
+        assert_eq!(
+            c.last_transition_time.as_deref(),
+            Some("2026-11-29T10:01:01Z")
+        );
+
+        // Still there later: the transition time stays.
+        let w2 = w1 + chrono::Duration::seconds(60);
+        let again = probe.condition(&uuids(), t0 + RECHECK_EVERY * 2, w2);
+        assert_eq!(again.last_transition_time, c.last_transition_time);
+
+        // A corrupt checkpoint is Unknown, with the file named.
+        std::fs::write(dir.path().join(KUBELET_CHECKPOINT), "{").unwrap();
+        let u = probe.condition(&uuids(), t0 + RECHECK_EVERY * 3, w2);
+        assert_eq!(u.status, "Unknown");
+        assert!(u.message.unwrap().contains(KUBELET_CHECKPOINT));
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use carma_api::GpuNodeSpec;
+use carma_api::names::RESOURCE_GPU;
 use chrono::Utc;
 use parking_lot::RwLock;
 use tokio::sync::watch;
@@ -19,6 +20,7 @@ use crate::backends::dcgm::DcgmBackend;
 use crate::backends::nvml::NvmlBackend;
 use crate::backends::simulated::{SimulatedBackend, SimulatedControl};
 use crate::backends::{BackendError, GpuBackend};
+use crate::coexistence::CoexistenceProbe;
 use crate::config::{BackendKind, Config, SimulatedGpus, SimulatedMetrics};
 use crate::devices::device_list;
 use crate::http::{Health, router};
@@ -290,7 +292,12 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
             mps: config.mps.is_some(),
         };
         let mut publisher =
-            Publisher::new(client, node.clone(), spec, config.publish, metrics.clone());
+            Publisher::new(client, node.clone(), spec, config.publish, metrics.clone())
+                .with_coexistence(CoexistenceProbe::new(
+                    config.device_plugin_dir.clone(),
+                    RESOURCE_GPU,
+                    &config.socket_name,
+                ));
         let mut snaps = snap_rx.clone();
         let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {

@@ -16,6 +16,7 @@ use kube::Resource;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tracing::{debug, info, warn};
 
+use crate::coexistence::CoexistenceProbe;
 use crate::config::PublishConfig;
 use crate::metrics::Metrics;
 use crate::telemetry::{PublishReason, Snapshot, jittered_heartbeat, publish_reason};
@@ -39,6 +40,8 @@ pub struct Publisher {
     heartbeat: Duration,
     exists: bool,
     retry_at: Option<Instant>,
+    /// Sets the `OtherDevicePlugin` condition of each status (none: no condition is written).
+    coexistence: Option<CoexistenceProbe>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -72,7 +75,15 @@ impl Publisher {
             writes: 0,
             exists: false,
             retry_at: None,
+            coexistence: None,
         }
+    }
+
+    /// Also report whether another device plugin advertises this node's GPUs, as the status's
+    /// `OtherDevicePlugin` condition.
+    pub fn with_coexistence(mut self, probe: CoexistenceProbe) -> Self {
+        self.coexistence = Some(probe);
+        self
     }
 
     /// Write the snapshot's status if it changed enough (or the heartbeat is due).
@@ -86,7 +97,11 @@ impl Publisher {
         if self.retry_at.is_some_and(|t| now < t) {
             return None;
         }
-        let status = snapshot.to_status();
+        let mut status = snapshot.to_status();
+        if let Some(probe) = &mut self.coexistence {
+            let uuids: Vec<String> = status.gpus.iter().map(|g| g.uuid.clone()).collect();
+            status.conditions = vec![probe.condition(&uuids, now, snapshot.taken_at)];
+        }
         let since = self
             .last
             .as_ref()

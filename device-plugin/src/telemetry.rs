@@ -181,6 +181,7 @@ impl Snapshot {
             updated_at: Some(self.taken_at.to_rfc3339_opts(SecondsFormat::Secs, true)),
             gpus,
             recently_ended: self.recently_ended.clone(),
+            conditions: Vec::new(),
         }
     }
 }
@@ -559,6 +560,17 @@ fn decisive_change(prev: &GpuNodeStatus, next: &GpuNodeStatus) -> Option<String>
     let uuids = |s: &GpuNodeStatus| s.gpus.iter().map(|g| g.uuid.clone()).collect::<Vec<_>>();
     if uuids(prev) != uuids(next) {
         return Some("GPU set changed".to_string());
+    }
+    // A condition that turns (another device plugin found or gone) is news for operators at once;
+    // its transition time alone never differs without its status.
+    let turned = |s: &GpuNodeStatus| {
+        s.conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.message.clone()))
+            .collect::<Vec<_>>()
+    };
+    if turned(prev) != turned(next) {
+        return Some("a condition changed".to_string());
     }
     for (a, b) in prev.gpus.iter().zip(&next.gpus) {
         if a.healthy != b.healthy {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use carma_api::GpuNodeSpec;
 use carma_device_plugin::backends::{Activity, ActivitySource, GpuSample};
+use carma_device_plugin::coexistence::{CoexistenceProbe, KUBELET_CHECKPOINT, RECHECK_EVERY};
 use carma_device_plugin::config::PublishConfig;
 use carma_device_plugin::metrics::Metrics;
 use carma_device_plugin::publisher::Publisher;
@@ -191,4 +192,55 @@ async fn at_rest_only_heartbeats_and_decision_changes_at_the_next_sample() {
     assert_eq!(writes(&metrics, WriteKind::First), 1);
     assert_eq!(writes(&metrics, WriteKind::Change), 2);
     assert_eq!(writes(&metrics, WriteKind::Heartbeat), 1);
+}
+
+#[tokio::test]
+async fn another_plugin_on_the_gpus_is_written_as_a_condition_at_the_next_read() {
+    let (client, patches) = fake_api();
+    let metrics = Arc::new(Metrics::new(NODE, 0.8));
+    let spec = GpuNodeSpec {
+        backend: "dcgm".into(),
+        replicas_per_gpu: 8,
+        mps: false,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let probe = CoexistenceProbe::new(dir.path().to_path_buf(), "carma.io/gpu", "carma.sock");
+    let mut p = Publisher::new(client, NODE, spec, PublishConfig::default(), metrics)
+        .with_coexistence(probe);
+    let mut t = Telemetry::new(NODE, 1);
+    let t0 = Instant::now();
+    let at = |second: u64| t0 + Duration::from_secs(second);
+
+    p.offer_at(&snapshot(&mut t, 0.30, 1000, 0), at(0)).await;
+    assert_eq!(
+        patches.lock()[0]["conditions"][0]["type"],
+        "OtherDevicePlugin"
+    );
+    assert_eq!(patches.lock()[0]["conditions"][0]["status"], "False");
+
+    // NVIDIA's device plugin registers GPU-0 with the kubelet: at the next read of the checkpoint
+    // the condition turns True and is written at once, outside any heartbeat.
+    std::fs::write(
+        dir.path().join(KUBELET_CHECKPOINT),
+        r#"{"Data":{"PodDeviceEntries":null,"RegisteredDevices":{"nvidia.com/gpu":["GPU-0"]}},"Checksum":1}"#,
+    )
+    .unwrap();
+    let later = RECHECK_EVERY.as_secs();
+    let r = p
+        .offer_at(&snapshot(&mut t, 0.30, 1000, later), at(later))
+        .await;
+    assert!(
+        r.as_ref()
+            .is_some_and(|r| r.kind == WriteKind::Change && r.to_string().contains("condition")),
+        "{r:?}"
+    );
+    let last = patches.lock().last().unwrap().clone();
+    assert_eq!(last["conditions"][0]["status"], "True");
+    assert!(
+        last["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nvidia.com/gpu (1 devices, 1 of them carma's GPUs)"),
+        "{last}"
+    );
 }
