@@ -76,7 +76,9 @@ pub use profile::{
     TORCH_ACTIVATIONS, parse_profile,
 };
 pub use torchinfo::{looks_like_torchinfo, parse_torchinfo};
-pub use torchsummary::{SummaryError, parse_torchsummary};
+pub use torchsummary::{
+    INPUT_SAVING_PERCENT, SummaryError, UNLISTED_ATTENTION_PARAMS, parse_torchsummary,
+};
 pub use traced::{
     ALLOCATOR_CNN_LARGEST_FACTOR_MILLI, ALLOCATOR_CONTEXT_MIB, ALLOCATOR_MULTI_GPU_MIB,
     ALLOCATOR_TRANSFORMER_LARGEST_FACTOR_MILLI, CNN_LARGEST_FACTOR_MILLI, CONTEXT_MIB, FLOOR_MIB,

@@ -63,7 +63,7 @@
 //!   keeps [`COMPOSITE_GELU_TENSORS`] more tensors for backward, each the size of the widest output
 //!   in its block (the feed-forward's inner width);
 //! * a language-model head — a `Linear` whose `out_features` is the vocabulary of the first
-//!   `Embedding` — feeds a cross-entropy over the vocabulary that keeps [`LM_LOSS_TENSORS`] more
+//!   `Embedding` (or of a subclass named `…Embedding` with its sizes) — feeds a cross-entropy over the vocabulary that keeps [`LM_LOSS_TENSORS`] more
 //!   tensors of the logits' size (the log-probabilities, and in backward their gradient and the
 //!   logits'), and 0.6 of a tensor more that the caching allocator keeps ([`LM_CACHED_LOGITS_PERCENT`]);
 //! * tensors of a layer that are no module's output: each attention block's context (the fused
@@ -397,7 +397,10 @@ pub(crate) fn parse_printout_reading(
                 )
                 .map_err(&bad)?;
                 lm_head |= is_lm_head(m.kind, args, vocab);
-                if m.kind == "Embedding" && vocab.is_none() {
+                // `Embedding(n, d)` or a subclass of it (XGLM's, BART's `…ScaledWordEmbedding`);
+                // a position table without sizes (`…SinusoidalPositionalEmbedding()`) is none
+                if m.kind.ends_with("Embedding") && vocab.is_none() && positional(args, 1).is_some()
+                {
                     vocab = positional(args, 0);
                 }
                 let block_width = match stack.last_mut() {
@@ -622,8 +625,8 @@ fn kept_beyond_output(kind: &str, args: &str, vocab: Option<u64>, block_width: u
     }
 }
 
-/// Whether a module is a language-model head: a `Linear` as wide as the first `Embedding`'s
-/// vocabulary.
+/// Whether a module is a language-model head: a `Linear` as wide as the first `Embedding`'s (or
+/// sized `…Embedding` subclass's) vocabulary.
 fn is_lm_head(kind: &str, args: &str, vocab: Option<u64>) -> bool {
     matches!(kind, "Linear" | "LazyLinear")
         && vocab.is_some()

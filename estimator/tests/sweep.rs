@@ -1,0 +1,96 @@
+//! The misses of the architecture sweep (`python -m carma_profile.sweep`, docs/estimator-sweep.md),
+//! each against its floor: the training step's largest phase peak of live tensors, traced on fake
+//! tensors by `carma_profile.trace`, plus the CUDA context measured on the H100. A GPU run holds at
+//! least that much, so the bound must not be below it. The descriptions are the sweep's own, written
+//! by `carma_profile/describe.py` from the architectures (no weights); the peaks are in
+//! `data/sweep/floors.csv`.
+
+use std::path::PathBuf;
+
+use carma_estimator::analytic::{detailed_bound, printout_reading, summary_reading};
+use carma_estimator::{Family, INPUT_SAVING_PERCENT};
+
+fn data(rel: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/sweep")
+        .join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+struct Floor {
+    arch: String,
+    description: String,
+    family: Family,
+    batch: u32,
+    /// Tokens per sample of a module printout; none for a table.
+    seq_len: Option<u32>,
+    floor_mib: u64,
+}
+
+fn floors() -> Vec<Floor> {
+    data("floors.csv")
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            Floor {
+                arch: c[0].to_string(),
+                description: c[1].to_string(),
+                family: c[2].parse().unwrap(),
+                batch: c[3].parse().unwrap(),
+                seq_len: c[4].parse().ok(),
+                floor_mib: c[5].parse::<u64>().unwrap() + c[6].parse::<u64>().unwrap(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_miss_of_the_sweep_is_covered() {
+    let all = floors();
+    assert!(!all.is_empty());
+    for f in all {
+        let text = data(&f.description);
+        let r = match f.seq_len {
+            Some(seq) => printout_reading(&text, f.family, f.batch, seq, None).unwrap(),
+            None => summary_reading(&text, f.family, f.batch, false).unwrap(),
+        };
+        let bound = detailed_bound(&r.profile, &r.values).total_mib;
+        assert!(
+            bound >= f.floor_mib,
+            "{} at batch {}: {bound} MiB < {} MiB",
+            f.arch,
+            f.batch,
+            f.floor_mib
+        );
+    }
+}
+
+/// EfficientNet's activations (SiLU) save their input: nearly every row's output is a tensor kept for
+/// backward, and its values count in full rather than at the CNN family's fitted 0.8.
+#[test]
+fn a_table_of_input_saving_activations_keeps_every_row() {
+    let text = data("efficientnet_v2_l.model");
+    let silu = summary_reading(&text, Family::Cnn, 64, false).unwrap();
+    let relu = summary_reading(&text.replace("SiLU-", "ReLU-"), Family::Cnn, 64, false).unwrap();
+    // with ReLU rows at half weight and the fitted factor; with SiLU rows in full and 1.0
+    assert!(silu.values.saved > relu.values.saved * INPUT_SAVING_PERCENT / 100);
+    assert!(silu.caveats.is_empty(), "{:?}", silu.caveats);
+}
+
+/// XGLM's word embedding is a subclass (`XGLMScaledWordEmbedding(256008, 1024)`): its vocabulary
+/// still marks the tied `lm_head` as a language-model head, whose loss keeps logit-sized tensors.
+#[test]
+fn an_embedding_subclass_gives_the_vocabulary_of_the_lm_head() {
+    let text = data("XGLMForCausalLM.txt");
+    let with_head = printout_reading(&text, Family::Transformer, 8, 128, None).unwrap();
+    let plain = text.replace("XGLMScaledWordEmbedding", "Embedding");
+    let plain = printout_reading(&plain, Family::Transformer, 8, 128, None).unwrap();
+    assert_eq!(with_head.values, plain.values);
+    // the loss's tensors over the vocabulary: beyond the logits themselves
+    assert!(
+        with_head.values.kept_fp32 >= 3 * 256_008 * 128,
+        "{:?}",
+        with_head.values
+    );
+}
