@@ -1,5 +1,5 @@
 //! The driver's Prometheus metrics (prometheus-client, as the other components), served on
-//! `/metrics` ([`crate::http`]):
+//! `/metrics` (with `/healthz` and `/readyz`, see [`crate::health`]):
 //!
 //! * `carma_dra_driver_prepares_total{result}`, `carma_dra_driver_unprepares_total{result}`: claims
 //!   prepared and unprepared, by result (`ok`, `error`), one per claim of each kubelet call;
