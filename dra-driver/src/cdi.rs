@@ -26,8 +26,11 @@ use crate::claims::PreparedDevice;
 
 /// CDI kind (`vendor/class`) of carma's per-claim devices.
 pub const CDI_KIND: &str = "gpu.carma.io/claim";
-/// CDI spec version written: the oldest that has everything used here (env and mounts).
-pub const CDI_VERSION: &str = "0.3.0";
+/// CDI spec version written: the oldest that has everything used here. Env and mounts date from
+/// 0.3.0, but a device name may begin with a digit only from 0.5.0, and carma's names begin with the
+/// claim's UID, which is hex: containerd 2 refuses a 0.3.0 spec whose UID starts with a digit
+/// ("the spec version must be at least v0.5.0") and the container with it.
+pub const CDI_VERSION: &str = "0.5.0";
 /// NVIDIA's CDI kind, as the NVIDIA Container Toolkit names GPUs (`nvidia.com/gpu=<UUID>`).
 pub const NVIDIA_CDI_KIND: &str = carma_device_plugin::allocate::CDI_KIND;
 
@@ -280,6 +283,34 @@ mod tests {
         &spec.devices[i].container_edits.env
     }
 
+    /// CDI's own rule (the container-device-interface library containerd 2 uses): a device name
+    /// that begins with a digit needs spec version 0.5.0 or later; a spec that breaks it is refused
+    /// as a whole, and so is every container that names one of its devices.
+    #[test]
+    fn a_claim_uid_beginning_with_a_digit_gets_a_spec_version_that_allows_it() {
+        let spec = claim_spec(
+            "57a00e25-8586-40fb-baab-dfe5fad8306b",
+            &[dev("gpu", 0, 7168)],
+            None,
+            &BTreeMap::new(),
+        );
+        assert!(
+            spec.devices[0]
+                .name
+                .starts_with(|c: char| c.is_ascii_digit())
+        );
+        let version: Vec<u32> = spec
+            .cdi_version
+            .split('.')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert!(
+            version >= vec![0, 5, 0],
+            "cdiVersion {} is below 0.5.0",
+            spec.cdi_version
+        );
+    }
+
     #[test]
     fn each_request_gets_the_device_plugins_environment() {
         let devs = [
@@ -388,7 +419,7 @@ mod tests {
         assert_eq!(path.file_name().unwrap(), "gpu.carma.io-claim_uid-9.json");
         let json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        assert_eq!(json["cdiVersion"], "0.3.0");
+        assert_eq!(json["cdiVersion"], "0.5.0");
         assert_eq!(json["devices"][0]["name"], "uid-9-gpu-gpu-3");
         assert_eq!(
             json["devices"][0]["containerEdits"]["env"][1],
