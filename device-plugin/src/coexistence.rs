@@ -210,11 +210,12 @@ impl CoexistenceProbe {
         }
     }
 
-    /// The condition for carma's GPUs `gpu_uuids`: read again when [`RECHECK_EVERY`] has passed
-    /// since the last read (`now`), its transition time `wall` when its status turned.
+    /// The condition for carma's GPUs (`gpu_uuids`, called only when the checkpoint is read): read
+    /// again when [`RECHECK_EVERY`] has passed since the last read (`now`), its transition time
+    /// `wall` when its status turned. Between reads it costs a clone of the last condition.
     pub fn condition(
         &mut self,
-        gpu_uuids: &[String],
+        gpu_uuids: impl FnOnce() -> Vec<String>,
         now: Instant,
         wall: DateTime<Utc>,
     ) -> GpuNodeCondition {
@@ -223,7 +224,12 @@ impl CoexistenceProbe {
             .is_none_or(|t| now.saturating_duration_since(t) >= RECHECK_EVERY);
         if due || self.condition.is_none() {
             self.checked_at = Some(now);
-            let found = detect(&self.dir, &self.own_resource, &self.own_socket, gpu_uuids);
+            let found = detect(
+                &self.dir,
+                &self.own_resource,
+                &self.own_socket,
+                &gpu_uuids(),
+            );
             let (status, reason, message) = match &found {
                 Ok(c) if c.found() => ("True", "OtherPluginAdvertisesTheseGpus", c.message()),
                 Ok(c) => ("False", "NoOtherPlugin", c.message()),
@@ -347,7 +353,7 @@ mod tests {
         let w0 = DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z")
             .unwrap()
             .with_timezone(&Utc);
-        let c = probe.condition(&uuids(), t0, w0);
+        let c = probe.condition(uuids, t0, w0);
         assert_eq!(
             (c.type_.as_str(), c.status.as_str()),
             ("OtherDevicePlugin", "False")
@@ -359,10 +365,10 @@ mod tests {
 
         // NVIDIA's plugin registers: seen at the next read, not before.
         checkpoint(dir.path(), r#"{"nvidia.com/gpu":["GPU-aaaa"]}"#);
-        let soon = probe.condition(&uuids(), t0 + Duration::from_secs(5), w0);
+        let soon = probe.condition(uuids, t0 + Duration::from_secs(5), w0);
         assert_eq!(soon.status, "False");
         let w1 = w0 + chrono::Duration::seconds(61);
-        let c = probe.condition(&uuids(), t0 + RECHECK_EVERY, w1);
+        let c = probe.condition(uuids, t0 + RECHECK_EVERY, w1);
         assert_eq!(c.status, "True");
         assert_eq!(c.reason.as_deref(), Some("OtherPluginAdvertisesTheseGpus"));
         assert!(
@@ -378,12 +384,12 @@ mod tests {
 
         // Still there later: the transition time stays.
         let w2 = w1 + chrono::Duration::seconds(60);
-        let again = probe.condition(&uuids(), t0 + RECHECK_EVERY * 2, w2);
+        let again = probe.condition(uuids, t0 + RECHECK_EVERY * 2, w2);
         assert_eq!(again.last_transition_time, c.last_transition_time);
 
         // A corrupt checkpoint is Unknown, with the file named.
         std::fs::write(dir.path().join(KUBELET_CHECKPOINT), "{").unwrap();
-        let u = probe.condition(&uuids(), t0 + RECHECK_EVERY * 3, w2);
+        let u = probe.condition(uuids, t0 + RECHECK_EVERY * 3, w2);
         assert_eq!(u.status, "Unknown");
         assert!(u.message.unwrap().contains(KUBELET_CHECKPOINT));
     }

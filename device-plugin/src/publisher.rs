@@ -99,8 +99,10 @@ impl Publisher {
         }
         let mut status = snapshot.to_status();
         if let Some(probe) = &mut self.coexistence {
-            let uuids: Vec<String> = status.gpus.iter().map(|g| g.uuid.clone()).collect();
-            status.conditions = vec![probe.condition(&uuids, now, snapshot.taken_at)];
+            let gpus = &status.gpus;
+            let uuids = || gpus.iter().map(|g| g.uuid.clone()).collect();
+            let condition = probe.condition(uuids, now, snapshot.taken_at);
+            status.conditions = vec![condition];
         }
         let since = self
             .last

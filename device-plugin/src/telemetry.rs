@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use carma_api::{EndedPodPeak, GpuNodeStatus, GpuPodStatus, GpuStatus};
+use carma_api::{EndedPodPeak, GpuNodeCondition, GpuNodeStatus, GpuPodStatus, GpuStatus};
 use carma_core::{GateRule, PlacementConfig};
 use chrono::{DateTime, SecondsFormat, Utc};
 
@@ -563,13 +563,16 @@ fn decisive_change(prev: &GpuNodeStatus, next: &GpuNodeStatus) -> Option<String>
     }
     // A condition that turns (another device plugin found or gone) is news for operators at once;
     // its transition time alone never differs without its status.
-    let turned = |s: &GpuNodeStatus| {
-        s.conditions
-            .iter()
-            .map(|c| (c.type_.clone(), c.status.clone(), c.message.clone()))
-            .collect::<Vec<_>>()
+    let same = |a: &GpuNodeCondition, b: &GpuNodeCondition| {
+        a.type_ == b.type_ && a.status == b.status && a.message == b.message
     };
-    if turned(prev) != turned(next) {
+    if prev.conditions.len() != next.conditions.len()
+        || prev
+            .conditions
+            .iter()
+            .zip(&next.conditions)
+            .any(|(a, b)| !same(a, b))
+    {
         return Some("a condition changed".to_string());
     }
     for (a, b) in prev.gpus.iter().zip(&next.gpus) {
