@@ -4,6 +4,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::condition::Condition;
+
 /// Per-GPU inventory and telemetry of one node, published by carma's device plugin.
 // Each `printcolumn(...)` repeats the keys `name`, `type_`, …; clippy reads them as duplicates.
 #[allow(clippy::duplicated_attributes)]
@@ -89,31 +91,11 @@ pub struct GpuNodeStatus {
     /// can then give a GPU to that plugin's pods past carma's checks. Always written, like
     /// `recentlyEnded`.
     #[serde(default)]
-    pub conditions: Vec<GpuNodeCondition>,
+    pub conditions: Vec<Condition>,
 }
 
 /// Condition type: another device plugin advertises this node's GPUs.
 pub const CONDITION_OTHER_DEVICE_PLUGIN: &str = "OtherDevicePlugin";
-
-/// A condition of a GpuNode.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct GpuNodeCondition {
-    /// Condition type, e.g. `OtherDevicePlugin`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// True, False or Unknown.
-    pub status: String,
-    /// Machine-readable reason in CamelCase.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// What was found and what to do about it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// When the status last changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<String>,
-}
 
 /// The final memory peak of a pod that left a GPU.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]

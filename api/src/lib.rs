@@ -9,6 +9,7 @@
 //! * [`dra`] — the DRA driver's names and taints, and the claim templates that book GPU memory.
 
 pub mod annotations;
+pub mod condition;
 pub mod crds;
 pub mod dra;
 pub mod gpu_node;
@@ -18,12 +19,13 @@ pub mod resources;
 pub mod training_task;
 
 pub use annotations::{AnnotationError, Assignment, EstimateAnnotation, PodRequest};
+pub use condition::Condition;
 pub use gpu_node::{
-    CONDITION_OTHER_DEVICE_PLUGIN, EndedPodPeak, GpuNode, GpuNodeCondition, GpuNodeSpec,
-    GpuNodeStatus, GpuPodStatus, GpuStatus,
+    CONDITION_OTHER_DEVICE_PLUGIN, EndedPodPeak, GpuNode, GpuNodeSpec, GpuNodeStatus, GpuPodStatus,
+    GpuStatus,
 };
 pub use memory_history::{MemoryHistory, MemoryHistorySpec, MemoryHistoryStatus, PeakSample};
 pub use training_task::{
-    AttemptOutcomeKind, AttemptStatus, EstimateStatus, RecoverySpec, TaskCondition, TaskPhase,
-    TrainingTask, TrainingTaskSpec, TrainingTaskStatus,
+    AttemptOutcomeKind, AttemptStatus, EstimateStatus, RecoverySpec, TaskPhase, TrainingTask,
+    TrainingTaskSpec, TrainingTaskStatus,
 };

@@ -8,6 +8,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::condition::Condition;
+
 use carma_core::{Policy, RecoveryConfig};
 
 /// A deep-learning training job that carma places on shared GPUs and reruns with a
@@ -580,7 +582,7 @@ pub struct TrainingTaskStatus {
     /// e.g. ImagePullBackOff, while a container cannot start). Of the task's phase: Running,
     /// Recovering, Succeeded, Failed.
     #[serde(default)]
-    pub conditions: Vec<TaskCondition>,
+    pub conditions: Vec<Condition>,
 }
 
 /// Lifecycle phase of a TrainingTask.
@@ -700,26 +702,6 @@ pub struct EstimateStatus {
     /// and counted conservatively (its `caveats`), one line each; absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
-}
-
-/// A condition of a TrainingTask, in the Kubernetes style.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskCondition {
-    /// Condition type: Scheduled, AttemptStarted, Running, Recovering, Succeeded or Failed.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// True, False or Unknown.
-    pub status: String,
-    /// Machine-readable reason in CamelCase.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Human-readable message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// When the status last changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<String>,
 }
 
 #[cfg(test)]

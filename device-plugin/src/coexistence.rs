@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use carma_api::{CONDITION_OTHER_DEVICE_PLUGIN, GpuNodeCondition};
+use carma_api::{CONDITION_OTHER_DEVICE_PLUGIN, Condition};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
 use tracing::warn;
@@ -194,7 +194,7 @@ pub struct CoexistenceProbe {
     own_resource: String,
     own_socket: String,
     checked_at: Option<Instant>,
-    condition: Option<GpuNodeCondition>,
+    condition: Option<Condition>,
 }
 
 impl CoexistenceProbe {
@@ -218,7 +218,7 @@ impl CoexistenceProbe {
         gpu_uuids: impl FnOnce() -> Vec<String>,
         now: Instant,
         wall: DateTime<Utc>,
-    ) -> GpuNodeCondition {
+    ) -> Condition {
         let due = self
             .checked_at
             .is_none_or(|t| now.saturating_duration_since(t) >= RECHECK_EVERY);
@@ -246,7 +246,7 @@ impl CoexistenceProbe {
                 Some(c) if !turned => c.last_transition_time.clone(),
                 _ => Some(wall.to_rfc3339_opts(SecondsFormat::Secs, true)),
             };
-            self.condition = Some(GpuNodeCondition {
+            self.condition = Some(Condition {
                 type_: CONDITION_OTHER_DEVICE_PLUGIN.to_string(),
                 status: status.to_string(),
                 reason: Some(reason.to_string()),

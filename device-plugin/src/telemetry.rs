@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use carma_api::{EndedPodPeak, GpuNodeCondition, GpuNodeStatus, GpuPodStatus, GpuStatus};
+use carma_api::{Condition, EndedPodPeak, GpuNodeStatus, GpuPodStatus, GpuStatus};
 use carma_core::{GateRule, PlacementConfig};
 use chrono::{DateTime, SecondsFormat, Utc};
 
@@ -563,7 +563,7 @@ fn decisive_change(prev: &GpuNodeStatus, next: &GpuNodeStatus) -> Option<String>
     }
     // A condition that turns (another device plugin found or gone) is news for operators at once;
     // its transition time alone never differs without its status.
-    let same = |a: &GpuNodeCondition, b: &GpuNodeCondition| {
+    let same = |a: &Condition, b: &Condition| {
         a.type_ == b.type_ && a.status == b.status && a.message == b.message
     };
     if prev.conditions.len() != next.conditions.len()

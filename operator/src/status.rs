@@ -20,7 +20,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use kube::Resource;
 use serde_json::{Map, Value, json};
 
-use carma_api::{TaskCondition, TaskPhase, TrainingTask, TrainingTaskStatus};
+use carma_api::{Condition, TaskPhase, TrainingTask, TrainingTaskStatus};
 
 /// The field manager of the operator's status writes.
 pub const FIELD_MANAGER: &str = crate::attempt::MANAGER;
@@ -56,7 +56,7 @@ pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
 /// Set condition `type_`. The transition time changes only when the status flips;
 /// reason and message are updated whenever given.
 pub fn set_condition(
-    conditions: &mut Vec<TaskCondition>,
+    conditions: &mut Vec<Condition>,
     type_: &str,
     status: bool,
     reason: &str,
@@ -73,7 +73,7 @@ pub fn set_condition(
             c.reason = Some(reason.to_string());
             c.message = (!message.is_empty()).then(|| message.to_string());
         }
-        None => conditions.push(TaskCondition {
+        None => conditions.push(Condition {
             type_: type_.to_string(),
             status: status_str.to_string(),
             reason: Some(reason.to_string()),
@@ -85,7 +85,7 @@ pub fn set_condition(
 
 /// Turn condition `type_` False if it exists and is True (absent stays absent).
 pub fn clear_condition(
-    conditions: &mut [TaskCondition],
+    conditions: &mut [Condition],
     type_: &str,
     reason: &str,
     now: DateTime<Utc>,
@@ -134,7 +134,7 @@ pub fn set_phase(
 }
 
 /// The condition `type_`, if present.
-pub fn condition<'a>(status: &'a TrainingTaskStatus, type_: &str) -> Option<&'a TaskCondition> {
+pub fn condition<'a>(status: &'a TrainingTaskStatus, type_: &str) -> Option<&'a Condition> {
     status.conditions.iter().find(|c| c.type_ == type_)
 }
 
