@@ -809,7 +809,16 @@ async fn both_sockets_serve_grpc_health_and_healthz_checks_them_over_the_sockets
         }
     }
     let addr = driver.metrics_addr().unwrap();
-    let live = http_until(addr, "/healthz", 200).await;
+    // Liveness answers 200 while a socket is still `starting` (not yet checked), so wait for the
+    // body that says both were checked, not just for the status.
+    let mut live = String::new();
+    for _ in 0..100 {
+        live = http_until(addr, "/healthz", 200).await;
+        if !live.contains("starting") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(live, "dra=serving registration=serving\n");
     // Not ready until the kubelet registered the driver.
     let ready = http_get(addr, "/readyz").await;
