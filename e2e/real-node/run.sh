@@ -417,6 +417,8 @@ evictionHard: {memory.available: 100Mi}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 volumePluginDir: $nd/volume-plugins
+clusterDNS: [$API_IP]
+clusterDomain: cluster.local
 EOF
   # the node's mount namespace; with CARMA_RN_DRA also the paths the DRA driver's hostPaths name: the
   # kubelet's plugin registry and plugin directories (under its --root-dir) and a CDI directory
@@ -616,6 +618,9 @@ echo "$summary"
 if [[ -n "${CARMA_RN_CHART:-}" ]]; then
   # shellcheck source=chart.sh
   source "$HERE/chart.sh"
+  # shellcheck source=firsthour.sh
+  source "$HERE/firsthour.sh" || die "e2e/real-node/firsthour.sh could not be read"
+  firsthour_run || die "a documented command failed, its output differs, or the uninstall left objects (the lines above)"
   if [[ -n "${CARMA_RN_DRA:-}" ]]; then
     # shellcheck source=dra.sh
     source "$HERE/dra.sh" || die "e2e/real-node/dra.sh could not be read"
