@@ -149,6 +149,29 @@ print("\n".join(bad) if bad else "checked RBAC rules, container resources and se
 sys.exit(1 if bad else 0)
 PY
 
+step "kube-scheduler's extender verbs follow scheduler.extenderConfig.mode"
+# choose (default): one call per pod (filterVerb: choose) and no prioritizeVerb; rank: filter + prioritize.
+if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 --set scheduler.extenderConfig.mode=rank > "$tmp/rank.yaml"; then
+  run "extender verbs: default choose without prioritize, mode=rank filter + prioritize" \
+    "$PY" - "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/rank.yaml" <<'PY'
+import sys, yaml
+def extenders(path):
+    for doc in yaml.safe_load_all(open(path)):
+        for text in ((doc or {}).get("data") or {}).values():
+            if isinstance(text, str) and "kind: KubeSchedulerConfiguration" in text:
+                return yaml.safe_load(text)["extenders"]
+    raise SystemExit(f"{path}: no KubeSchedulerConfiguration")
+bad = []
+for path, want in ((sys.argv[1], ("choose", None)), (sys.argv[2], ("choose", None)), (sys.argv[3], ("filter", "prioritize"))):
+    (e,) = extenders(path)
+    got = (e.get("filterVerb"), e.get("prioritizeVerb"))
+    if got != want or e.get("bindVerb") != "bind" or e.get("nodeCacheCapable") is not True:
+        bad.append(f"{path}: filterVerb, prioritizeVerb {got}, bindVerb {e.get('bindVerb')}, nodeCacheCapable {e.get('nodeCacheCapable')}; want {want}, bind, true")
+print("\n".join(bad) if bad else "choose: filterVerb choose, no prioritizeVerb; rank: filter + prioritize; bind and nodeCacheCapable in both")
+sys.exit(1 if bad else 0)
+PY
+else failures+=("helm template mode=rank"); echo "FAIL: helm template --set scheduler.extenderConfig.mode=rank"; fi
+
 step "with dra.enabled the device plugin stays off the DRA nodes (one GPU path per node)"
 if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.36.0 --set dra.enabled=true > "$tmp/dra-default.yaml"; then
   run "device plugin affinity: devicePlugin.affinity's terms, each with one dra.nodeSelector label NotIn its value" \

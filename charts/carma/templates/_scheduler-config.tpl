@@ -35,8 +35,13 @@ profiles:
     {{- end }}
 extenders:
   - urlPrefix: {{ include "carma.extenderURL" . }}
+    {{- if eq $s.extenderConfig.mode "rank" }}
     filterVerb: filter
     prioritizeVerb: prioritize
+    {{- else }}
+    {{- /* One call per pod: the answer is the one node carma chose, so kube-scheduler scores nothing. */}}
+    filterVerb: choose
+    {{- end }}
     bindVerb: bind
     weight: {{ $s.extenderConfig.weight }}
     httpTimeout: {{ $s.extenderConfig.httpTimeout }}

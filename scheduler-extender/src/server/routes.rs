@@ -1,4 +1,5 @@
-//! The routes: the three verbs, each counted and timed, and health, readiness and metrics (the
+//! The routes: the verbs (`filter`, `prioritize`, `bind`, and `choose`, which is `filter` answering
+//! only the node carma would bind to), each counted and timed, and health, readiness and metrics (the
 //! router of [`carma_http::health`], merged in, or alone on the plain-HTTP listener); a request that
 //! no route takes gets [`carma_http::health::no_route`] with the routes served.
 
@@ -21,7 +22,7 @@ use crate::clip::{LOGGED_INPUT_LIMIT, clip};
 use crate::verbs::Extender;
 use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult};
 
-/// `/filter` and `/prioritize` requests handled at once (body read, decoded and judged); more wait
+/// `/filter`, `/choose` and `/prioritize` requests handled at once (body read, decoded and judged); more wait
 /// their turn. Each may hold a body of up to [`BODY_LIMIT`] while it is read (for at most
 /// [`BODY_READ_TIMEOUT`](super::BODY_READ_TIMEOUT)); decoding and judging run on the runtime's
 /// workers, one request each at a time. kube-scheduler calls these verbs from its one scheduling
@@ -79,6 +80,24 @@ async fn filter(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejecti
         Err(r) => return r.into_response(),
     };
     let mut result = ext.filter(&args);
+    clip_reasons(&mut result.failed_nodes);
+    clip_reasons(&mut result.failed_and_unresolvable_nodes);
+    let outcome = clip_error(&mut result.error);
+    answer(result, outcome)
+}
+
+/// `filter` answering only the node carma would bind the pod to ([`Extender::choose`]).
+#[tracing::instrument(name = "choose", skip_all)]
+async fn choose(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let args: ExtenderArgs<'_> = match body.decode() {
+        Ok(a) => a,
+        Err(r) => return r.into_response(),
+    };
+    let mut result = ext.choose(&args);
     clip_reasons(&mut result.failed_nodes);
     clip_reasons(&mut result.failed_and_unresolvable_nodes);
     let outcome = clip_error(&mut result.error);
@@ -152,6 +171,7 @@ impl Endpoints for Served {
 async fn track(State(ext): State<Arc<Extender>>, req: Request, next: Next) -> Response {
     let verb = match req.uri().path().trim_start_matches('/') {
         "filter" => "filter",
+        "choose" => "choose",
         "prioritize" => "prioritize",
         "bind" => "bind",
         _ => return next.run(req).await,
@@ -167,6 +187,7 @@ async fn track(State(ext): State<Arc<Extender>>, req: Request, next: Next) -> Re
 /// The routes of [`router`]: the verbs, then [`health::ROUTES`].
 const ROUTES: &[(&str, &str)] = &[
     ("POST", "/filter"),
+    ("POST", "/choose"),
     ("POST", "/prioritize"),
     ("POST", "/bind"),
     ("GET", "/healthz"),
@@ -174,7 +195,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/metrics"),
 ];
 
-/// The extender's routes: `POST /filter`, `/prioritize`, `/bind`; `GET /healthz`,
+/// The extender's routes: `POST /filter`, `/choose`, `/prioritize`, `/bind`; `GET /healthz`,
 /// `/readyz`, `/metrics`. Bodies over [`BODY_LIMIT`] are refused.
 pub fn router(ext: Arc<Extender>) -> Router {
     router_with_limit(ext, BODY_LIMIT)
@@ -188,6 +209,7 @@ pub fn router_with_limit(ext: Arc<Extender>, max_body_bytes: usize) -> Router {
     let bind_limit = max_body_bytes.min(BIND_BODY_LIMIT);
     Router::new()
         .route("/filter", post(filter).layer(placement.clone()))
+        .route("/choose", post(choose).layer(placement.clone()))
         .route("/prioritize", post(prioritize).layer(placement))
         .route(
             "/bind",
@@ -220,6 +242,6 @@ mod tests {
 
     #[test]
     fn the_route_list_ends_with_the_health_routes() {
-        assert_eq!(&ROUTES[3..], health::ROUTES);
+        assert_eq!(&ROUTES[4..], health::ROUTES);
     }
 }

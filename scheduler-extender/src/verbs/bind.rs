@@ -4,14 +4,116 @@
 use std::collections::HashSet;
 
 use carma_api::{Assignment, EstimateAnnotation};
+use carma_core::{LedgerError, NodeRejection};
 use chrono::{TimeZone, Utc};
 use parking_lot::Mutex;
+use thiserror::Error;
 
 use super::{Extender, NOT_READY};
-use crate::backend::BindTarget;
+use crate::backend::{BackendError, BindTarget};
 use crate::cluster::now_ms;
-use crate::pod_decision::Decision;
+use crate::handoff::TurnRefused;
+use crate::pod_decision::{Decision, DecisionError};
 use crate::wire::{BindDecision, ExtenderBindingArgs, ExtenderBindingResult};
+
+/// Why a bind did not bind: its text is the answer's `Error`, which kube-scheduler logs and puts in
+/// the pod's FailedScheduling event. `pod` is `namespace/name` throughout.
+#[derive(Debug, Error)]
+pub enum BindError {
+    /// The cluster caches have not synced yet.
+    #[error("{NOT_READY}")]
+    NotReady,
+    /// Another bind of the same pod is running.
+    #[error("a bind of pod {pod} is already in progress")]
+    InProgress {
+        /// The pod.
+        pod: String,
+    },
+    /// The UID was filtered as another pod: binding it under this name would book and annotate a
+    /// pod that filter never judged.
+    #[error("pod UID {uid:?} was filtered as {filtered}, the bind names {pod}")]
+    FilteredAsAnother {
+        /// The bind's pod UID.
+        uid: String,
+        /// The pod that UID was filtered as.
+        filtered: String,
+        /// The pod the bind names.
+        pod: String,
+    },
+    /// Reading the pod (a bind whose filter this process did not see) failed.
+    #[error(transparent)]
+    Read(BackendError),
+    /// The pod does not exist.
+    #[error("pod {pod} not found")]
+    NotFound {
+        /// The pod.
+        pod: String,
+    },
+    /// The pod read back has another UID than the bind names.
+    #[error("pod {pod} has UID {found:?}, the bind names {uid:?}")]
+    UidMismatch {
+        /// The pod.
+        pod: String,
+        /// Its UID in the cluster.
+        found: String,
+        /// The bind's.
+        uid: String,
+    },
+    /// The pod's carma inputs are malformed.
+    #[error("pod {pod}: {source}")]
+    Invalid {
+        /// The pod.
+        pod: String,
+        /// What is wrong.
+        #[source]
+        source: DecisionError,
+    },
+    /// The node's turn did not come in time (crate::handoff).
+    #[error("pod {pod} not bound: {source}; retry")]
+    Turn {
+        /// The pod.
+        pod: String,
+        /// Why.
+        #[source]
+        source: TurnRefused,
+    },
+    /// The node can no longer take the pod.
+    #[error("pod {pod} no longer fits: {source}")]
+    NoLongerFits {
+        /// The pod.
+        pod: String,
+        /// Why.
+        #[source]
+        source: NodeRejection,
+    },
+    /// The ledger refused the booking.
+    #[error("pod {pod}: {source}")]
+    Booking {
+        /// The pod.
+        pod: String,
+        /// Why.
+        #[source]
+        source: LedgerError,
+    },
+    /// Writing the Binding failed (the booking was released).
+    #[error(transparent)]
+    Write(BackendError),
+}
+
+impl BindError {
+    /// The metric outcome: a conflict is a race or a node that filled up, which kube-scheduler's
+    /// retry can resolve; everything else is an error.
+    fn kind(&self) -> BindResultKind {
+        match self {
+            BindError::InProgress { .. }
+            | BindError::Turn { .. }
+            | BindError::NoLongerFits { .. }
+            | BindError::Booking { .. } => BindResultKind::Conflict,
+            BindError::Write(e) if e.lost_race() => BindResultKind::Conflict,
+            _ => BindResultKind::Error,
+        }
+    }
+}
 
 /// Outcome of a bind, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,60 +146,45 @@ impl Extender {
     /// write fails. A pod that no longer fits gets an `Error` (the scheduler
     /// retries it).
     pub async fn bind(&self, args: &ExtenderBindingArgs) -> ExtenderBindingResult {
-        let (kind, result) = self.bind_inner(args).await;
-        self.metrics.bind(kind.label());
-        match kind {
-            BindResultKind::Bound | BindResultKind::Recorded => tracing::info!(
-                pod = %format!("{}/{}", args.pod_namespace, args.pod_name),
-                node = %args.node,
-                decision = ?result.decision,
-                result = kind.label(),
-                "bind"
-            ),
-            _ => tracing::warn!(
-                pod = %format!("{}/{}", args.pod_namespace, args.pod_name),
-                node = %args.node,
-                error = %result.error,
-                result = kind.label(),
-                "bind refused"
-            ),
+        let outcome = self.bind_inner(args).await;
+        // Bound, the node awaits this pod's admission (crate::handoff); refused, it is free again:
+        // either way the choice that sent the pod there holds it no longer.
+        self.choices.forget(&args.pod_uid);
+        let pod = format!("{}/{}", args.pod_namespace, args.pod_name);
+        match outcome {
+            Ok((kind, decision)) => {
+                self.metrics.bind(kind.label());
+                tracing::info!(%pod, node = %args.node, ?decision, result = kind.label(), "bind");
+                ExtenderBindingResult {
+                    error: String::new(),
+                    decision,
+                }
+            }
+            Err(e) => {
+                let kind = e.kind();
+                self.metrics.bind(kind.label());
+                tracing::warn!(%pod, node = %args.node, error = %e, result = kind.label(), "bind refused");
+                ExtenderBindingResult {
+                    error: e.to_string(),
+                    decision: None,
+                }
+            }
         }
-        result
     }
 
+    /// The bind itself: how it ended (bound or recorded) and, for a carma pod, its placement.
     async fn bind_inner(
         &self,
         args: &ExtenderBindingArgs,
-    ) -> (BindResultKind, ExtenderBindingResult) {
-        let fail = |kind: BindResultKind, error: String| {
-            (
-                kind,
-                ExtenderBindingResult {
-                    error,
-                    decision: None,
-                },
-            )
-        };
+    ) -> Result<(BindResultKind, Option<BindDecision>), BindError> {
         if !self.cluster.is_ready() {
-            return fail(BindResultKind::Error, NOT_READY.to_string());
+            return Err(BindError::NotReady);
         }
+        let pod = || format!("{}/{}", args.pod_namespace, args.pod_name);
         let uid = args.pod_uid.as_str();
-        let _guard = match BindGuard::enter(&self.binding, uid) {
-            Some(g) => g,
-            None => {
-                return fail(
-                    BindResultKind::Conflict,
-                    format!(
-                        "a bind of pod {}/{} is already in progress",
-                        args.pod_namespace, args.pod_name
-                    ),
-                );
-            }
-        };
-        let decision = match self.decision_for_bind(args).await {
-            Ok(d) => d,
-            Err(e) => return fail(BindResultKind::Error, e),
-        };
+        let _guard = BindGuard::enter(&self.binding, uid)
+            .ok_or_else(|| BindError::InProgress { pod: pod() })?;
+        let decision = self.decision_for_bind(args).await?;
         let target = BindTarget {
             namespace: args.pod_namespace.clone(),
             name: args.pod_name.clone(),
@@ -112,13 +199,12 @@ impl Extender {
         };
 
         if !decision.needs_gpus() {
-            return match self.backend.bind(&target, None).await {
-                Ok(()) => {
-                    self.decisions.forget(uid);
-                    (ok_kind, ExtenderBindingResult::default())
-                }
-                Err(e) => fail(BindResultKind::Error, e.to_string()),
-            };
+            self.backend
+                .bind(&target, None)
+                .await
+                .map_err(BindError::Write)?;
+            self.decisions.forget(uid);
+            return Ok((ok_kind, None));
         }
 
         // One pending admission per node (see crate::handoff); snapshot mode writes nothing.
@@ -126,41 +212,23 @@ impl Extender {
         let turn = if dry {
             None
         } else {
-            match handoff.turn(&args.node).await {
-                Ok(t) => Some(t),
-                Err(refused) => {
-                    return fail(
-                        BindResultKind::Conflict,
-                        format!(
-                            "pod {}/{} not bound: {refused}; retry",
-                            args.pod_namespace, args.pod_name
-                        ),
-                    );
-                }
-            }
+            Some(
+                handoff
+                    .turn(&args.node)
+                    .await
+                    .map_err(|source| BindError::Turn { pod: pod(), source })?,
+            )
         };
         let now = now_ms();
         let placement = {
             let mut state = self.cluster.write();
             let demand = self.demand_now(&decision, uid, now);
-            let placement = match state.place(&args.node, &demand, &self.cfg, now) {
-                Ok(p) => p,
-                Err(r) => {
-                    return fail(
-                        BindResultKind::Conflict,
-                        format!(
-                            "pod {}/{} no longer fits: {r}",
-                            args.pod_namespace, args.pod_name
-                        ),
-                    );
-                }
-            };
-            if let Err(e) = state.book(uid, &placement, &self.cfg, now) {
-                return fail(
-                    BindResultKind::Conflict,
-                    format!("pod {}/{}: {e}", args.pod_namespace, args.pod_name),
-                );
-            }
+            let placement = state
+                .place(&args.node, &demand, &self.cfg, now)
+                .map_err(|source| BindError::NoLongerFits { pod: pod(), source })?;
+            state
+                .book(uid, &placement, &self.cfg, now)
+                .map_err(|source| BindError::Booking { pod: pod(), source })?;
             placement
         };
 
@@ -187,12 +255,7 @@ impl Extender {
         if let Err(e) = self.backend.bind(&target, Some(&annotations)).await {
             handoff.admitted(uid);
             self.cluster.write().unbook(uid);
-            let kind = if e.lost_race() {
-                BindResultKind::Conflict
-            } else {
-                BindResultKind::Error
-            };
-            return fail(kind, e.to_string());
+            return Err(BindError::Write(e));
         }
         // Bound: it waits for GPUs no longer (the watch will say so too, a moment later).
         self.recovery.forget(uid);
@@ -200,33 +263,29 @@ impl Extender {
         // watch sees this pod admitted (crate::handoff). kube-scheduler need not wait for that.
         drop(turn);
         self.decisions.forget(uid);
-        (
+        Ok((
             ok_kind,
-            ExtenderBindingResult {
-                error: String::new(),
-                decision: Some(BindDecision {
-                    node: args.node.clone(),
-                    gpus: placement.gpus,
-                    reserved_mib: placement.reserved_mib,
-                    source: decision.source.clone(),
-                    exclusive: placement.exclusive,
-                    dry_run: dry,
-                    annotations,
-                }),
-            },
-        )
+            Some(BindDecision {
+                node: args.node.clone(),
+                gpus: placement.gpus,
+                reserved_mib: placement.reserved_mib,
+                source: decision.source.clone(),
+                exclusive: placement.exclusive,
+                dry_run: dry,
+                annotations,
+            }),
+        ))
     }
 
-    async fn decision_for_bind(&self, args: &ExtenderBindingArgs) -> Result<Decision, String> {
+    async fn decision_for_bind(&self, args: &ExtenderBindingArgs) -> Result<Decision, BindError> {
         let key = format!("{}/{}", args.pod_namespace, args.pod_name);
         let result = match self.decisions.cached(&args.pod_uid) {
-            // The UID was filtered as another pod: binding it under this name would book and
-            // annotate a pod that filter never judged.
             Some((filtered, _)) if filtered != key => {
-                return Err(format!(
-                    "pod UID {:?} was filtered as {filtered}, the bind names {key}",
-                    args.pod_uid
-                ));
+                return Err(BindError::FilteredAsAnother {
+                    uid: args.pod_uid.clone(),
+                    filtered,
+                    pod: key,
+                });
             }
             Some((_, r)) => r,
             None => {
@@ -234,21 +293,24 @@ impl Extender {
                     .backend
                     .get_pod(&args.pod_namespace, &args.pod_name)
                     .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| format!("pod {key} not found"))?;
+                    .map_err(BindError::Read)?
+                    .ok_or_else(|| BindError::NotFound { pod: key.clone() })?;
                 if pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
-                    return Err(format!(
-                        "pod {key} has UID {:?}, the bind names {:?}",
-                        pod.metadata.uid.as_deref().unwrap_or(""),
-                        args.pod_uid
-                    ));
+                    return Err(BindError::UidMismatch {
+                        pod: key,
+                        found: pod.metadata.uid.clone().unwrap_or_default(),
+                        uid: args.pod_uid.clone(),
+                    });
                 }
                 self.decide(&pod)
             }
         };
         match result.as_ref() {
             Ok(d) => Ok(d.clone()),
-            Err(e) => Err(format!("pod {key}: {e}")),
+            Err(e) => Err(BindError::Invalid {
+                pod: key,
+                source: e.clone(),
+            }),
         }
     }
 }
@@ -271,5 +333,43 @@ impl<'a> BindGuard<'a> {
 impl Drop for BindGuard<'_> {
     fn drop(&mut self) {
         self.set.lock().remove(&self.uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn races_and_full_nodes_are_conflicts_and_the_rest_errors() {
+        let pod = || "ml/p".to_string();
+        let turn = BindError::Turn {
+            pod: pod(),
+            source: TurnRefused::Binding { node: "n".into() },
+        };
+        assert_eq!(turn.kind(), BindResultKind::Conflict);
+        assert_eq!(
+            turn.to_string(),
+            "pod ml/p not bound: another bind to node n is still in progress; retry"
+        );
+        assert_eq!(
+            BindError::InProgress { pod: pod() }.kind(),
+            BindResultKind::Conflict
+        );
+        assert_eq!(
+            BindError::NotFound { pod: pod() }.kind(),
+            BindResultKind::Error
+        );
+        assert_eq!(BindError::NotReady.to_string(), NOT_READY);
+        let mismatch = BindError::UidMismatch {
+            pod: pod(),
+            found: "a".into(),
+            uid: "b".into(),
+        };
+        assert_eq!(mismatch.kind(), BindResultKind::Error);
+        assert_eq!(
+            mismatch.to_string(),
+            r#"pod ml/p has UID "a", the bind names "b""#
+        );
     }
 }

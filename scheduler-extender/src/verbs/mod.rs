@@ -1,8 +1,13 @@
-//! The extender's answers to kube-scheduler: `filter` and `prioritize` here, `bind` in the `bind`
-//! submodule (the only verb that writes). The HTTP routes in [`crate::server`] decode the request
+//! The extender's answers to kube-scheduler: `filter` and `prioritize` here, `choose` (both in one
+//! round trip) in the `choose` submodule, `bind` in the `bind` submodule (the only verb that
+//! writes). The HTTP routes in [`crate::server`] decode the request
 //! and call these.
 
 mod bind;
+mod choose;
+
+pub use bind::BindError;
+pub use choose::{CHOICE_HOLD, Choices};
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -45,6 +50,8 @@ pub struct Extender {
     binding: Mutex<HashSet<String>>,
     verdicts: Verdicts,
     recovery: RecoveryQueue,
+    /// Nodes `choose` sent pods to whose binds have not ended.
+    choices: Choices,
 }
 
 impl Extender {
@@ -65,6 +72,7 @@ impl Extender {
             binding: Mutex::new(HashSet::new()),
             verdicts: Verdicts::new(),
             recovery: RecoveryQueue::new(),
+            choices: Choices::new(),
         }
     }
 
@@ -134,38 +142,60 @@ impl Extender {
 
     /// `filter`: keep the nodes that can take the pod, with a reason for every other.
     pub fn filter<'a>(&self, args: &'a ExtenderArgs<'_>) -> ExtenderFilterResult<'a> {
-        if !self.cluster.is_ready() {
-            return ExtenderFilterResult {
-                error: NOT_READY.to_string(),
+        match self.judge_candidates(args) {
+            Ok(judged) => judged.into_result(args),
+            Err(error) => ExtenderFilterResult {
+                error,
                 ..Default::default()
-            };
+            },
+        }
+    }
+
+    /// Every candidate of `args` judged for its pod: which pass (with their scores), and why each
+    /// other fails. Rejections are counted in the metrics. `Err` is the answer's `Error` when the
+    /// extender cannot judge at all (caches not synced).
+    fn judge_candidates<'a>(&self, args: &'a ExtenderArgs<'_>) -> Result<Judged<'a>, String> {
+        if !self.cluster.is_ready() {
+            return Err(NOT_READY.to_string());
         }
         let names = args.candidate_names();
         let decision = self.decide(&args.pod);
-        let mut passed = vec![false; names.len()];
-        let mut failed = Vec::new();
-        let mut unresolvable = Vec::new();
+        let mut judged = Judged {
+            passed: vec![false; names.len()],
+            scores: vec![0; names.len()],
+            names,
+            failed: Vec::new(),
+            unresolvable: Vec::new(),
+            needs_gpus: false,
+        };
         match decision.as_ref() {
             Err(e) => {
                 let reason: Arc<str> = Arc::from(format!("pod {}: {e}", pod_key(&args.pod)));
-                unresolvable = names
+                judged.unresolvable = judged
+                    .names
                     .iter()
                     .map(|n| (Cow::Borrowed(*n), Arc::clone(&reason)))
                     .collect();
-                self.metrics.rejected(REJECT_INVALID, names.len() as u64);
+                self.metrics
+                    .rejected(REJECT_INVALID, judged.names.len() as u64);
             }
-            Ok(d) if !d.needs_gpus() => passed.iter_mut().for_each(|p| *p = true),
+            Ok(d) if !d.needs_gpus() => judged.passed.iter_mut().for_each(|p| *p = true),
             Ok(d) => {
+                judged.needs_gpus = true;
                 let now = now_ms();
                 let demand = self.demand_now(d, Self::uid_of(&args.pod), now);
                 let verdicts = {
                     let view = self.cluster.read();
-                    self.verdicts.judge(&view, &names, &demand, &self.cfg, now)
+                    self.verdicts
+                        .judge(&view, &judged.names, &demand, &self.cfg, now)
                 };
                 let mut counts: Vec<(&'static str, u64)> = Vec::new();
                 for (i, v) in verdicts.into_iter().enumerate() {
                     match v {
-                        Verdict::Pass { .. } => passed[i] = true,
+                        Verdict::Pass { score } => {
+                            judged.passed[i] = true;
+                            judged.scores[i] = score;
+                        }
                         Verdict::Fail {
                             code,
                             unresolvable: u,
@@ -175,11 +205,11 @@ impl Extender {
                                 Some((_, n)) => *n += 1,
                                 None => counts.push((code, 1)),
                             }
-                            let entry = (Cow::Borrowed(names[i]), reason);
+                            let entry = (Cow::Borrowed(judged.names[i]), reason);
                             if u {
-                                unresolvable.push(entry);
+                                judged.unresolvable.push(entry);
                             } else {
-                                failed.push(entry);
+                                judged.failed.push(entry);
                             }
                         }
                     }
@@ -189,36 +219,7 @@ impl Extender {
                 }
             }
         }
-        let mut out = ExtenderFilterResult {
-            failed_nodes: ReasonMap(failed),
-            failed_and_unresolvable_nodes: ReasonMap(unresolvable),
-            ..Default::default()
-        };
-        match (&args.node_names, &args.nodes) {
-            (None, Some(list)) => {
-                out.nodes = Some(NodeListOut {
-                    metadata: Default::default(),
-                    items: list
-                        .items
-                        .iter()
-                        .zip(&passed)
-                        .filter(|(_, p)| **p)
-                        .map(|(n, _)| n.raw)
-                        .collect(),
-                });
-            }
-            _ => {
-                out.node_names = Some(
-                    names
-                        .iter()
-                        .zip(&passed)
-                        .filter(|(_, p)| **p)
-                        .map(|(n, _)| Cow::Borrowed(*n))
-                        .collect(),
-                );
-            }
-        }
-        out
+        Ok(judged)
     }
 
     /// `prioritize`: score every candidate 0..10 by the pod's policy (0 where it
@@ -282,6 +283,7 @@ impl Extender {
         let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
         if bound && let Some(uid) = &pod.metadata.uid {
             self.decisions.forget(uid);
+            self.choices.forget(uid);
         }
     }
 
@@ -313,6 +315,7 @@ impl Extender {
         self.cluster.release_pod(uid);
         self.recovery.forget(uid);
         self.decisions.forget(uid);
+        self.choices.forget(uid);
     }
 
     /// After a re-list of pods: release every placement whose pod no longer
@@ -328,5 +331,59 @@ impl Extender {
         self.metrics
             .in_flight
             .set(i64::try_from(self.cluster.in_flight()).unwrap_or(i64::MAX));
+    }
+}
+
+/// The candidates of one `filter` or `choose` request, judged (see
+/// [`Extender::judge_candidates`]).
+struct Judged<'a> {
+    /// The candidate names, in the order sent.
+    names: Vec<&'a str>,
+    /// Whether each candidate can take the pod.
+    passed: Vec<bool>,
+    /// Each passing candidate's score (0..10; 0 where it fails or the pod needs no GPU).
+    scores: Vec<u8>,
+    /// Failing candidates that preemption might help, with the reason.
+    failed: Vec<(Cow<'a, str>, Arc<str>)>,
+    /// Failing candidates that preemption cannot help, with the reason.
+    unresolvable: Vec<(Cow<'a, str>, Arc<str>)>,
+    /// Whether the pod asks for carma GPUs (else every candidate passes unscored).
+    needs_gpus: bool,
+}
+
+impl<'a> Judged<'a> {
+    /// The answer: the passing candidates in the form they were sent (names, or the node objects
+    /// unchanged) and the reasons of the others.
+    fn into_result(self, args: &'a ExtenderArgs<'_>) -> ExtenderFilterResult<'a> {
+        let mut out = ExtenderFilterResult {
+            failed_nodes: ReasonMap(self.failed),
+            failed_and_unresolvable_nodes: ReasonMap(self.unresolvable),
+            ..Default::default()
+        };
+        match (&args.node_names, &args.nodes) {
+            (None, Some(list)) => {
+                out.nodes = Some(NodeListOut {
+                    metadata: Default::default(),
+                    items: list
+                        .items
+                        .iter()
+                        .zip(&self.passed)
+                        .filter(|(_, p)| **p)
+                        .map(|(n, _)| n.raw)
+                        .collect(),
+                });
+            }
+            _ => {
+                out.node_names = Some(
+                    self.names
+                        .iter()
+                        .zip(&self.passed)
+                        .filter(|(_, p)| **p)
+                        .map(|(n, _)| Cow::Borrowed(*n))
+                        .collect(),
+                );
+            }
+        }
+        out
     }
 }

@@ -939,7 +939,7 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 	}
 	if carma {
 		r.extVerbs = map[string]hist{}
-		for _, v := range []string{"filter", "prioritize", "bind"} {
+		for _, v := range []string{"filter", "choose", "prioritize", "bind"} {
 			m := map[string]string{"verb": v}
 			r.extVerbs[v] = after.ext.histogram("carma_extender_request_duration_seconds", m).minus(
 				before.ext.histogram("carma_extender_request_duration_seconds", m))
@@ -1038,7 +1038,7 @@ func (r phaseResult) report(title string, carma bool) {
 	}
 	fmt.Printf("  kube-scheduler's client: QPS %g, burst %d (its /configz); rate-limiter wait %s\n", r.limiter.qps, r.limiter.burst, r.limiter)
 	fmt.Printf("  CPU s per 1,000 pods bound: saturated batch %s; latency batch %s\n", fmtCPU(r.cpuSat), fmtCPU(r.cpuHalf))
-	fmt.Printf("  kube-scheduler: scheduling algorithm (filter + score%s) %s\n", map[bool]string{true: ", extender filter + prioritize included", false: ""}[carma], histQ(r.algo))
+	fmt.Printf("  kube-scheduler: scheduling algorithm (filter + score%s) %s\n", map[bool]string{true: ", the extender's filter + prioritize or choose included", false: ""}[carma], histQ(r.algo))
 	var pts []string
 	for _, p := range extensionPoints {
 		if h := r.points[p]; h.count > 0 {
@@ -1052,7 +1052,7 @@ func (r phaseResult) report(title string, carma bool) {
 	fmt.Printf("  API requests per scheduled pod (%d pods): %.2f, of them kube-scheduler's %.2f; by request: %s\n",
 		r.pods, r.apiPerPod, r.schedPerPod, strings.Join(r.breakdown, ", "))
 	if carma {
-		for _, v := range []string{"filter", "prioritize", "bind"} {
+		for _, v := range []string{"filter", "choose", "prioritize", "bind"} {
 			fmt.Printf("  extender %s (its own histogram): %s\n", v, histQ(r.extVerbs[v]))
 		}
 		fmt.Printf("  extender binds by result %v; rejections by reason %v\n", fmtMap(r.extBinds), fmtMap(r.extRejections))
