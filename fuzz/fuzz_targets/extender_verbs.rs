@@ -1,5 +1,5 @@
 //! The extender's HTTP verbs as kube-scheduler calls them, through the real router (body limit,
-//! JSON decoding, filter, prioritize, bind in snapshot mode) on a 4-node × 4-GPU cluster. The
+//! JSON decoding, filter, choose, prioritize, bind in snapshot mode) on a 4-node × 4-GPU cluster. The
 //! first byte picks the verb, the rest is the body. Every answer must be 200 or a 4xx: a 5xx or a
 //! panic is a finding.
 #![no_main]
@@ -40,7 +40,7 @@ fn harness() -> &'static Harness {
 
 fuzz_target!(|data: &[u8]| {
     let [verb, body @ ..] = data else { return };
-    let path = ["/filter", "/prioritize", "/bind"][*verb as usize % 3];
+    let path = ["/filter", "/choose", "/prioritize", "/bind"][*verb as usize % 4];
     let h = harness();
     let request = http::Request::post(path)
         .header("content-type", "application/json")
