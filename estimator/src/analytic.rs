@@ -41,12 +41,14 @@
 //! profiles count attention tensors that PyTorch frees before backward.
 //!
 //! A profile carries totals only. Where the job comes as a torchsummary table or a
-//! module printout, [`detailed_bound`] reads it layer by layer instead ([`summary_values`],
-//! [`printout_values`]): which outputs are distinct tensors, the largest layer, attention
+//! module printout, [`detailed_bound`] reads it layer by layer instead
+//! ([`summary_values`](crate::reading::summary_values),
+//! [`printout_values`](crate::reading::printout_values)): which outputs are distinct tensors, the largest layer, attention
 //! scores by block kind, and Adam's two step temporaries only where they outweigh the
 //! freed activations. docs/estimator-evaluation.md has its terms against CARMA's measured peaks.
 
 use crate::family::{Family, Optimizer};
+pub use crate::layer_reading::SavedValues;
 
 /// Fixed overhead: CUDA context, library handles, allocator floor (MiB).
 pub const CONTEXT_MIB: u64 = 1536;
@@ -139,27 +141,6 @@ pub fn analytic_upper_bound_mib(job: impl Into<BoundInputs>) -> u64 {
         .div_ceil(u128::from(ROUNDING_MIB))
         .saturating_mul(u128::from(ROUNDING_MIB));
     u64::try_from(rounded).unwrap_or(u64::MAX)
-}
-
-/// What a layer-by-layer reading of a torchsummary table or a module printout says a
-/// training step keeps, per sample, in 4-byte values. Only the parsers build it (see
-/// [`summary_values`], [`printout_values`]); [`detailed_bound`] turns it into a reservation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SavedValues {
-    /// Values kept for backward, weighted by how many distinct tensors each layer's
-    /// output makes (see [`summary_values`] and [`printout_values`]).
-    pub saved: u128,
-    /// The largest single layer output. Backward holds a gradient of this size next to
-    /// the saved tensors, and cuDNN's workspaces grow with it.
-    pub largest: u128,
-    /// Attention score values (heads × seqLength² per block, times the score tensors
-    /// an attention block of that kind keeps).
-    pub scores: u128,
-    /// Values kept in fp32 even under mixed precision, beside `saved`: CUDA autocast runs
-    /// norms, softmax, losses and `pow` in fp32, and a sum of a 16-bit and an fp32 tensor
-    /// (a residual connection) is fp32. Module printouts only; a table's rows are all in
-    /// `saved`.
-    pub kept_fp32: u128,
 }
 
 /// The detailed bound's constants, per family (see [`detailed_bound`]).
@@ -309,95 +290,6 @@ pub fn detailed_bound_for(
         multi_gpu_mib: m,
         total_mib: rounded(sum),
     }
-}
-
-/// A torchsummary table (or, with `torchinfo`, a torchinfo table) read at `batch_size`:
-/// its profile and what [`detailed_bound`] counts of it.
-///
-/// Saved values: every row's output, activation-function rows at half weight (an
-/// in-place ReLU shares its input's storage, one that is not in place keeps a tensor
-/// of its own), and the largest row. Containers' rows count in full: a block's output
-/// is sometimes its last layer's tensor, sometimes a new one (a concatenation, an
-/// out-of-place residual sum). In a torchsummary table, a batch-norm row whose shape differs
-/// from the row before it reads a tensor no row shows (DenseNet's concatenation of earlier
-/// feature maps), which it saves: that input counts once more.
-pub fn summary_values(
-    text: &str,
-    family: Family,
-    batch_size: u32,
-    torchinfo: bool,
-) -> Result<(crate::Profile, SavedValues), crate::SummaryError> {
-    if torchinfo {
-        crate::torchinfo::parse_torchinfo_values(text, family, batch_size)
-    } else {
-        crate::torchsummary::parse_torchsummary_values(text, family, batch_size)
-    }
-}
-
-/// A module printout read at `batch_size` and `seq_len` tokens: its profile and what
-/// [`detailed_bound`] counts of it (the printout parser's docs say what: module
-/// outputs, the projections an attention block holds as bare parameters, and the
-/// score tensors of each attention block by its kind, once per head). What it had no rule for
-/// is counted conservatively; [`printout_reading`] says what that was.
-pub fn printout_values(
-    text: &str,
-    family: Family,
-    batch_size: u32,
-    seq_len: u32,
-) -> Result<(crate::Profile, SavedValues), crate::PrintoutError> {
-    crate::printout::parse_printout_values(text, family, batch_size, seq_len)
-}
-
-/// A table or printout read layer by layer: its profile, what [`detailed_bound`] counts of it,
-/// and what it had no measured rule for (counted conservatively in `values`; see
-/// [`crate::Caveat`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reading {
-    /// The job's profile (without its `layerReading`).
-    pub profile: crate::Profile,
-    /// What the detailed bound counts.
-    pub values: SavedValues,
-    /// What had no rule; empty when every module and pattern had one.
-    pub caveats: Vec<crate::Caveat>,
-}
-
-/// [`summary_values`] with its caveats: an attention row that may keep score tensors no row
-/// shows makes every value count [`crate::FALLBACK_PERCENT`] %.
-pub fn summary_reading(
-    text: &str,
-    family: Family,
-    batch_size: u32,
-    torchinfo: bool,
-) -> Result<Reading, crate::SummaryError> {
-    let (profile, values, caveats) = if torchinfo {
-        crate::torchinfo::parse_torchinfo_reading(text, family, batch_size)?
-    } else {
-        crate::torchsummary::parse_torchsummary_reading(text, family, batch_size)?
-    };
-    Ok(Reading {
-        profile,
-        values,
-        caveats: caveats.into_vec(),
-    })
-}
-
-/// [`printout_values`] with its caveats ([`crate::printout_rules`]). A shared layer group
-/// (ALBERT's) runs `shared_runs` times — the model's `num_hidden_layers` — when given, else
-/// [`crate::printout_rules::ASSUMED_SHARED_RUNS`] times with a caveat.
-pub fn printout_reading(
-    text: &str,
-    family: Family,
-    batch_size: u32,
-    seq_len: u32,
-    shared_runs: Option<u32>,
-) -> Result<Reading, crate::PrintoutError> {
-    let (profile, values, caveats) =
-        crate::printout::parse_printout_reading(text, family, batch_size, seq_len, shared_runs)?;
-    Ok(Reading {
-        profile,
-        values,
-        caveats: caveats.into_vec(),
-    })
 }
 
 #[cfg(test)]

@@ -48,11 +48,15 @@ mod family;
 pub mod features;
 mod fingerprint;
 mod layer_reading;
+mod limits;
 mod model;
 mod printout;
+mod printout_counts;
+mod printout_error;
 mod printout_line;
 pub mod printout_rules;
 mod profile;
+pub mod reading;
 mod torchinfo;
 mod torchsummary;
 mod traced;
@@ -67,13 +71,15 @@ pub use estimator::{
 pub use evaluate::{
     ClassRecall, EvaluateError, Evaluation, LabelledRow, evaluate, evaluate_csv, read_mlp_csv,
 };
-pub use layer_reading::LayerReading;
+pub use layer_reading::{LayerReading, SavedValues};
+pub use limits::{
+    MAX_ACTIVATIONS, MAX_BATCH_SIZE, MAX_ESTIMATE_MIB, MAX_LAYERS, MAX_PARAMETERS, MAX_SEQ_LENGTH,
+};
 pub use model::{BATCH_ROWS, ClassSpec, DecisionRule, Model, ModelError, ModelMeta};
 pub use printout::{HEAD_DIM, PrintoutError, SCORE_TENSORS, looks_like_printout, parse_printout};
 pub use profile::{
-    Family, FamilyParseError, Layers, MAX_ACTIVATIONS, MAX_BATCH_SIZE, MAX_ESTIMATE_MIB,
-    MAX_LAYERS, MAX_PARAMETERS, MAX_SEQ_LENGTH, Optimizer, Profile, ProfileError,
-    TORCH_ACTIVATIONS, parse_profile,
+    Family, FamilyParseError, Layers, Optimizer, Profile, ProfileError, TORCH_ACTIVATIONS,
+    parse_profile,
 };
 pub use torchinfo::{looks_like_torchinfo, parse_torchinfo};
 pub use torchsummary::{

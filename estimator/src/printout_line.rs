@@ -1,8 +1,12 @@
 //! The syntax of one line of an annotated module printout ([`crate::printout`]): a module
 //! `(key): [N x ]Type(args)[, n params]`, and the numbers inside its arguments.
 
-use crate::printout::is_name_byte;
 use crate::torchsummary::parse_count;
+
+/// A byte of a module's type or key: letters, digits, `_` and `.`.
+pub(crate) fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'.'
+}
 
 /// One module line: `(key): [N x ]Type(args)[, n params]` or the root `Type(…`.
 pub(crate) struct ModuleLine<'a> {

@@ -10,28 +10,10 @@ use crate::analytic::{BoundInputs, analytic_upper_bound_mib};
 use crate::caveat::{Caveat, MAX_CAVEAT_MODULES, MAX_CAVEAT_TEXT};
 pub use crate::family::{Family, FamilyParseError, Optimizer};
 use crate::layer_reading::LayerReading;
+use crate::limits::{
+    MAX_ACTIVATIONS, MAX_BATCH_SIZE, MAX_ESTIMATE_MIB, MAX_LAYERS, MAX_PARAMETERS, MAX_SEQ_LENGTH,
+};
 use crate::traced::{MAX_TRACED_MIB, Traced};
-
-// Ranges of the profile's numbers. They are generous for any job that one
-// cluster trains and keep every product the features and the analytic bound
-// form far from overflow; the combined size is bounded by MAX_ESTIMATE_MIB.
-// `optimizer` and `mixedPrecision` are closed sets (serde rejects other values).
-
-/// Largest `batchSize`: 2^20, 32 × DLRM's 32,768 (the largest in CARMA's traces).
-pub const MAX_BATCH_SIZE: u32 = 1 << 20;
-/// Largest `parameters`: 10^12, beyond the largest published dense models.
-pub const MAX_PARAMETERS: u64 = 1_000_000_000_000;
-/// Largest `activations` per sample: 10^12 (GPT-2 large has under 10^9).
-pub const MAX_ACTIVATIONS: u64 = 1_000_000_000_000;
-/// Largest `depth` and layer count of one type: 100,000 (the deepest published
-/// networks have a few thousand layers).
-pub const MAX_LAYERS: u32 = 100_000;
-/// Largest `seqLength`: 2^20 tokens, the longest context windows offered.
-pub const MAX_SEQ_LENGTH: u32 = 1 << 20;
-/// Largest analytic upper bound a profile may come to: 2^30 MiB (1 PiB), some
-/// thousand times a whole 8-GPU server; in-range fields whose product is
-/// larger describe no job a GPU cluster could run.
-pub const MAX_ESTIMATE_MIB: u64 = 1 << 30;
 
 /// Activation module names of `torch.nn`. A name outside them is a typo or not
 /// an activation and is rejected; a real one that GPUMemNet's lists lack

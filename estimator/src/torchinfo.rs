@@ -22,7 +22,7 @@
 //! (a module that did not run) adds no activations. The converted table keeps
 //! every line where it was, so errors name the line of the original.
 
-use crate::analytic::SavedValues;
+use crate::layer_reading::SavedValues;
 use crate::profile::{Family, Profile};
 use crate::torchsummary::{SummaryError, parse_torchsummary, parse_torchsummary_values};
 

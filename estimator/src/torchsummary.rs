@@ -25,10 +25,11 @@
 
 use std::collections::HashMap;
 
-use crate::analytic::SavedValues;
 use crate::caveat::{CaveatKind, Caveats, FALLBACK_PERCENT, with_fallback_factor};
 use crate::features::{CNN_ACTIVATIONS, MLP_ACTIVATIONS, activation_index};
-use crate::profile::{Family, Layers, MAX_BATCH_SIZE, Profile};
+use crate::layer_reading::SavedValues;
+use crate::limits::MAX_BATCH_SIZE;
+use crate::profile::{Family, Layers, Profile};
 
 /// Why a `torchsummary` table was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,7 +96,7 @@ pub fn parse_torchsummary(
 }
 
 /// [`parse_torchsummary`] with what the detailed bound counts of the table (see
-/// [`crate::analytic::summary_values`]).
+/// [`crate::reading::summary_values`]).
 pub(crate) fn parse_torchsummary_values(
     text: &str,
     family: Family,

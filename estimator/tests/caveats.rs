@@ -7,10 +7,11 @@
 
 use std::path::PathBuf;
 
-use carma_estimator::analytic::{Reading, detailed_bound, printout_reading, summary_reading};
+use carma_estimator::analytic::detailed_bound;
 use carma_estimator::printout_rules::{
     ASSUMED_SHARED_RUNS, POSITION_BIAS_SCORE_QUARTERS, RELATIVE_SCORE_QUARTERS,
 };
+use carma_estimator::reading::{Reading, printout_reading, summary_reading};
 use carma_estimator::{
     Caveat, CaveatKind, EstimateSource, Estimator, Family, LayerReading, parse_profile,
 };

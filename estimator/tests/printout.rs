@@ -76,7 +76,8 @@ fn malformed_printouts_are_rejected_with_the_line() {
 
 #[test]
 fn xlnet_base_detailed_bound_covers_the_peak() {
-    use carma_estimator::analytic::{analytic_upper_bound_mib, detailed_bound, printout_values};
+    use carma_estimator::analytic::{analytic_upper_bound_mib, detailed_bound};
+    use carma_estimator::reading::printout_values;
     let (p, v) = printout_values(&xlnet(), Family::Transformer, 8, 512).unwrap();
     // XLNet's q, k, v, o and r are bare parameters of each attention block: 5 projections
     // of 512 × 768 per layer beside the module outputs, and 2 more tensors of that size that the
@@ -110,7 +111,8 @@ fn xlnet_base_detailed_bound_covers_the_peak() {
 /// 2-GPU task (CARMA v2 gpt2_large_2.rad: global batch 8, measured 28,356 MiB per GPU).
 #[test]
 fn gpt2_keeps_its_composite_gelu_and_lm_loss_and_no_scores() {
-    use carma_estimator::analytic::{detailed_bound, detailed_bound_for, printout_values};
+    use carma_estimator::analytic::{detailed_bound, detailed_bound_for};
+    use carma_estimator::reading::printout_values;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/model-printouts/gpt2_large_bs8_sl512.txt");
     let text = std::fs::read_to_string(&path).unwrap();

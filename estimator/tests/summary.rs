@@ -220,7 +220,7 @@ fn layers_must_fit_the_family() {
 
 #[test]
 fn detailed_values_of_a_cifar_table() {
-    use carma_estimator::analytic::summary_values;
+    use carma_estimator::reading::summary_values;
     let text = read("resnet18_cifar100.model");
     let (p, v) = summary_values(&text, Family::Cnn, 32, false).unwrap();
     // ReLU rows count half; the largest row is the stem's 64 × 16 × 16

@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 
-use carma_estimator::analytic::{detailed_bound, printout_reading, summary_reading};
+use carma_estimator::analytic::detailed_bound;
+use carma_estimator::reading::{printout_reading, summary_reading};
 use carma_estimator::{Family, INPUT_SAVING_PERCENT};
 
 fn data(rel: &str) -> String {

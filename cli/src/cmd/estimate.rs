@@ -30,26 +30,19 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use carma_estimator::analytic::{detailed_bound_for, printout_reading, summary_reading};
+use carma_estimator::analytic::detailed_bound_for;
+use carma_estimator::reading::{printout_reading, summary_reading};
 use carma_estimator::{
     Estimate, Estimator, Family, LayerReading, MAX_BATCH_SIZE, MAX_SEQ_LENGTH, Optimizer, Profile,
     evaluate, looks_like_printout, looks_like_torchinfo, parse_profile,
 };
+use carma_estimator_eval::{
+    DEFAULT_PRINTOUTS, DEFAULT_SUMMARIES, DEFAULT_WORKLOADS, REPO_PRINTOUTS, REPO_SUMMARIES,
+    REPO_TRACED, evaluate_measured, evaluate_peaks, render_table,
+};
 use serde_json::json;
 
 use super::EXIT_BAD_INPUT;
-
-#[path = "estimate_measured.rs"]
-mod estimate_measured;
-#[path = "estimate_peaks.rs"]
-mod estimate_peaks;
-#[path = "estimate_peaks_report.rs"]
-mod estimate_peaks_report;
-use estimate_peaks::{
-    DEFAULT_PRINTOUTS, DEFAULT_SUMMARIES, DEFAULT_WORKLOADS, REPO_PRINTOUTS, REPO_SUMMARIES,
-    REPO_TRACED, evaluate_peaks,
-};
-use estimate_peaks_report::render_table;
 
 /// Arguments of `carma estimate`.
 #[derive(Debug, clap::Args)]
@@ -203,8 +196,7 @@ fn execute(estimator: &Estimator, args: &EstimateArgs) -> Result<Output, BadInpu
                 .map_err(|e| BadInput(e.to_string()))?;
             // carma's own GPU measurements live beside the traced CSV
             let data = traced.parent().unwrap_or(Path::new("."));
-            report.measured =
-                estimate_measured::evaluate_measured(data).map_err(|e| BadInput(e.to_string()))?;
+            report.measured = evaluate_measured(data).map_err(|e| BadInput(e.to_string()))?;
             if *table {
                 return Ok(Output::Text(render_table(&report)));
             }

@@ -1,15 +1,17 @@
-//! `carma estimate eval --peaks`, the report: the rows that `estimate_peaks` builds,
+//! `carma estimate eval --peaks`, the report: the rows that [`crate::peaks`] builds,
 //! tallied per family and source (rows, underestimates, mean and p95 over-reservation),
 //! and rendered as the text table of `--table`.
 
 use carma_estimator::Family;
 use serde::Serialize;
 
-use super::estimate_measured::MeasuredReport;
-use super::estimate_peaks::PeakRow;
+use crate::measured::MeasuredReport;
+use crate::peaks::PeakRow;
+use crate::tally::Tally;
 
 /// A source of reservations the report tallies: which rows it covers and what it
 /// reserves for each.
+#[derive(Debug)]
 pub struct Source {
     /// Name in the report.
     pub name: &'static str,
@@ -51,48 +53,6 @@ pub const SOURCES: &[Source] = &[
         missing: "no traced figures",
     },
 ];
-
-/// Underestimates and over-reservation of one estimator.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Tally {
-    /// Rows counted.
-    pub rows: usize,
-    /// Rows whose reservation is below the measured peak (an OOM crash).
-    pub underestimates: usize,
-    /// Mean of `max(0, reservation − peak)` (MiB).
-    pub mean_over_reservation_mib: f64,
-    /// 95th percentile (nearest rank) of `max(0, reservation − peak)` (MiB).
-    pub p95_over_reservation_mib: u64,
-}
-
-impl Tally {
-    /// The tally of (reservation, peak) pairs.
-    pub fn of(pairs: impl Iterator<Item = (u64, u64)>) -> Tally {
-        let (mut under, mut overs) = (0usize, Vec::new());
-        for (reservation, peak) in pairs {
-            if reservation < peak {
-                under += 1;
-            }
-            overs.push(reservation.saturating_sub(peak));
-        }
-        overs.sort_unstable();
-        let rows = overs.len();
-        let p95 = match rows {
-            0 => 0,
-            n => overs[(n * 95).div_ceil(100).max(1) - 1],
-        };
-        Tally {
-            rows,
-            underestimates: under,
-            mean_over_reservation_mib: if rows == 0 {
-                0.0
-            } else {
-                overs.iter().sum::<u64>() as f64 / rows as f64
-            },
-            p95_over_reservation_mib: p95,
-        }
-    }
-}
 
 /// One source's figures on one family's rows.
 #[derive(Debug, Clone, Serialize)]
@@ -298,20 +258,4 @@ fn render_measured(m: &MeasuredReport) -> String {
         out += &format!("not measured: {n}\n");
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tally() {
-        let t = Tally::of([(100, 50), (40, 50), (60, 60)].into_iter());
-        assert_eq!((t.rows, t.underestimates), (3, 1));
-        assert!((t.mean_over_reservation_mib - 50.0 / 3.0).abs() < 1e-9);
-        assert_eq!(t.p95_over_reservation_mib, 50);
-        let t = Tally::of((0..20).map(|i| (100 + i, 100)));
-        // nearest rank: the 19th of 20 sorted over-reservations (0..=19)
-        assert_eq!(t.p95_over_reservation_mib, 18);
-    }
 }

@@ -1,4 +1,4 @@
-//! `carma estimate eval --peaks`: carma's reservations against the peaks CARMA
+//! The rows of `carma estimate eval --peaks`: carma's reservations against the peaks CARMA
 //! measured (v2 task files), beside the legacy bound carma used before the analytic
 //! bound was calibrated on measured peaks, and the GPUMemNet estimates CARMA recorded.
 //!
@@ -16,21 +16,22 @@
 //! Task files that run the same job (CARMA's 20- and 50-epoch CIFAR runs) give
 //! one row. GPUMemNet's recorded estimate is line 11; 40000 there means "none".
 //!
-//! This module reads the inputs and builds the rows; `estimate_peaks_report` tallies
-//! them per family and source and renders the table.
+//! This module reads the inputs and builds the rows; [`crate::report`] tallies them per
+//! family and source and renders the table.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use carma_estimator::analytic::{
-    BoundTerms, SavedValues, analytic_upper_bound_mib, detailed_bound_for, printout_values,
-    summary_values,
+use carma_estimator::analytic::{BoundTerms, analytic_upper_bound_mib, detailed_bound_for};
+use carma_estimator::reading::{printout_values, summary_values};
+use carma_estimator::{
+    Estimator, Family, Profile, SavedValues, looks_like_printout, traced_reservation_mib,
 };
-use carma_estimator::{Estimator, Family, Profile, looks_like_printout, traced_reservation_mib};
-use carma_simulator::catalog;
+use carma_workload::catalog;
 use serde::Serialize;
 
-use super::estimate_peaks_report::{PeaksReport, report};
+use crate::error::PeaksError;
+use crate::measured::traced_rows;
 
 /// The shared data's default locations, relative to the repository root.
 pub const DEFAULT_WORKLOADS: &str = "../shared/traces/carma/v2/workloads";
@@ -54,52 +55,6 @@ pub const REFERENCE_PEAKS: &[(&str, u64, &str)] = &[(
     36_206,
     "GPT-2 XL, batch 2, one A100 40 GB: reported by GPUMemNet's authors",
 )];
-
-/// Why the evaluation could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum PeaksError {
-    /// A directory or file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        /// The path.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A task file line is not what CARMA writes there.
-    #[error("{}: 0-based line {line} ({what}) is `{text}`, not a number", path.display())]
-    BadRad {
-        /// The task file.
-        path: PathBuf,
-        /// 0-based line.
-        line: usize,
-        /// What the line holds.
-        what: &'static str,
-        /// The text found.
-        text: String,
-    },
-    /// A model description could not be parsed or estimated.
-    #[error("{}: {message}", path.display())]
-    Model {
-        /// The file.
-        path: PathBuf,
-        /// The parser's or estimator's message.
-        message: String,
-    },
-    /// No task file had both a measured peak and a profile.
-    #[error("no task file under {} has a measured peak and a catalog entry", .0.display())]
-    NoRows(PathBuf),
-    /// The traced figures' CSV is malformed.
-    #[error("{} line {line}: {message}", path.display())]
-    BadTraced {
-        /// The CSV.
-        path: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// What is wrong.
-        message: String,
-    },
-}
 
 /// One job: the measured peak and three reservations (MiB).
 #[derive(Debug, Clone, Serialize)]
@@ -126,7 +81,7 @@ pub struct PeakRow {
     pub totals_mib: u64,
     /// The terms of carma's reservation, for `summary` and `printout` rows.
     pub terms: Option<BoundTerms>,
-    /// The traced reservation, when there is one (see [`SOURCES`](super::estimate_peaks_report::SOURCES)).
+    /// The traced reservation, when there is one (see [`SOURCES`](crate::report::SOURCES)).
     pub traced_mib: Option<u64>,
 }
 
@@ -227,13 +182,13 @@ fn printout_name(name: &str) -> Option<(&str, u32, u32)> {
 }
 
 /// The traced reservation of each job in the CSV at `path` (the columns of
-/// [`TracedRow`](super::estimate_measured::TracedRow), by name); empty when the file does not
+/// [`TracedRow`](crate::measured::TracedRow), by name); empty when the file does not
 /// exist.
 fn read_traced(path: &Path) -> Result<Vec<(String, u64)>, PeaksError> {
     if !path.is_file() {
         return Ok(Vec::new());
     }
-    Ok(super::estimate_measured::traced_rows(path)?
+    Ok(traced_rows(path)?
         .iter()
         .map(|t| {
             (
@@ -257,17 +212,17 @@ fn without_batch(model_file: &str) -> Option<String> {
         .then(|| format!("{base}.model"))
 }
 
-/// Runs the evaluation over the task files and the folders of tables and printouts
-/// (folders that do not exist are skipped).
-/// `traced`: the traced figures' CSV ([`REPO_TRACED`]); the `traced` source is not run
-/// when it does not exist.
-pub fn evaluate_peaks(
+/// The rows of the evaluation over the task files and the folders of tables and printouts
+/// (folders that do not exist are skipped), and the task files with a peak that the catalog
+/// does not restate. `traced`: the traced figures' CSV ([`REPO_TRACED`]); the `traced` source
+/// is not run when it does not exist. Fails with [`PeaksError::NoRows`] when no row is made.
+pub fn peak_rows(
     estimator: &Estimator,
     workloads: &Path,
     summaries: &[PathBuf],
     printouts: &[PathBuf],
     traced: &Path,
-) -> Result<PeaksReport, PeaksError> {
+) -> Result<(Vec<PeakRow>, Vec<String>), PeaksError> {
     let traced = read_traced(traced)?;
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
@@ -394,13 +349,14 @@ pub fn evaluate_peaks(
     if rows.is_empty() {
         return Err(PeaksError::NoRows(workloads.to_path_buf()));
     }
-    Ok(report(rows, skipped))
+    Ok((rows, skipped))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::estimate_peaks_report::{SOURCES, render_table};
     use super::*;
+    use crate::evaluate_peaks;
+    use crate::report::{SOURCES, render_table};
 
     fn shared(rel: &str) -> PathBuf {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use carma_estimator::{Family, Traced, traced_reservation_mib};
 use serde::{Deserialize, Serialize};
 
-use super::estimate_peaks::PeaksError;
-use super::estimate_peaks_report::Tally;
+use crate::error::PeaksError;
+use crate::tally::Tally;
 
 /// A GPU's measurements and the traces of the same jobs.
 #[derive(Debug, Clone, Copy)]
@@ -95,7 +95,7 @@ struct Measured {
 
 /// One row of a traced CSV (`python -m carma_profile.calibrate`); the `traced` source of
 /// `eval --peaks` reads the same rows.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 pub struct TracedRow {
     /// The job (CARMA's task file stem, or the held-out job's label).
     pub job: String,
