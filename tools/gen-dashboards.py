@@ -441,6 +441,21 @@ def collocation() -> dict:
     L.add(stat("Mean estimator margin", "Average reserved − observed memory over the pods on the selected nodes.",
                f"avg(carma_pod_gpu_memory_reserved_bytes{{{POD_SEL}}} - on (node, namespace, pod, uuid) "
                f"carma_pod_gpu_memory_used_bytes{{{POD_SEL}}})", "bytes"), 6, 8)
+    L.add(stat("GPUs without enforced memory limits",
+               "GPUs whose containers nothing holds to their NVIDIA_GPU_MEMORY_LIMIT "
+               "(carma_gpu_memory_enforcement mode none): a pod there can use more than its reservation "
+               "and push a neighbour out of memory (docs/enforcement.md).",
+               f'count(carma_gpu_memory_enforcement{{{GPU_SEL}, mode="none"}}) or vector(0)', decimals=0,
+               thresholds=[(1, "orange")]), 6, 7)
+    L.add(table("Memory limit enforcement per GPU",
+                "What holds each GPU's containers to their memory limit, as its node agent decided at start "
+                "(carma_gpu_memory_enforcement): driver = NVIDIA's CDI hook apply-cuda-memory-limits (NVML, "
+                "CUDA 13.4 drivers), mps = MPS pinned device memory, none = advisory. Chart value "
+                "enforcement.memoryLimits.",
+                [target(f"max by (node, gpu, mode) (carma_gpu_memory_enforcement{{{GPU_SEL}}})",
+                        instant=True, fmt="table")],
+                exclude=["Time", "Value"],
+                rename={"node": "Node", "gpu": "GPU", "mode": "Enforcement"}), 18, 7)
 
     L.row("Estimator vs observed peaks")
     # Over the dashboard's time range: attempts end rarely, so per-interval rates would be mostly empty.

@@ -173,6 +173,34 @@ pub struct GpuStatus {
     /// carma pods on the GPU.
     #[serde(default)]
     pub pods: Vec<GpuPodStatus>,
+    /// What holds the containers on this GPU to their memory limit (`NVIDIA_GPU_MEMORY_LIMIT`):
+    /// `driver` (NVIDIA's CDI hook applies it through NVML), `mps` (MPS pinned device memory) or
+    /// `none` (the reservation is advisory). Absent from device plugins that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_enforcement: Option<MemoryEnforcement>,
+}
+
+/// How a GPU's per-container memory limits are enforced.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryEnforcement {
+    /// NVIDIA's `nvidia-cdi-hook apply-cuda-memory-limits` sets the container's limit through NVML.
+    Driver,
+    /// MPS clients get `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`.
+    Mps,
+    /// Nothing: a container can use more than its limit.
+    None,
+}
+
+impl MemoryEnforcement {
+    /// The status and metric label spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Driver => "driver",
+            Self::Mps => "mps",
+            Self::None => "none",
+        }
+    }
 }
 
 fn yes() -> bool {

@@ -22,7 +22,7 @@ pub use annotations::{AnnotationError, Assignment, EstimateAnnotation, PodReques
 pub use condition::Condition;
 pub use gpu_node::{
     CONDITION_OTHER_DEVICE_PLUGIN, EndedPodPeak, GpuNode, GpuNodeSpec, GpuNodeStatus, GpuPodStatus,
-    GpuStatus,
+    GpuStatus, MemoryEnforcement,
 };
 pub use memory_history::{MemoryHistory, MemoryHistorySpec, MemoryHistoryStatus, PeakSample};
 pub use training_task::{

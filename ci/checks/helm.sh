@@ -126,11 +126,17 @@ for path in sys.argv[1:]:
                     bad.append(f"{path}: {kind}/{name} container {c['name']} allows privilege escalation")
             if kind == "Deployment" and spec.get("securityContext", {}).get("runAsNonRoot") is not True:
                 bad.append(f"{path}: {kind}/{name} does not run as non-root")
-            allowed = ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources")
+            # /usr/bin: the directory of NVIDIA's CDI hook (enforcement.hookPath), mounted read-only to
+            # look for it; /var/run/cdi: where the device plugin writes the hook's spec
+            allowed = ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources", "/var/run/cdi", "/usr/bin")
             if name.endswith("-dra-driver"):  # the kubelet's plugin dirs and the CDI dir (dra.* values)
                 allowed = ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/gpu.carma.io",
                            "/var/run/cdi", "/srv/kubelet/plugins_registry", "/srv/kubelet/plugins/gpu.carma.io",
-                           "/etc/cdi")
+                           "/etc/cdi", "/usr/bin")
+            hook_mounts = [m for c in spec.get("containers", []) for m in c.get("volumeMounts", [])
+                           if m["name"] == "nvidia-cdi-hook"]
+            if any(m.get("readOnly") is not True for m in hook_mounts):
+                bad.append(f"{path}: {kind}/{name} mounts the CDI hook's host directory writable")
             for v in spec.get("volumes", []):
                 if "hostPath" in v and v["hostPath"]["path"] not in allowed:
                     bad.append(f"{path}: {kind}/{name} mounts unexpected hostPath {v['hostPath']['path']}")

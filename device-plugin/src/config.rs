@@ -266,6 +266,12 @@ pub struct Config {
     pub pod_cache_ttl: Duration,
     /// How often the device-plugin directory is checked for a kubelet restart.
     pub watch_interval: Duration,
+    /// NVIDIA's memory-limit CDI hook and whether it runs ([`crate::enforcement`]). Off here; the
+    /// command line's default is `auto`.
+    pub memory_limits: crate::enforcement::HookConfig,
+    /// The container runtime's CDI spec directory, where the hook's spec is written (or removed
+    /// when the hook does not run); `None`: nothing is written, and the hook cannot run.
+    pub cdi_dir: Option<PathBuf>,
 }
 
 /// When the GpuNode status is written (see [`crate::telemetry::publish_reason`]).
@@ -340,11 +346,24 @@ impl Config {
             publish: PublishConfig::default(),
             pod_cache_ttl: Duration::from_secs(10),
             watch_interval: Duration::from_secs(1),
+            memory_limits: crate::enforcement::HookConfig {
+                mode: crate::enforcement::MemoryLimitsMode::Off,
+                ..Default::default()
+            },
+            cdi_dir: None,
         }
     }
 
     /// Check the values that the flag parsers cannot check alone.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.memory_limits.mode != crate::enforcement::MemoryLimitsMode::Off
+            && self.cdi_dir.is_none()
+        {
+            return Err(ConfigError::Invalid(
+                "memory-limit enforcement needs a CDI directory for the hook's spec (--cdi-dir)"
+                    .to_string(),
+            ));
+        }
         if self.node_name.trim().is_empty() {
             return Err(ConfigError::Invalid(
                 "--node-name is empty: pass the node's name (the DaemonSet sets NODE_NAME from spec.nodeName)"

@@ -14,10 +14,12 @@
 
 pub mod allocate;
 pub mod backends;
+pub mod cdi;
 pub mod cgroup;
 pub mod coexistence;
 pub mod config;
 pub mod devices;
+pub mod enforcement;
 pub mod http;
 pub mod kubelet;
 pub mod metrics;
@@ -49,6 +51,14 @@ pub enum Error {
     MetricsBind {
         /// The address.
         addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The memory-limit hook's CDI spec cannot be written (or a stale one removed).
+    #[error("memory-limit hook CDI spec in {}: {source}", dir.display())]
+    HookSpec {
+        /// The CDI directory.
+        dir: PathBuf,
         /// Why.
         source: std::io::Error,
     },

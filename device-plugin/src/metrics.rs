@@ -10,7 +10,8 @@
 //! `carma_gpu_energy_joules_total` (counter, since driver load), `carma_gpu_pods`,
 //! `carma_gpu_healthy` (1/0), `carma_gpu_sharing_allowed{rule}` (1/0: the utilization gate, under
 //! the rule the GPU's telemetry source allows), `carma_gpu_sm_activity_cap_ratio` (the configured
-//! cap).
+//! cap), `carma_gpu_memory_enforcement{mode}` = 1 (what holds the GPU's containers to their memory
+//! limit: `driver`, `mps` or `none`; set once at start).
 //!
 //! Per pod: `carma_pod_gpu_info{node,namespace,pod,uuid,gpu,task,simulated}` = 1,
 //! `carma_pod_gpu_memory_reserved_bytes{node,namespace,pod,uuid}`,
@@ -35,6 +36,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+
+use carma_api::MemoryEnforcement;
 
 use crate::telemetry::{GpuView, Snapshot, WriteKind};
 
@@ -63,6 +66,7 @@ struct State {
     node: String,
     cap: f64,
     snapshot: Option<Arc<Snapshot>>,
+    enforcement: Option<MemoryEnforcement>,
 }
 
 /// The device plugin's metrics.
@@ -108,6 +112,7 @@ impl Metrics {
             node: node.into(),
             cap,
             snapshot: None,
+            enforcement: None,
         }));
         registry.register_collector(Box::new(SnapshotCollector {
             state: state.clone(),
@@ -152,6 +157,11 @@ impl Metrics {
     /// Count a GpuNode status write that succeeded, by why it was made.
     pub fn status_write(&self, kind: WriteKind) {
         self.writes.get_or_create(&reason(kind)).inc();
+    }
+
+    /// How the GPUs' memory limits are enforced (`carma_gpu_memory_enforcement`).
+    pub fn set_memory_enforcement(&self, enforcement: MemoryEnforcement) {
+        self.state.write().enforcement = Some(enforcement);
     }
 
     /// Replace the snapshot the per-GPU and per-pod series come from.
@@ -352,6 +362,22 @@ impl Collector for SnapshotCollector {
             gauge,
             &per_gpu(&|_| Some(cap)),
         )?;
+        if let Some(e) = state.enforcement {
+            family(
+                &mut enc,
+                "carma_gpu_memory_enforcement",
+                "What holds the containers on the GPU to their memory limit (value 1); label mode: driver (NVIDIA's CDI hook apply-cuda-memory-limits), mps (MPS pinned device memory) or none (advisory)",
+                gauge,
+                &gpus
+                    .iter()
+                    .map(|g| {
+                        let mut l = gpu_labels(node, g);
+                        l.push(("mode", e.as_str().to_string()));
+                        (l, 1.0)
+                    })
+                    .collect(),
+            )?;
+        }
 
         let mut info: Rows = Vec::new();
         let mut reserved: Rows = Vec::new();

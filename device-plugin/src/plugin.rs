@@ -221,6 +221,14 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         );
     }
 
+    let memory_hook = crate::enforcement::prepare(
+        &config.memory_limits,
+        config.cdi_dir.as_deref(),
+        backend.cuda_driver_version(),
+    )
+    .await?;
+    let enforcement = crate::enforcement::enforcement(memory_hook, config.mps.is_some());
+
     std::fs::create_dir_all(&config.device_plugin_dir).map_err(|source| Error::PluginDir {
         dir: config.device_plugin_dir.clone(),
         source,
@@ -237,6 +245,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
     })?;
 
     let metrics = Arc::new(Metrics::new(node.clone(), config.sm_activity_cap));
+    metrics.set_memory_enforcement(enforcement);
     let health = Arc::new(Health::new(config.sample_interval));
     let gpus = Arc::new(RwLock::new(Vec::new()));
     let gpu_memory = Arc::new(RwLock::new(HashMap::new()));
@@ -293,6 +302,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         };
         let mut publisher =
             Publisher::new(client, node.clone(), spec, config.publish, metrics.clone())
+                .with_memory_enforcement(enforcement)
                 .with_coexistence(CoexistenceProbe::new(
                     config.device_plugin_dir.clone(),
                     RESOURCE_GPU,
@@ -322,7 +332,8 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
             metrics.clone(),
             gpus,
         )
-        .with_gpu_memory(gpu_memory),
+        .with_gpu_memory(gpu_memory)
+        .with_memory_hook(memory_hook),
     );
     let link = KubeletLink {
         dir: config.device_plugin_dir.clone(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use carma_api::names::LABEL_MANAGED_BY;
-use carma_api::{GpuNode, GpuNodeSpec, GpuNodeStatus};
+use carma_api::{GpuNode, GpuNodeSpec, GpuNodeStatus, MemoryEnforcement};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
@@ -42,6 +42,8 @@ pub struct Publisher {
     retry_at: Option<Instant>,
     /// Sets the `OtherDevicePlugin` condition of each status (none: no condition is written).
     coexistence: Option<CoexistenceProbe>,
+    /// Each GPU's `memoryEnforcement` (none: not written).
+    enforcement: Option<MemoryEnforcement>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -76,7 +78,14 @@ impl Publisher {
             exists: false,
             retry_at: None,
             coexistence: None,
+            enforcement: None,
         }
+    }
+
+    /// Also report how each GPU's memory limits are enforced (decided once at start).
+    pub fn with_memory_enforcement(mut self, enforcement: MemoryEnforcement) -> Self {
+        self.enforcement = Some(enforcement);
+        self
     }
 
     /// Also report whether another device plugin advertises this node's GPUs, as the status's
@@ -98,6 +107,7 @@ impl Publisher {
             return None;
         }
         let mut status = snapshot.to_status();
+        stamp_enforcement(&mut status, self.enforcement);
         if let Some(probe) = &mut self.coexistence {
             let gpus = &status.gpus;
             let uuids = || gpus.iter().map(|g| g.uuid.clone()).collect();
@@ -218,5 +228,38 @@ impl Publisher {
                 None
             }
         }
+    }
+}
+
+/// Set every GPU's `memoryEnforcement` to `enforcement`.
+fn stamp_enforcement(status: &mut GpuNodeStatus, enforcement: Option<MemoryEnforcement>) {
+    for g in &mut status.gpus {
+        g.memory_enforcement = enforcement;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use carma_api::GpuStatus;
+
+    #[test]
+    fn every_gpu_says_how_its_memory_limits_are_enforced() {
+        let mut status = GpuNodeStatus {
+            gpus: vec![GpuStatus::default(), GpuStatus::default()],
+            ..GpuNodeStatus::default()
+        };
+        stamp_enforcement(&mut status, Some(MemoryEnforcement::Driver));
+        assert!(
+            status
+                .gpus
+                .iter()
+                .all(|g| g.memory_enforcement == Some(MemoryEnforcement::Driver))
+        );
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["gpus"][1]["memoryEnforcement"], "driver");
+        stamp_enforcement(&mut status, None);
+        let json = serde_json::to_value(&status).unwrap();
+        assert!(json["gpus"][0].get("memoryEnforcement").is_none());
     }
 }

@@ -225,6 +225,8 @@ fn gpu_status(g: &GpuView) -> GpuStatus {
                 peak_mib: p.peak_bytes.map(|b| b / MIB),
             })
             .collect(),
+        // Set by the publisher, which knows the start-up decision.
+        memory_enforcement: None,
     }
 }
 

@@ -37,6 +37,7 @@ const METRIC_NAMES: &[&str] = &[
     "carma_gpu_pods",
     "carma_gpu_healthy",
     "carma_gpu_sharing_allowed",
+    "carma_gpu_memory_enforcement",
     "carma_gpu_sm_activity_cap_ratio",
     "carma_pod_gpu_info",
     "carma_pod_gpu_memory_reserved_bytes",
@@ -218,6 +219,15 @@ async fn simulated_gpus_reach_gpunode_status_and_metrics() {
     assert!(gpu0["pods"][0]["observedMiB"].as_u64().unwrap() > 4000);
     assert_eq!(first["gpus"][1]["pods"][0]["name"], "p2");
     assert!(first["gpus"][2]["pods"].as_array().unwrap().is_empty());
+    // No hook, no MPS: nothing enforces the memory limits, and the status says so per GPU.
+    assert!(
+        first["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["memoryEnforcement"] == "none"),
+        "{first}"
+    );
 
     // Created first, owned by the Node, with the plugin's spec; status through the subresource.
     {
@@ -265,6 +275,16 @@ async fn simulated_gpus_reach_gpunode_status_and_metrics() {
         .unwrap()
         .into_inner();
     assert_eq!(r.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"], g1);
+    let cdi: Vec<&str> = r.container_responses[0]
+        .cdi_devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(
+        cdi,
+        [format!("nvidia.com/gpu={g1}")],
+        "no hook name while off"
+    );
     {
         let seen = seen.lock();
         let patch = seen
@@ -317,6 +337,14 @@ async fn simulated_gpus_reach_gpunode_status_and_metrics() {
         "{sm:?}"
     );
     assert!(metric_lines(&body, "carma_gpu_sm_activity_cap_ratio")[0].ends_with(" 0.8"));
+    let enforcement = metric_lines(&body, "carma_gpu_memory_enforcement");
+    assert_eq!(enforcement.len(), 4, "{enforcement:?}");
+    assert!(
+        enforcement
+            .iter()
+            .all(|l| l.contains(r#"mode="none""#) && l.ends_with(" 1")),
+        "{enforcement:?}"
+    );
     let published = metric_lines(&body, "carma_gpunode_publish_total");
     assert!(
         published
@@ -410,4 +438,87 @@ async fn every_simulated_metric_set_shows_its_gate_rule() {
         assert!(!used.is_empty(), "{metrics:?}: pods seen: {body}");
         running.shutdown().await;
     }
+}
+
+/// A node with NVIDIA's hook (auto-detected: the simulated backend has no driver to ask): the hook's
+/// CDI spec is written, every container gets its name after the GPUs', and the status and metrics say
+/// `driver`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_the_hook_runs_it_on_every_container() {
+    use carma_device_plugin::enforcement::{HOOK_CDI_NAME, HOOK_SPEC_FILE, MemoryLimitsMode};
+    use std::os::unix::fs::PermissionsExt;
+    let g1 = simulated_uuid(NODE, 1);
+    let pods = vec![TestPod::new("p2", NODE, &[&g1], "2026-01-01T10:00:05Z", 6000).json()];
+    let (client, _seen, mut statuses) = fake_api(pods);
+    let dir = tempfile::tempdir().unwrap();
+    let hook = dir.path().join("nvidia-cdi-hook");
+    std::fs::write(&hook, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cdi_dir = dir.path().join("cdi");
+    let mut config = test_config(NODE, dir.path());
+    config.publish.min_interval = Duration::from_millis(50);
+    config.memory_limits.mode = MemoryLimitsMode::Auto;
+    config.memory_limits.path = "/usr/bin/nvidia-cdi-hook".into();
+    config.memory_limits.probe_path = hook.clone();
+    config.cdi_dir = Some(cdi_dir.clone());
+    let running = start(
+        config,
+        Dependencies {
+            kube: Some(client),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(cdi_dir.join(HOOK_SPEC_FILE)).unwrap()).unwrap();
+    assert_eq!(spec["kind"], "carma.io/memory-limits");
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["hooks"][0]["path"], "/usr/bin/nvidia-cdi-hook",
+        "the spec names the hook where the runtime finds it, not where the plugin probed"
+    );
+    let first = next_status(&mut statuses, "gpus", |s| s["gpuCount"] == 4).await;
+    assert!(
+        first["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["memoryEnforcement"] == "driver"),
+        "{first}"
+    );
+    let mut plugin = plugin_client(running.socket()).await;
+    let r = plugin
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: vec![format!("{g1}::0")],
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let c = &r.container_responses[0];
+    let cdi: Vec<&str> = c.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        cdi,
+        [format!("nvidia.com/gpu={g1}").as_str(), HOOK_CDI_NAME]
+    );
+    assert_eq!(
+        c.envs["NVIDIA_GPU_MEMORY_REQUEST"],
+        (6000u64 << 20).to_string()
+    );
+    let (_, body) = http_get(running.metrics_addr(), "/metrics").await;
+    let enforcement = metric_lines(&body, "carma_gpu_memory_enforcement");
+    assert!(
+        enforcement.len() == 4 && enforcement.iter().all(|l| l.contains(r#"mode="driver""#)),
+        "{enforcement:?}"
+    );
+    running.shutdown().await;
+    // Restarted with the hook off: its spec goes, so no container can name it any more.
+    let mut config = test_config(NODE, dir.path());
+    config.memory_limits.probe_path = hook;
+    config.memory_limits.mode = MemoryLimitsMode::Off;
+    config.cdi_dir = Some(cdi_dir.clone());
+    let running = start(config, Dependencies::default()).await.unwrap();
+    assert!(!cdi_dir.join(HOOK_SPEC_FILE).exists());
+    running.shutdown().await;
 }

@@ -12,73 +12,25 @@
 //! variables to different values.
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use carma_api::{Assignment, EstimateAnnotation};
 use carma_core::memory_limit::{GpuMemory, container_memory_limit_mib};
 use carma_device_plugin::allocate::container_response;
+pub use carma_device_plugin::cdi::{
+    CDI_VERSION, CdiDevice, CdiHook, CdiMount, ContainerEdits, Spec, sync_parent, temp_path,
+    write_durably,
+};
 use carma_device_plugin::config::MpsConfig;
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
 use crate::claims::PreparedDevice;
 
 /// CDI kind (`vendor/class`) of carma's per-claim devices.
 pub const CDI_KIND: &str = "gpu.carma.io/claim";
-/// CDI spec version written: the oldest that has everything used here. Env and mounts date from
-/// 0.3.0, but a device name may begin with a digit only from 0.5.0, and carma's names begin with the
-/// claim's UID, which is hex: containerd 2 refuses a 0.3.0 spec whose UID starts with a digit
-/// ("the spec version must be at least v0.5.0") and the container with it.
-pub const CDI_VERSION: &str = "0.5.0";
 /// NVIDIA's CDI kind, as the NVIDIA Container Toolkit names GPUs (`nvidia.com/gpu=<UUID>`).
 pub const NVIDIA_CDI_KIND: &str = carma_device_plugin::allocate::CDI_KIND;
-
-/// A CDI spec (the subset carma writes).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Spec {
-    /// Spec format version.
-    pub cdi_version: String,
-    /// `vendor/class`.
-    pub kind: String,
-    /// Devices.
-    pub devices: Vec<CdiDevice>,
-}
-
-/// One CDI device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CdiDevice {
-    /// Name, unique in the kind.
-    pub name: String,
-    /// What injecting it changes in the container.
-    pub container_edits: ContainerEdits,
-}
-
-/// Container edits (the subset carma writes).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerEdits {
-    /// `NAME=value` entries.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub env: Vec<String>,
-    /// Bind mounts.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mounts: Vec<CdiMount>,
-}
-
-/// A bind mount.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CdiMount {
-    /// Host path.
-    pub host_path: String,
-    /// Path in the container.
-    pub container_path: String,
-    /// Mount options.
-    pub options: Vec<String>,
-}
 
 /// The CDI device name of `dev` in claim `claim_uid`: `<uid>-<request>-<device>` (a subrequest's
 /// `/` becomes `.`, which CDI names allow). The request is part of the name because two requests
@@ -98,12 +50,16 @@ pub fn qualified_name(claim_uid: &str, dev: &PreparedDevice) -> String {
 
 /// The spec of claim `claim_uid` with its devices on this node. `others_reserved_mib` is what the
 /// other prepared claims book on each GPU (by UUID): with what other requests of this claim book
-/// there, it bounds each request's memory limit ([`carma_core::memory_limit`]).
+/// there, it bounds each request's memory limit ([`carma_core::memory_limit`]). `memory_hook`,
+/// when the node runs NVIDIA's memory-limit hook ([`carma_device_plugin::enforcement`]), goes into
+/// the spec-wide edits, which the runtime applies once per container whatever number of the
+/// claim's devices it gets; the hook reads the limit from the environment the devices set.
 pub fn claim_spec(
     claim_uid: &str,
     devices: &[PreparedDevice],
     mps: Option<&MpsConfig>,
     others_reserved_mib: &BTreeMap<String, u64>,
+    memory_hook: Option<&CdiHook>,
 ) -> Spec {
     let mut by_request: BTreeMap<&str, Vec<&PreparedDevice>> = BTreeMap::new();
     for d in devices {
@@ -142,6 +98,10 @@ pub fn claim_spec(
                 container_edits: edits[d.request.as_str()].clone(),
             })
             .collect(),
+        container_edits: ContainerEdits {
+            hooks: memory_hook.into_iter().cloned().collect(),
+            ..ContainerEdits::default()
+        },
     }
 }
 
@@ -188,7 +148,11 @@ fn request_edits(
             ],
         })
         .collect();
-    ContainerEdits { env, mounts }
+    ContainerEdits {
+        env,
+        mounts,
+        hooks: Vec::new(),
+    }
 }
 
 /// The spec file of claim `claim_uid` in `dir`.
@@ -208,41 +172,6 @@ pub fn write_spec(dir: &Path, claim_uid: &str, spec: &Spec) -> io::Result<PathBu
     let text = serde_json::to_vec_pretty(spec).map_err(io::Error::other)?;
     write_durably(&path, &text)?;
     Ok(path)
-}
-
-/// The temporary name `path` is written under before it is renamed into place (`<name>.tmp`).
-pub fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
-}
-
-/// Replace `path` with `bytes` so that a crash leaves either the old or the new content, never a
-/// torn file, and the new content survives a power loss once this returns: write a temporary file
-/// ([`temp_path`]), fsync it, rename it over `path`, fsync the directory (the rename is durable
-/// only then). The temporary file is removed when a step fails. Blocking.
-pub fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = temp_path(path);
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
-        sync_parent(path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// Fsync the directory holding `path`, so a rename or removal in it is durable.
-pub(crate) fn sync_parent(path: &Path) -> io::Result<()> {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => std::fs::File::open(dir)?.sync_all(),
-        _ => std::fs::File::open(".")?.sync_all(),
-    }
 }
 
 /// Remove the spec of `claim_uid`; `false` when there was none (unprepare is idempotent).
@@ -293,6 +222,7 @@ mod tests {
             &[dev("gpu", 0, 7168)],
             None,
             &BTreeMap::new(),
+            None,
         );
         assert!(
             spec.devices[0]
@@ -318,7 +248,7 @@ mod tests {
             dev("train", 2, 12288),
             dev("eval/small", 1, 2048),
         ];
-        let spec = claim_spec("uid-1", &devs, None, &BTreeMap::new());
+        let spec = claim_spec("uid-1", &devs, None, &BTreeMap::new(), None);
         assert_eq!(spec.kind, "gpu.carma.io/claim");
         let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(
@@ -369,7 +299,7 @@ mod tests {
         let gib = |n: u64| (n << 30).to_string();
         // Other claims book 36 GiB of GPU-0's 40: an 8 GiB request there is limited to 4 GiB.
         let others = BTreeMap::from([("GPU-0".to_string(), 36864), ("GPU-1".to_string(), 1024)]);
-        let spec = claim_spec("u", &[dev("gpu", 0, 8192)], None, &others);
+        let spec = claim_spec("u", &[dev("gpu", 0, 8192)], None, &others, None);
         assert_eq!(limit(&spec, 0), gib(4));
         assert!(env(&spec, 0).contains(&format!("NVIDIA_GPU_MEMORY_REQUEST={}", gib(8))));
         // Two requests of one claim on one GPU count each other as others.
@@ -378,9 +308,38 @@ mod tests {
             &[dev("a", 1, 30720), dev("b", 1, 10240)],
             None,
             &others,
+            None,
         );
         assert_eq!(limit(&spec, 0), gib(29), "40 − 1 − 10");
         assert_eq!(limit(&spec, 1), gib(9), "40 − 1 − 30");
+    }
+
+    #[test]
+    fn the_memory_limit_hook_is_in_the_spec_iff_the_node_runs_it() {
+        let devs = [dev("gpu", 0, 4096), dev("gpu", 1, 4096)];
+        let plain = claim_spec("u", &devs, None, &BTreeMap::new(), None);
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json.get("containerEdits").is_none(), "{json}");
+        assert!(json.to_string().find("hooks").is_none());
+        let hook = carma_device_plugin::enforcement::hook(Path::new("/usr/bin/nvidia-cdi-hook"));
+        let spec = claim_spec("u", &devs, None, &BTreeMap::new(), Some(&hook));
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(
+            json["containerEdits"]["hooks"],
+            serde_json::json!([{
+                "hookName": "createContainer",
+                "path": "/usr/bin/nvidia-cdi-hook",
+                "args": ["nvidia-cdi-hook", "apply-cuda-memory-limits"]
+            }]),
+            "once for the spec, not per device"
+        );
+        assert!(
+            spec.devices
+                .iter()
+                .all(|d| d.container_edits.hooks.is_empty())
+        );
+        // The environment the hook reads is the same with and without it.
+        assert_eq!(spec.devices, plain.devices);
     }
 
     #[test]
@@ -390,6 +349,7 @@ mod tests {
             &[dev("gpu", 0, 4096)],
             Some(&MpsConfig::with_defaults()),
             &BTreeMap::new(),
+            None,
         );
         let e = env(&spec, 0);
         assert!(
@@ -414,7 +374,13 @@ mod tests {
     #[test]
     fn specs_are_written_as_cdi_json_and_removed_idempotently() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = claim_spec("uid-9", &[dev("gpu", 3, 40960)], None, &BTreeMap::new());
+        let spec = claim_spec(
+            "uid-9",
+            &[dev("gpu", 3, 40960)],
+            None,
+            &BTreeMap::new(),
+            None,
+        );
         let path = write_spec(dir.path(), "uid-9", &spec).unwrap();
         assert_eq!(path.file_name().unwrap(), "gpu.carma.io-claim_uid-9.json");
         let json: serde_json::Value =

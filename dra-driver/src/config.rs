@@ -71,6 +71,9 @@ pub struct Config {
     /// Also return NVIDIA's CDI name `nvidia.com/gpu=<UUID>` for each device, for runtimes that
     /// expose GPUs through the NVIDIA Container Toolkit's generated CDI spec.
     pub nvidia_cdi: bool,
+    /// NVIDIA's memory-limit CDI hook, added to every per-claim spec when it runs
+    /// ([`carma_device_plugin::enforcement`]). Off here; the command line's default is `auto`.
+    pub memory_limits: carma_device_plugin::enforcement::HookConfig,
     /// ResourceSlice writes are at least this far apart.
     pub slice_min_interval: Duration,
     /// How often carma's CDI specs whose claim is not prepared (left by a crash) are removed,
@@ -108,6 +111,10 @@ impl Config {
             min_share_mib: 1024,
             mps: None,
             nvidia_cdi: false,
+            memory_limits: carma_device_plugin::enforcement::HookConfig {
+                mode: carma_device_plugin::enforcement::MemoryLimitsMode::Off,
+                ..Default::default()
+            },
             slice_min_interval: Duration::from_secs(2),
             cdi_sweep_interval: DEFAULT_CDI_SWEEP_INTERVAL,
             metrics_addr: None,

@@ -228,6 +228,14 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
             interval: config.sample_interval,
         })?,
     };
+    let memory_hook = carma_device_plugin::enforcement::prepare(
+        &config.memory_limits,
+        None,
+        backend.cuda_driver_version(),
+    )
+    .await
+    .map_err(Error::MemoryHook)?
+    .then(|| carma_device_plugin::enforcement::hook(&config.memory_limits.path));
     let claims: Arc<dyn ClaimSource> = match (deps.claims, &deps.kube) {
         (Some(c), _) => c,
         (None, Some(client)) => Arc::new(KubeClaims::new(client.clone())),
@@ -260,6 +268,10 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     sampler.tick().await;
     let published = Published::default();
     let metrics = Arc::new(Metrics::new());
+    metrics.set_memory_enforcement(carma_device_plugin::enforcement::enforcement(
+        memory_hook.is_some(),
+        config.mps.is_some(),
+    ));
     let publisher = deps.kube.clone().map(|c| {
         SlicePublisher::new(c, node.clone(), config.slice_min_interval)
             .with_metrics(metrics.clone())
@@ -346,6 +358,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         checkpoint: checkpoint_file,
         mps: config.mps.clone(),
         nvidia_cdi: config.nvidia_cdi,
+        memory_hook,
         prepared: prepared.clone(),
         metrics: metrics.clone(),
     }));

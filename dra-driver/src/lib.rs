@@ -52,6 +52,9 @@ pub enum Error {
     /// The GPU backend cannot start.
     #[error(transparent)]
     Backend(#[from] carma_device_plugin::backends::BackendError),
+    /// The memory-limit hook decision failed (its blocking task did not finish).
+    #[error(transparent)]
+    MemoryHook(carma_device_plugin::Error),
     /// Claims cannot be read without an API server.
     #[error(
         "no Kubernetes API server: the DRA driver reads each ResourceClaim's allocation from it"

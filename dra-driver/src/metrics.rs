@@ -13,7 +13,9 @@
 //!   (`gpus_gone`, `sharing_dropped`), each also reported as an Event on the Node;
 //! * `carma_dra_driver_grpc_serving{socket}`: 1 while the last gRPC health check over the socket
 //!   (`dra`, `registration`) answered SERVING, else 0;
-//! * `carma_dra_driver_kubelet_registered`: 1 once the kubelet registered the driver.
+//! * `carma_dra_driver_kubelet_registered`: 1 once the kubelet registered the driver;
+//! * `carma_dra_driver_memory_enforcement{mode}`: 1 for what holds the node's claims to their memory
+//!   limit (`driver`: NVIDIA's CDI hook in every claim's spec; `mps`; `none`), decided at start.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -48,6 +50,13 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Label set `{mode}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabel {
+    /// `driver`, `mps` or `none`.
+    pub mode: String,
+}
+
 /// Label set `{socket}`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SocketLabel {
@@ -70,6 +79,7 @@ pub struct Metrics {
     withdrawn: Family<ReasonLabel, Counter>,
     serving: Family<SocketLabel, Gauge>,
     registered: Gauge,
+    enforcement: Family<ModeLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -103,6 +113,7 @@ impl Metrics {
         let withdrawn = Family::<ReasonLabel, Counter>::default();
         let serving = Family::<SocketLabel, Gauge>::default();
         let registered = Gauge::default();
+        let enforcement = Family::<ModeLabel, Gauge>::default();
         registry.register(
             "carma_dra_driver_prepares",
             "Claims the kubelet asked the DRA driver to prepare, by result (ok, error)",
@@ -153,6 +164,11 @@ impl Metrics {
             "1 once the kubelet registered the DRA driver",
             registered.clone(),
         );
+        registry.register(
+            "carma_dra_driver_memory_enforcement",
+            "What holds the node's claims to their memory limit (value 1); label mode: driver (NVIDIA's CDI hook apply-cuda-memory-limits), mps (MPS pinned device memory) or none (advisory)",
+            enforcement.clone(),
+        );
         let m = Self {
             registry,
             prepares,
@@ -166,6 +182,7 @@ impl Metrics {
             withdrawn,
             serving,
             registered,
+            enforcement,
         };
         for r in ["ok", "error"] {
             let _ = m.prepares.get_or_create(&label(r));
@@ -240,6 +257,15 @@ impl Metrics {
             .set(i64::from(serving));
     }
 
+    /// How the node's memory limits are enforced (set once, at start).
+    pub fn set_memory_enforcement(&self, enforcement: carma_api::MemoryEnforcement) {
+        self.enforcement
+            .get_or_create(&ModeLabel {
+                mode: enforcement.as_str().to_string(),
+            })
+            .set(1);
+    }
+
     /// Whether the kubelet registered the driver.
     pub fn set_registered(&self, registered: bool) {
         self.registered.set(i64::from(registered));
@@ -291,6 +317,13 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }
+        assert!(!text.contains("carma_dra_driver_memory_enforcement{"));
+        m.set_memory_enforcement(carma_api::MemoryEnforcement::Driver);
+        assert!(
+            m.encode()
+                .unwrap()
+                .contains("carma_dra_driver_memory_enforcement{mode=\"driver\"} 1")
+        );
         m.prepared::<()>(&Ok(()), Duration::from_millis(3));
         m.prepared(&Err(()), Duration::from_millis(3));
         m.unprepared::<()>(&Ok(()), Duration::from_millis(1));

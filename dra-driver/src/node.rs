@@ -23,7 +23,7 @@ use thiserror::Error;
 use tonic::{Request, Response, Status};
 use tracing::{info, instrument, warn};
 
-use crate::cdi::{self, NVIDIA_CDI_KIND};
+use crate::cdi::{self, CdiHook, NVIDIA_CDI_KIND};
 use crate::checkpoint::{self, PreparedClaims};
 use crate::claims::{ClaimSource, Inventory, PrepareError, Published, allocated_devices};
 use crate::metrics::Metrics;
@@ -139,6 +139,7 @@ pub struct DraNodeService {
     checkpoint: PathBuf,
     mps: Option<MpsConfig>,
     nvidia_cdi: bool,
+    memory_hook: Option<CdiHook>,
     prepared: Prepared,
     metrics: Arc<Metrics>,
     serial: tokio::sync::Mutex<()>,
@@ -163,6 +164,8 @@ pub struct NodeServiceParts {
     pub mps: Option<MpsConfig>,
     /// Also answer `nvidia.com/gpu=<UUID>` per device.
     pub nvidia_cdi: bool,
+    /// NVIDIA's memory-limit hook for every spec, when the node runs it.
+    pub memory_hook: Option<CdiHook>,
     /// Record of prepared claims.
     pub prepared: Prepared,
     /// Where prepare and unprepare outcomes are counted.
@@ -181,6 +184,7 @@ impl DraNodeService {
             checkpoint: parts.checkpoint,
             mps: parts.mps,
             nvidia_cdi: parts.nvidia_cdi,
+            memory_hook: parts.memory_hook,
             prepared: parts.prepared,
             metrics: parts.metrics,
             serial: tokio::sync::Mutex::new(()),
@@ -207,7 +211,13 @@ impl DraNodeService {
             &self.published,
         )?;
         let others = self.prepared.reserved_mib_by_gpu(Some(&claim.uid));
-        let spec = cdi::claim_spec(&claim.uid, &devices, self.mps.as_ref(), &others);
+        let spec = cdi::claim_spec(
+            &claim.uid,
+            &devices,
+            self.mps.as_ref(),
+            &others,
+            self.memory_hook.as_ref(),
+        );
         let (dir, uid) = (self.cdi_dir.clone(), claim.uid.clone());
         blocking(move || cdi::write_spec(&dir, &uid, &spec))
             .await
@@ -461,6 +471,7 @@ mod tests {
             checkpoint: checkpoint::checkpoint_path(&dir.join("plugin")),
             mps: None,
             nvidia_cdi: false,
+            memory_hook: None,
             prepared: Prepared::default(),
             metrics: Arc::new(Metrics::new()),
         })

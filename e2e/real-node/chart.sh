@@ -72,7 +72,7 @@ chart_images() {
 chart_install() {
   local helm args ip t0
   helm="$(dirname "$KUBECTL")/helm"; HELM="$helm"
-  args=(-n "$CHART_NS" -f "$ROOT/e2e/control-plane/values.yaml"
+  args=(-n "$CHART_NS" -f "$ROOT/e2e/control-plane/values.yaml" --set enforcement.hookPath="$LM_HOOK"
     --set image.repository="${CARMA_IMAGE%:*}" --set image.tag="${CARMA_IMAGE##*:}" --set image.pullPolicy=Never
     --set scheduler.image.repository="${KS_IMAGE%:*}" --set scheduler.image.tag="${KS_IMAGE##*:}"
     --set scheduler.image.pullPolicy=Never)

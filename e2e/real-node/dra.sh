@@ -73,7 +73,7 @@ dra_install() {
   t0=$(date +%s)
   "$HELM" install carma "$ROOT/charts/carma" -n "$DRA_NS" --create-namespace -f "$ROOT/e2e/control-plane/values.yaml" \
     --set image.repository="${CARMA_IMAGE%:*}" --set image.tag="${CARMA_IMAGE##*:}" --set image.pullPolicy=Never \
-    --set dra.enabled=true --set devicePlugin.simulatedGpus="$DRA_GPUS" \
+    --set dra.enabled=true --set devicePlugin.simulatedGpus="$DRA_GPUS" --set enforcement.hookPath="${LM_HOOK:-/usr/bin/nvidia-cdi-hook}" \
     --set admissionPolicy.enabled="$([[ "${CARMA_RN_PLANT:-}" == dra-any-node ]] && echo false || echo true)" \
     --set extender.enabled=false --set scheduler.enabled=false --set operator.enabled=true --set operator.gpuClaims=dra \
     >"$WORK/logs/helm-dra.log" 2>&1 || die "helm install (dra): $(tail -n 5 "$WORK/logs/helm-dra.log")"

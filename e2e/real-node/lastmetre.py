@@ -5,6 +5,10 @@ UUID). Run by lastmetre.sh; `python3 -m unittest lastmetre` runs its own tests.
 
 The line a container prints (LM_PRINT in lastmetre.sh), one line, values without spaces:
     carma-last-metre env CARMA_ASSIGNED_GPUS=GPU-a NVIDIA_VISIBLE_DEVICES=void ... dev /dev/nvidia0 /dev/nvidiactl end
+
+The line the stand-in memory-limit hook writes per call (LM_HOOK in lastmetre.sh), from the container's
+OCI state and config:
+    carma-hook args=apply-cuda-memory-limits id=<container id> request=<bytes> limit=<bytes>
 """
 
 import copy
@@ -36,6 +40,57 @@ def parse_inside(log):
                 devs.append(w)
         return env, sorted(devs)
     return None
+
+
+HOOK_MARK = "carma-hook"
+HOOK_ARGS = "apply-cuda-memory-limits"
+
+
+def parse_hook_log(text):
+    """{container id: [{"args", "request", "limit"}]} from the stand-in hook's log."""
+    out = {}
+    for line in (text or "").splitlines():
+        words = line.split()
+        if not words or words[0] != HOOK_MARK:
+            continue
+        call = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+        out.setdefault(call.get("id", ""), []).append(
+            {"args": call.get("args", ""), "request": call.get("request", ""), "limit": call.get("limit", "")})
+    return out
+
+
+def container_id(pod, names):
+    """The runtime's id of the pod's first started container among `names` ('' when none)."""
+    for c in pod.get("status", {}).get("containerStatuses", []):
+        if c["name"] in names and c.get("containerID"):
+            return c["containerID"].split("://", 1)[-1]
+    return ""
+
+
+def judge_hook(rec, calls):
+    """'' when the hook ran on the record's container with the values the container saw and the API's
+    reservation as the request, else why not."""
+    if not rec.get("cid"):
+        return "no container id in the pod's status"
+    mine = calls.get(rec["cid"], [])
+    if not mine:
+        return f"the hook never ran on container {rec['cid'][:12]}"
+    env = (rec["inside"] or ({}, []))[0]
+    want = {"args": HOOK_ARGS, "request": env.get("NVIDIA_GPU_MEMORY_REQUEST"),
+            "limit": env.get("NVIDIA_GPU_MEMORY_LIMIT")}
+    if rec["mib"] is not None and want["request"] != str(rec["mib"] * MIB):
+        return f"request {want['request']!r} inside, reservation {rec['mib'] * MIB}"
+    if any(c == want for c in mine):
+        return ""
+    return f"hook calls {mine}, container's {want}"
+
+
+def hook_canary(rec, calls):
+    """Whether a doctored hook record (its limit one MiB higher) is rejected."""
+    if not rec.get("cid") or rec["cid"] not in calls:
+        return False
+    doctored = {rec["cid"]: [dict(c, limit=str(int(c["limit"] or 0) + MIB)) for c in calls[rec["cid"]]]}
+    return bool(judge_hook(rec, doctored))
 
 
 def gpu_index(gpunodes):
@@ -78,6 +133,7 @@ def records(pods, logs, gpunodes):
             "mib": mib,
             "index": index.get(node, {}),
             "inside": parse_inside(logs.get(p["metadata"]["name"], "")),
+            "cid": container_id(p, names),
         })
     return out
 
@@ -171,6 +227,7 @@ def dra_records(items, slices, logs, driver):
             "assigned": [uuid.get((r["pool"], r["device"])) for r in results],
             "mib": max(mibs) if mibs and None not in mibs else None,
             "inside": parse_inside(logs[p["metadata"]["name"]]),
+            "cid": container_id(p, [c["name"] for c in p["spec"].get("containers", [])]),
         })
     return out
 
@@ -204,6 +261,17 @@ def judge_dra(rec):
     return "; ".join(bad)
 
 
+HOOK_NOTE = ("containerd ran the stand-in nvidia-cdi-hook with args apply-cuda-memory-limits on the container, "
+             "and the NVIDIA_GPU_MEMORY_REQUEST/LIMIT of its OCI config equal what the container printed, the "
+             "request its reservation; a stand-in (no driver, no NVML): what it would limit is not shown")
+
+
+def read_hook_log(work):
+    """The stand-in hook's calls copied to <work>/lm-hook.log (none when missing)."""
+    path = os.path.join(work, "lm-hook.log")
+    return parse_hook_log(open(path, errors="replace").read() if os.path.exists(path) else "")
+
+
 def main_dra(argv):
     """argv: <work dir> <containerd version> <driver>; reads lm-dra.json (claims and pods), lm-dra-slices.json
     and lm-dra-logs/<pod>.log."""
@@ -215,6 +283,8 @@ def main_dra(argv):
     recs = dra_records(items, slices, logs, driver)
     verdicts = [(r, judge_dra(r)) for r in recs]
     good = [r for r, v in verdicts if not v]
+    calls = read_hook_log(work)
+    hooked = [(r, judge_hook(r, calls)) for r in recs]
     cans = []
     if recs and recs[0]["assigned"]:
         d = copy.deepcopy(recs[0])
@@ -223,17 +293,24 @@ def main_dra(argv):
         d = copy.deepcopy(recs[0])
         d["mib"] = (d["mib"] or 0) + 1
         cans.append(bool(judge_dra(d)))
+        cans.append(hook_canary(recs[0], calls))
     ex = (f" (e.g. {good[0]['pod']} on {good[0]['node']}: {','.join(good[0]['assigned'])}, {good[0]['mib']} MiB)"
           if good else "")
     print(f"last-metre DRA: {len(good)} of {len(recs)} containers saw exactly their claim's GPU and reservation "
-          f"(CDI spec gpu.carma.io/claim via containerd {runtime}){ex}: CARMA_ASSIGNED_GPUS and NVIDIA_VISIBLE_DEVICES "
+          f"(CDI spec gpu.carma.io/claim via containerd {runtime}), "
+          f"{sum(1 for _, v in hooked if not v)} memory limits applied by the hook{ex}: CARMA_ASSIGNED_GPUS and NVIDIA_VISIBLE_DEVICES "
           f"= the UUID of the device in the claim's allocation (its ResourceSlice), CARMA_RESERVED_MIB and "
           f"NVIDIA_GPU_MEMORY_REQUEST = its consumed memory; device nodes: none (the chart's dra.nvidiaCdi is off, "
-          f"so no nvidia.com/gpu name reaches the runtime); canaries caught {sum(cans)} of {len(cans)}")
+          f"so no nvidia.com/gpu name reaches the runtime); the hook: {HOOK_NOTE}; "
+          f"canaries caught {sum(cans)} of {len(cans)}")
     for r, v in verdicts:
         if v:
             print(f"  last-metre DRA: {r['pod']} on {r['node']}: {v}")
-    return 0 if recs and len(good) == len(recs) and len(cans) == 2 and all(cans) else 1
+    for r, v in hooked:
+        if v:
+            print(f"  last-metre DRA hook: {r['pod']} on {r['node']}: {v}")
+    return 0 if (recs and len(good) == len(recs) and not any(v for _, v in hooked)
+                 and len(cans) == 3 and all(cans)) else 1
 
 
 def main(argv):
@@ -249,6 +326,10 @@ def main(argv):
     verdicts = [(r, judge(r)) for r in recs]
     good = [r for r, v in verdicts if not v]
     cans = canaries(recs)
+    calls = read_hook_log(work)
+    hooked = [(r, judge_hook(r, calls)) for r in recs]
+    if recs:
+        cans.append((f"{recs[0]['pod']}'s hook call with its limit 1 MiB higher", hook_canary(recs[0], calls)))
     refused = json.load(open(os.path.join(work, "lm-refused.json")))
     per = [f"{r['pod']} on {r['node']}: {','.join(r['assigned'])} -> "
            f"{' '.join(d for d in r['inside'][1] if re.fullmatch(r'/dev/nvidia[0-9]+', d))}"
@@ -260,19 +341,23 @@ def main(argv):
     else:
         ref = f"NO ({refused.get('why', 'the pod was not refused')})"
     print(f"last-metre: {len(good)} of {len(recs)} containers saw exactly their GPUs and reservation "
-          f"(CDI via containerd {runtime}): each had /dev/nvidia<index> of its assigned UUIDs only{example}, "
+          f"(CDI via containerd {runtime}), {sum(1 for _, v in hooked if not v)} memory limits applied by the hook: "
+          f"each had /dev/nvidia<index> of its assigned UUIDs only{example}, "
           f"injected from its node's stand-in nvidia.com/gpu spec by the CDI names of Allocate, and the spec's "
           f"common /dev/nvidiactl, /dev/nvidia-uvm and NVIDIA_VISIBLE_DEVICES=void; CARMA_ASSIGNED_GPUS, "
           f"CARMA_RESERVED_MIB and NVIDIA_GPU_MEMORY_REQUEST/LIMIT (bytes) equal to the API's assignment "
           f"and estimate; "
           f"canaries caught {sum(1 for _, c in cans if c)} of {len(cans)} ({'; '.join(w for w, _ in cans)}); "
           f"unresolvable CDI name refused: {ref}; "
-          f"memory limits applied by the hook: not run (no enforcement hook on these nodes); DRA containers: {dra}")
+          f"the hook: {HOOK_NOTE}; DRA containers: {dra}")
     for r, v in verdicts:
         if v:
             print(f"  last-metre: {r['pod']} on {r['node']}: {v}")
-    ok = (len(recs) >= 3 and len(good) == len(recs) and len(cans) == 2 and all(c for _, c in cans)
-          and refused.get("refused"))
+    for r, v in hooked:
+        if v:
+            print(f"  last-metre hook: {r['pod']} on {r['node']}: {v}")
+    ok = (len(recs) >= 3 and len(good) == len(recs) and not any(v for _, v in hooked)
+          and len(cans) == 3 and all(c for _, c in cans) and refused.get("refused"))
     return 0 if ok else 1
 
 
@@ -320,6 +405,25 @@ class Tests(unittest.TestCase):
         self.assertIn("claim", judge_dra(dict(recs[0], assigned=["GPU-a"])))
         self.assertEqual(quantity_mib("7Gi"), 7168)
         self.assertIsNone(quantity_mib("1.5Gi"))
+
+    def test_hook(self):
+        log = ("noise\ncarma-hook args=apply-cuda-memory-limits id=c1 request=%d limit=%d\n"
+               "carma-hook args=apply-cuda-memory-limits id=c2 request=1 limit=2\n") % (2000 * MIB, 2000 * MIB)
+        calls = parse_hook_log(log)
+        self.assertEqual(sorted(calls), ["c1", "c2"])
+        self.assertEqual(judge_hook(self.rec(cid="c1"), calls), "")
+        self.assertIn("never ran", judge_hook(self.rec(cid="c3"), calls))
+        self.assertIn("container id", judge_hook(self.rec(cid=""), calls))
+        self.assertIn("hook calls", judge_hook(self.rec(cid="c2"), calls))
+        wrong = parse_hook_log(log.replace("limit=%d" % (2000 * MIB), "limit=%d" % (2001 * MIB)))
+        self.assertIn("hook calls", judge_hook(self.rec(cid="c1"), wrong))
+        skipped = parse_hook_log(log.replace("args=apply-cuda-memory-limits id=c1", "args= id=c1"))
+        self.assertIn("hook calls", judge_hook(self.rec(cid="c1"), skipped))
+        self.assertTrue(hook_canary(self.rec(cid="c1"), calls))
+        self.assertFalse(hook_canary(self.rec(cid="c3"), calls))
+        pod = {"status": {"containerStatuses": [{"name": "x", "containerID": "containerd://abc"}]}}
+        self.assertEqual(container_id(pod, ["x"]), "abc")
+        self.assertEqual(container_id(pod, ["y"]), "")
 
     def test_canaries(self):
         cans = canaries([self.rec()])

@@ -14,8 +14,8 @@
 #     UUID names would not resolve against), plus "all"; each device's edits add /dev/nvidia<index>;
 #   - common edits: /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, env NVIDIA_VISIBLE_DEVICES=void
 #     and /dev/null bound at /var/run/nvidia-container-devices/void (as the toolkit writes them);
-#   - left out: the toolkit's hooks (ldcache, symlinks, the CUDA memory-limit hook) and its library mounts,
-#     which need a driver;
+#   - left out: the toolkit's hooks (ldcache, symlinks) and its library mounts, which need a driver (the
+#     memory-limit hook comes from carma's own specs, below);
 #   - the device nodes' host paths are char devices with /dev/null's numbers (1:3) made with mknod under
 #     the node's work directory, so a container gets harmless nodes named like the real ones;
 #   - the UUIDs and indexes are those the node's device plugin advertises, read from its GpuNode.
@@ -23,6 +23,38 @@
 # LM_PRINT's line from inside; lm_check compares each with the pod's assignment in the API
 # (lastmetre.py), runs the comparison over two doctored records (canaries it must reject), and
 # lm_refusal shows that a CDI name the node's spec lacks refuses the container.
+
+# The memory-limit hook (docs/enforcement.md): the chart's enforcement.memoryLimits=auto finds NVIDIA's
+# nvidia-cdi-hook at enforcement.hookPath, so the device plugin writes its spec carma.io/memory-limits
+# into each node's cdi/ (run.sh binds it at /var/run/cdi) and names it in every Allocate, and the DRA
+# driver puts the hook into each per-claim spec; containerd runs it as a createContainer hook. These
+# nodes have no toolkit, so LM_HOOK is a stand-in shared by the nodes (one filesystem; the chart is
+# installed with enforcement.hookPath=$LM_HOOK): it records its arguments, the container's id and the
+# NVIDIA_GPU_MEMORY_REQUEST/LIMIT of the container's OCI config (the runtime hands a hook the container's
+# state on stdin: its id and bundle directory, whose config.json has process.env) in LM_HOOK_LOG, one
+# line a call. lm_check and lm_dra_check count the training containers whose values it recorded.
+# CARMA_RN_PLANT=hook: the stand-in records every limit one MiB too high, and the run must fail.
+LM_HOOK="$WORK/hook/nvidia-cdi-hook"
+LM_HOOK_LOG="$WORK/hook/calls.log"
+lm_hook_standin() {
+  local plant=""
+  [[ "${CARMA_RN_PLANT:-}" != hook ]] || plant='[ -z "$limit" ] || limit=$((limit + 1048576)) # planted: a wrong limit'
+  mkdir -p "$(dirname "$LM_HOOK")" && : >"$LM_HOOK_LOG" || return 1
+  {
+    echo '#!/bin/sh'
+    echo '# stand-in of nvidia-cdi-hook (e2e/real-node/lastmetre.sh); a hook runs with an empty environment'
+    echo 'PATH=/usr/sbin:/usr/bin:/sbin:/bin'
+    echo 'state="$(cat)"'
+    echo 'field() { printf "%s" "$state" | grep -o "\"$1\": *\"[^\"]*\"" | head -n 1 | sed "s/.*\"\\([^\"]*\\)\"\$/\\1/"; }'
+    echo 'id="$(field id)"; bundle="$(field bundle)"'
+    echo 'env_of() { grep -o "\"$1=[0-9]*\"" "$bundle/config.json" | head -n 1 | tr -d "\"" | cut -d= -f2; }'
+    echo 'request="$(env_of NVIDIA_GPU_MEMORY_REQUEST)"; limit="$(env_of NVIDIA_GPU_MEMORY_LIMIT)"'
+    echo "$plant"
+    echo "echo \"carma-hook args=\$* id=\$id request=\$request limit=\$limit\" >>'$LM_HOOK_LOG'"
+  } >"$LM_HOOK.tmp" && chmod 755 "$LM_HOOK.tmp" && mv "$LM_HOOK.tmp" "$LM_HOOK"
+}
+lm_hook_standin || die "last-metre: the stand-in memory-limit hook could not be written"
+[[ "${CARMA_RN_PLANT:-}" != hook ]] || log "last-metre: planted: the stand-in hook records every limit 1 MiB too high"
 
 # One line from inside a container: the env carma's Allocate and the CDI spec set, and /dev/nvidia*.
 LM_PRINT='echo "carma-last-metre env $(env | grep -E "^(CARMA_|CUDA_|NVIDIA_)" | sort | tr "\n" " ")dev $(for d in /dev/nvidia*; do [ -e "$d" ] && printf "%s " "$d"; done)end"'
@@ -159,6 +191,7 @@ PY
   # the version the running containerd reports through CRI (the kubelet's node status)
   runtime="$(k get node "$(node_name 1)" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
   dra="$([[ -n "${CARMA_RN_DRA:-}" ]] && echo "the 'last-metre DRA' line (dra.sh, later)" || echo "not run (CARMA_RN_DRA unset)")"
+  cp "$LM_HOOK_LOG" "$WORK/lm-hook.log"
   PYTHONPATH="$HERE" python3 "$HERE/lastmetre.py" "$WORK" "${runtime#containerd://}" "$dra"
 }
 
@@ -177,5 +210,6 @@ lm_dra_check() {
   k get resourceclaims,pods -n default -o json >"$WORK/lm-dra.json"
   k get resourceslices -o json >"$WORK/lm-dra-slices.json"
   runtime="$(k get node "$(node_name 1)" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
+  cp "$LM_HOOK_LOG" "$WORK/lm-hook.log"
   PYTHONPATH="$HERE" python3 "$HERE/lastmetre.py" dra "$WORK" "${runtime#containerd://}" "$DRA_DRIVER"
 }

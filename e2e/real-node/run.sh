@@ -422,14 +422,16 @@ clusterDomain: cluster.local
 EOF
   # the node's mount namespace; with CARMA_RN_DRA also the paths the DRA driver's hostPaths name: the
   # kubelet's plugin registry and plugin directories (under its --root-dir) and a CDI directory
-  [[ -z "${CARMA_RN_DRA:-}" ]] || mkdir -p "$nd"/kubelet/{plugins_registry,plugins} "$nd/cdi" \
-    /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/run/cdi
+  # /var/run/cdi is the node's cdi/ always: the device plugin writes its memory-limit hook spec there
+  [[ -z "${CARMA_RN_DRA:-}" ]] || mkdir -p "$nd"/kubelet/{plugins_registry,plugins} \
+    /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins
+  mkdir -p "$nd/cdi" /var/run/cdi
   unshare -m --propagation private -- sh -c 'mount --bind "$0" /var/lib/kubelet/device-plugins &&
-      mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /run/containerd &&
+      mount --bind "$2" /var/run/cdi && mount -t tmpfs tmpfs /var/log && mount -t tmpfs tmpfs /run/containerd &&
       { [ -z "$1" ] || { mount --bind "$1/kubelet/plugins_registry" /var/lib/kubelet/plugins_registry &&
-        mount --bind "$1/kubelet/plugins" /var/lib/kubelet/plugins && mount --bind "$1/cdi" /var/run/cdi; }; } &&
+        mount --bind "$1/kubelet/plugins" /var/lib/kubelet/plugins; }; } &&
       exec sleep infinity' \
-    "$nd/device-plugins" "${CARMA_RN_DRA:+$nd}" &
+    "$nd/device-plugins" "${CARMA_RN_DRA:+$nd}" "$nd/cdi" &
   holder=$!; echo "$holder" >"$WORK/pids/holder-$name"
   for _ in $(seq 50); do [[ "$(tr '\0' ' ' <"/proc/$holder/cmdline")" == sleep* ]] && break; sleep 0.1; done
   [[ "$(tr '\0' ' ' <"/proc/$holder/cmdline")" == sleep* ]] || die "mount namespace of $name not set up"

@@ -15,6 +15,7 @@ use carma_device_plugin::config::{
     self, BackendKind, Config, DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_METRICS_ADDR,
     DEFAULT_SOCKET_NAME, MpsConfig, SimulatedGpus, SimulatedMetrics,
 };
+use carma_device_plugin::enforcement::{DEFAULT_HOOK_PATH, HookConfig, MemoryLimitsMode};
 use tracing::{info, warn};
 
 use super::EXIT_BAD_INPUT;
@@ -114,6 +115,45 @@ pub struct DevicePluginArgs {
     /// pods are seen through memory use).
     #[arg(long, default_value = "gpm")]
     pub simulated_metrics: SimulatedMetrics,
+    /// The container runtime's CDI spec directory: the memory-limit hook's spec
+    /// (`carma.io/memory-limits`) is written there while the hook runs.
+    #[arg(long, env = "CARMA_CDI_DIR", default_value = "/var/run/cdi")]
+    pub cdi_dir: PathBuf,
+    #[command(flatten)]
+    pub memory_limits: MemoryLimitArgs,
+}
+
+/// The memory-limit hook flags, shared by `carma device-plugin` and `carma dra-driver`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MemoryLimitArgs {
+    /// Enforce each container's NVIDIA_GPU_MEMORY_LIMIT through NVIDIA's CDI hook
+    /// `nvidia-cdi-hook apply-cuda-memory-limits` (NVML SetMemoryLimits_v1, CUDA 13.4 drivers):
+    /// `auto` runs it where the hook is installed and NVML, when there is one, reports a new enough
+    /// driver; `on` always (containers fail to start on a node without the hook); `off` never.
+    #[arg(long, env = "CARMA_MEMORY_LIMIT_ENFORCEMENT", default_value = "auto")]
+    pub memory_limit_enforcement: MemoryLimitsMode,
+    /// The hook's path on the node, as the CDI specs name it (NVIDIA's toolkit installs it at
+    /// /usr/bin/nvidia-cdi-hook).
+    #[arg(long, env = "CARMA_NVIDIA_CDI_HOOK_PATH", default_value = DEFAULT_HOOK_PATH)]
+    pub nvidia_cdi_hook_path: PathBuf,
+    /// Where this process sees that file, when not at the same path (in a pod: a read-only
+    /// mount of the host directory); `auto` looks for it there.
+    #[arg(long, env = "CARMA_NVIDIA_CDI_HOOK_PROBE_PATH")]
+    pub nvidia_cdi_hook_probe_path: Option<PathBuf>,
+}
+
+impl MemoryLimitArgs {
+    /// The hook configuration.
+    pub fn to_config(&self) -> HookConfig {
+        HookConfig {
+            mode: self.memory_limit_enforcement,
+            path: self.nvidia_cdi_hook_path.clone(),
+            probe_path: self
+                .nvidia_cdi_hook_probe_path
+                .clone()
+                .unwrap_or_else(|| self.nvidia_cdi_hook_path.clone()),
+        }
+    }
 }
 
 fn parse_interval(text: &str) -> Result<Duration, config::ConfigError> {
@@ -165,6 +205,8 @@ impl DevicePluginArgs {
         c.publish.heartbeat = self.publish_heartbeat;
         c.publish.free_mib_delta = self.publish_free_mib_delta;
         c.publish.risk_delta = self.publish_risk_delta;
+        c.cdi_dir = Some(self.cdi_dir.clone());
+        c.memory_limits = self.memory_limits.to_config();
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }
@@ -277,6 +319,12 @@ mod tests {
             "nvml",
             "--dram-activity-cap",
             "0.3",
+            "--memory-limit-enforcement",
+            "off",
+            "--cdi-dir",
+            "/tmp/cdi",
+            "--nvidia-cdi-hook-probe-path",
+            "/host/usr/bin/nvidia-cdi-hook",
         ])
         .unwrap();
         let c = args.to_config().unwrap();
@@ -295,6 +343,20 @@ mod tests {
         assert_eq!(c.simulated_metrics, SimulatedMetrics::Nvml);
         assert!(c.mps.is_some());
         assert_eq!(c.socket_name, "carma.sock");
+        assert_eq!(c.memory_limits.mode, MemoryLimitsMode::Off);
+        assert_eq!(c.cdi_dir, Some(PathBuf::from("/tmp/cdi")));
+        assert_eq!(
+            c.memory_limits.path,
+            PathBuf::from("/usr/bin/nvidia-cdi-hook")
+        );
+        assert_eq!(
+            c.memory_limits.probe_path,
+            PathBuf::from("/host/usr/bin/nvidia-cdi-hook")
+        );
+        let err = parse(&["--backend", "nvml", "--memory-limit-enforcement", "yes"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--memory-limit-enforcement"), "{err}");
     }
 
     #[test]
@@ -311,6 +373,13 @@ mod tests {
             PathBuf::from("/var/lib/kubelet/device-plugins")
         );
         assert!(c.mps.is_none());
+        // The memory-limit hook: detected at NVIDIA's path, its spec in the runtime's CDI dir.
+        assert_eq!(
+            c.memory_limits,
+            carma_device_plugin::enforcement::HookConfig::default()
+        );
+        assert_eq!(c.memory_limits.mode, MemoryLimitsMode::Auto);
+        assert_eq!(c.cdi_dir, Some(PathBuf::from("/var/run/cdi")));
         // The GpuNode status: on change, else a heartbeat every 5 min, which the extender's
         // default staleness limit outlasts twice.
         assert_eq!(

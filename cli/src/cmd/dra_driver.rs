@@ -50,6 +50,8 @@ pub struct DraDriverArgs {
     /// NVIDIA Container Toolkit's generated CDI spec on the node).
     #[arg(long)]
     pub nvidia_cdi: bool,
+    #[command(flatten)]
+    pub memory_limits: super::device_plugin::MemoryLimitArgs,
     /// Most claims sharing one GPU (the `slots` capacity).
     #[arg(long, default_value_t = 8)]
     pub slots: u32,
@@ -94,6 +96,7 @@ impl DraDriverArgs {
         c.plugin_dir = self.plugin_dir.clone();
         c.cdi_dir = self.cdi_dir.clone();
         c.nvidia_cdi = self.nvidia_cdi;
+        c.memory_limits = self.memory_limits.to_config();
         c.slots = self.slots;
         c.min_share_mib = self.min_share_mib;
         c.mps = self.mps.then(MpsConfig::with_defaults);
@@ -173,6 +176,10 @@ mod tests {
             "--cdi-dir",
             "/tmp/cdi",
             "--nvidia-cdi",
+            "--memory-limit-enforcement",
+            "on",
+            "--nvidia-cdi-hook-path",
+            "/opt/nvidia/nvidia-cdi-hook",
             "--mps",
             "--sm-activity-cap",
             "0.7",
@@ -188,6 +195,15 @@ mod tests {
         assert_eq!(c.slots, 4);
         assert_eq!(c.cdi_dir, PathBuf::from("/tmp/cdi"));
         assert!(c.nvidia_cdi && c.mps.is_some());
+        assert_eq!(
+            c.memory_limits.mode,
+            carma_device_plugin::enforcement::MemoryLimitsMode::On
+        );
+        assert_eq!(
+            c.memory_limits.probe_path,
+            PathBuf::from("/opt/nvidia/nvidia-cdi-hook"),
+            "looked for where the specs name it unless told otherwise"
+        );
         assert_eq!(c.sm_activity_cap, 0.7);
         assert_eq!(
             c.metrics_addr.map(|a| a.to_string()).as_deref(),

@@ -34,7 +34,7 @@ use crate::proto::{
 pub use response::{
     CDI_KIND, ENV_GPU_MEMORY_LIMIT, ENV_GPU_MEMORY_REQUEST, ENV_MPS_LOG_DIRECTORY,
     ENV_MPS_MEM_LIMIT, ENV_MPS_PIPE_DIRECTORY, ENV_MPS_THREAD_PERCENTAGE, MPS_SHM_MOUNT,
-    container_response, preferred_ids,
+    container_response, preferred_ids, with_memory_hook,
 };
 pub use select::{NoMatch, Progress, Selected, select_container, select_pod};
 
@@ -55,6 +55,9 @@ pub struct Allocator {
     gpus: Arc<parking_lot::RwLock<Vec<String>>>,
     /// Total memory of the GPUs (UUID → MiB), for the containers' memory limits.
     gpu_memory: Arc<parking_lot::RwLock<HashMap<String, u64>>>,
+    /// Whether every container also gets the memory-limit hook's CDI name
+    /// ([`crate::enforcement::HOOK_CDI_NAME`]).
+    memory_hook: bool,
 }
 
 /// How long a locally remembered allocation is kept (long after the annotation is visible).
@@ -115,7 +118,15 @@ impl Allocator {
             serial: tokio::sync::Mutex::new(()),
             gpus,
             gpu_memory: Arc::default(),
+            memory_hook: false,
         }
+    }
+
+    /// Name the memory-limit hook's CDI device in every container response, so the runtime runs
+    /// NVIDIA's `apply-cuda-memory-limits` hook on it (the device plugin's spec must be written).
+    pub fn with_memory_hook(mut self, on: bool) -> Self {
+        self.memory_hook = on;
+        self
     }
 
     /// Read the GPUs' total memory (UUID → MiB) from `gpu_memory`, kept current by the sampler,
@@ -309,12 +320,12 @@ impl Allocator {
             mps = self.mps.is_some(),
             "Allocate: exposing the container's assigned GPUs"
         );
-        Ok(container_response(
-            &assignment,
-            &gpus,
-            self.mps.as_ref(),
-            limit_mib,
-        ))
+        let response = container_response(&assignment, &gpus, self.mps.as_ref(), limit_mib);
+        Ok(if self.memory_hook {
+            with_memory_hook(response)
+        } else {
+            response
+        })
     }
 
     /// Serve GetPreferredAllocation: prefer replicas of the GPUs the pending pod's next container

@@ -116,6 +116,16 @@ pub fn container_response(
 
 const MIB: u64 = 1024 * 1024;
 
+/// `response` with the memory-limit hook's CDI name ([`crate::enforcement::HOOK_CDI_NAME`]) added
+/// after the GPUs': the runtime then runs NVIDIA's `apply-cuda-memory-limits` hook, which applies
+/// the response's `NVIDIA_GPU_MEMORY_REQUEST`/`LIMIT` to the container.
+pub fn with_memory_hook(mut response: ContainerAllocateResponse) -> ContainerAllocateResponse {
+    response.cdi_devices.push(CdiDevice {
+        name: crate::enforcement::HOOK_CDI_NAME.to_string(),
+    });
+    response
+}
+
 /// Replica IDs kubelet should prefer for one container.
 ///
 /// `must_include` first, then one replica of each of `preferred_gpus` (the pending pod's assigned
@@ -243,6 +253,32 @@ mod tests {
         alone.exclusive = true;
         let r = container_response(&alone, &alone.gpus, Some(&capped), 6000);
         assert!(!r.envs.contains_key(ENV_MPS_THREAD_PERCENTAGE));
+    }
+
+    #[test]
+    fn the_hook_name_follows_the_gpus_only_when_asked_for() {
+        let a = &assignment();
+        let plain = container_response(a, &a.gpus, None, 6000);
+        assert!(
+            plain
+                .cdi_devices
+                .iter()
+                .all(|d| !d.name.starts_with("carma.io/"))
+        );
+        let hooked = with_memory_hook(plain.clone());
+        let cdi: Vec<&str> = hooked.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            cdi,
+            [
+                "nvidia.com/gpu=GPU-a",
+                "nvidia.com/gpu=GPU-b",
+                "carma.io/memory-limits=hook"
+            ]
+        );
+        assert_eq!(
+            hooked.envs, plain.envs,
+            "the hook reads the same environment"
+        );
     }
 
     #[test]

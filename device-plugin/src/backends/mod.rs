@@ -178,6 +178,12 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
         &'a self,
         ctx: &'a SampleContext,
     ) -> BoxFuture<'a, Result<Vec<GpuSample>, BackendError>>;
+
+    /// The CUDA driver version NVML reports (`1000 × major + 10 × minor`); `None` where there is
+    /// no NVML to ask (simulated, DCGM without it).
+    fn cuda_driver_version(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// XIDs that report application errors rather than GPU faults; they do not make a GPU unhealthy

@@ -362,6 +362,11 @@ impl GpuBackend for NvmlBackend {
         "nvml"
     }
 
+    fn cuda_driver_version(&self) -> Option<u32> {
+        let v = self.shared.nvml.sys_cuda_driver_version().ok()?;
+        u32::try_from(v).ok()
+    }
+
     fn sample<'a>(
         &'a self,
         _ctx: &'a SampleContext,
