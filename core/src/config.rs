@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::placement::gain::{PackGain, SharingModel};
+pub use crate::pack_gain::{PackGain, SharingModel};
 
 /// Default limit on telemetry age: two of the device plugin's heartbeats (one write per node every
 /// 270–300 s when nothing changes, so 5,000 nodes write about 18 statuses a second). A node is

@@ -10,6 +10,8 @@
 //! [`classify_exit`] judges a [`ContainerExit`]; the operator fills one from a pod's container
 //! status, `carma local` from a job's exit status and output.
 
+use crate::text::truncate_chars;
+
 /// Text that marks a GPU out-of-memory crash, matched case-insensitively within one line; parts
 /// joined by `&&` must all appear in that line. GPU wording only: a JVM `OutOfMemoryError`, a gRPC
 /// `RESOURCE_EXHAUSTED` or a Python `MemoryError` is a failure of another kind.
@@ -270,16 +272,6 @@ pub fn short_reason(reason: &str, message: &str) -> String {
         (true, false) => truncate_chars(message, MAX_REASON_CHARS),
         (false, false) => truncate_chars(&format!("{reason}: {message}"), MAX_REASON_CHARS),
     }
-}
-
-/// `text` cut to at most `max` characters (on a character boundary), with an ellipsis.
-pub fn truncate_chars(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 #[cfg(test)]
@@ -551,8 +543,6 @@ mod tests {
         let long = "x".repeat(5000);
         let v = failed(1, "Error", &long);
         assert!(v.reason().chars().count() <= MAX_REASON_CHARS + 20);
-        assert_eq!(truncate_chars("héllo", 3), "hé…");
-        assert_eq!(truncate_chars("héllo", 5), "héllo");
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod history;
 pub mod ledger;
 pub mod memory_limit;
 pub mod model;
+pub mod pack_gain;
 pub mod placement;
 pub mod quantity;
 pub mod queue_class;
@@ -41,6 +42,7 @@ pub mod recovery;
 pub mod reservation;
 pub mod slowdown;
 pub mod telemetry;
+pub mod text;
 
 pub use config::{GpuChoice, PlacementConfig, RecoveryConfig};
 pub use exit::{

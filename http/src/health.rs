@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use carma_core::text::truncate_at_char_boundary;
 
 /// Content type of `/metrics`: the OpenMetrics text that prometheus-client encodes.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -135,11 +136,8 @@ pub fn clip(text: &str, limit: usize) -> Cow<'_, str> {
     if text.len() <= limit {
         return Cow::Borrowed(text);
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+    let head = truncate_at_char_boundary(text, limit);
+    Cow::Owned(format!("{head}… ({} bytes)", text.len()))
 }
 
 #[cfg(test)]

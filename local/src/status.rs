@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::fs;
 
 use carma_core::Reservation;
+use carma_core::text::truncate_chars as truncate;
 use serde_json::{Value, json};
 
 use crate::error::Result;
@@ -197,14 +198,4 @@ pub fn render_table(status: &Value) -> String {
         );
     }
     out
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
-        t.push('…');
-        t
-    }
 }

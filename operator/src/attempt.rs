@@ -21,6 +21,8 @@ use carma_api::names::*;
 use carma_api::{EstimateAnnotation, TrainingTask};
 use carma_core::quantity::parse_mib;
 
+use crate::naming::{fnv1a, trim_to};
+
 /// Value of the `app.kubernetes.io/managed-by` label on attempt pods, and the
 /// Event reporter name.
 pub const MANAGER: &str = "carma-operator";
@@ -311,24 +313,6 @@ pub fn is_owned_by(pod: &Pod, owner_uid: &str) -> bool {
         .iter()
         .flatten()
         .any(|o| o.uid == owner_uid && o.controller == Some(true))
-}
-
-/// `s` cut to at most `max` bytes on a character boundary, without a trailing `-` or `.` (so it
-/// still ends a DNS name).
-pub(crate) fn trim_to(s: &str, max: usize) -> &str {
-    let mut end = max.min(s.len());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].trim_end_matches(['-', '.'])
-}
-
-/// FNV-1a: a small hash that is stable across builds and platforms (names made from it must not
-/// change with the compiler).
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 use carma_api::names::LABEL_MANAGED_BY;
 
-use crate::attempt::{fnv1a, trim_to};
+use crate::naming::{fnv1a, trim_to};
 
 /// Longest template name: a DNS label, so the name also fits where a label is expected.
 pub const MAX_TEMPLATE_NAME: usize = 63;

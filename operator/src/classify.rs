@@ -12,11 +12,11 @@ use k8s_openapi::api::core::v1::{Container, ContainerStateTerminated, ContainerS
 
 use carma_api::AttemptOutcomeKind;
 use carma_core::exit::short_reason;
-pub(crate) use carma_core::exit::truncate_chars as truncate;
 pub use carma_core::exit::{
     ContainerExit, DEFAULT_OOM_PATTERNS, OomPatterns, PatternError, Verdict, VerdictKind,
     classify_exit,
 };
+pub(crate) use carma_core::text::truncate_chars as truncate;
 
 /// Pod `status.reason` values that mean the pod was removed or refused through no
 /// fault of its own (eviction, preemption, node shutdown or loss, admission).

@@ -46,6 +46,7 @@ pub mod error;
 pub mod history;
 pub mod leader;
 pub mod metrics;
+mod naming;
 pub mod observe;
 pub mod plan;
 pub mod reconcile;

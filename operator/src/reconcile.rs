@@ -19,6 +19,7 @@ use tracing::{debug, info, instrument, warn};
 
 use carma_api::names::LABEL_TASK;
 use carma_api::{GpuNode, TrainingTask};
+use carma_core::text::truncate_with_marker;
 use carma_core::{QueueOrder, RecoveryConfig};
 
 use crate::attempt::{GpuClaims, MANAGER, is_owned_by, task_label_value};
@@ -506,14 +507,7 @@ const EVENT_NOTE_MAX_BYTES: usize = 1024;
 /// `note` cut to what the API server accepts, on a character boundary, marked with an ellipsis.
 /// Notes quoting API errors (an admission policy's message, say) easily run past the limit.
 fn event_note(note: &str) -> String {
-    if note.len() <= EVENT_NOTE_MAX_BYTES {
-        return note.to_string();
-    }
-    let mut end = EVENT_NOTE_MAX_BYTES - '…'.len_utf8();
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &note[..end])
+    truncate_with_marker(note, EVENT_NOTE_MAX_BYTES, "…").into_owned()
 }
 
 async fn publish(task: &TrainingTask, ctx: &Context, ev: &PlannedEvent) {

@@ -3,6 +3,7 @@
 //! planner writes what it finds into the task's `Scheduled` and `AttemptStarted` conditions and
 //! its `status.message`, so that `kubectl get trainingtasks` says why a task is Pending.
 
+use carma_core::text::truncate_at_char_boundary;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 /// Kubelet's reasons for a waiting container that will not start without the user's help.
@@ -118,11 +119,7 @@ pub fn summarize(message: &str, max_bytes: usize) -> String {
     // The marker's length depends on the count it carries; the count is at most the whole line's
     // length, so reserving room for that many digits always fits.
     let marker_len = format!("… (+{} bytes)", line.len()).len();
-    let mut end = max_bytes.saturating_sub(marker_len);
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    let head = line[..end].trim_end();
+    let head = truncate_at_char_boundary(&line, max_bytes.saturating_sub(marker_len)).trim_end();
     format!("{head}… (+{} bytes)", line.len() - head.len())
 }
 

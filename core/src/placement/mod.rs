@@ -12,7 +12,6 @@
 //! (`summary.rs`) by one set of rules (`judge.rs`), so that [`place_on_node`] and the
 //! allocation-free [`quick_score`] are one implementation.
 
-pub mod gain;
 pub mod hold;
 mod judge;
 pub mod pack;

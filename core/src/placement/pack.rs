@@ -159,7 +159,7 @@ fn tier_given(s: &GpuSummary, demand: &Demand, cfg: &PlacementConfig, gain: Opti
         Tier::Idle
     } else if let Some(g) = gain {
         // Complementary: sharing the model predicts to cost nothing.
-        if g >= 1.0 - super::gain::FREE {
+        if g >= 1.0 - crate::pack_gain::FREE {
             Tier::Complementary
         } else {
             Tier::Crowded
