@@ -8,6 +8,7 @@
 //! `Failed`. The executor creates the pod *before* writing the status, so a crash
 //! in between is repaired by adoption on the next step, never by a duplicate.
 
+mod estimate;
 mod next;
 mod outcomes;
 
