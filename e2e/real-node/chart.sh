@@ -69,13 +69,17 @@ chart_images() {
   log "chart: images built and imported into $NODES containerds in $(( $(date +%s) - t0 )) s"
 }
 
+CHART_STALE_AFTER_S=60
 chart_install() {
   local helm args ip t0
   helm="$(dirname "$KUBECTL")/helm"; HELM="$helm"
   args=(-n "$CHART_NS" -f "$ROOT/e2e/control-plane/values.yaml" --set enforcement.hookPath="$LM_HOOK"
     --set image.repository="${CARMA_IMAGE%:*}" --set image.tag="${CARMA_IMAGE##*:}" --set image.pullPolicy=Never
     --set scheduler.image.repository="${KS_IMAGE%:*}" --set scheduler.image.tag="${KS_IMAGE##*:}"
-    --set scheduler.image.pullPolicy=Never)
+    --set scheduler.image.pullPolicy=Never
+    # faults.sh cuts a device plugin off from the API server and waits for its GpuNode to turn stale:
+    # a minute instead of the default ten (the heartbeat must stay shorter than the maximum age)
+    --set placement.maxTelemetryAgeSeconds="$CHART_STALE_AFTER_S" --set devicePlugin.publish.heartbeatSeconds=20)
   for i in $(seq "$NODES"); do k label node "$(node_name "$i")" nvidia.com/gpu.present=true >/dev/null; done
   t0=$(date +%s)
   log "chart: helm install carma charts/carma"
@@ -369,7 +373,7 @@ def reason(a):
 oom_rec = [t for t in tts if t.get("status", {}).get("phase") == "Succeeded"
            and any(a.get("outcome") == "GpuOutOfMemory" for a in t["status"].get("attempts", []))]
 kernel = [a for a in ran if a["outcome"] == "HostOOMKilled" and reason(a) == "OOMKilled"]
-faults = [json.loads(l) for l in open(f"{work}/faults.jsonl")]
+faults = [f for f in map(json.loads, open(f"{work}/faults.jsonl")) if not f.get("notRun")]
 survived = [f for f in faults if f["ok"]]
 oc = json.load(open(f"{work}/overcommit.json"))
 print(f"real-node: {len(carma)} chart pods running as containers from {image}, {len(ran)} training pods run "
@@ -398,6 +402,8 @@ chart_upgrade_rollback
 source "$HERE/tasks.sh" || die "e2e/real-node/tasks.sh could not be read"
 # shellcheck source=faults.sh
 source "$HERE/faults.sh" || die "e2e/real-node/faults.sh could not be read"
+# shellcheck source=upgrade.sh
+source "$HERE/upgrade.sh" || die "e2e/real-node/upgrade.sh could not be read"
 # Called here, not from tasks.sh or faults.sh: a file that bash cannot parse would otherwise skip its
 # checks and let the run pass without their lines.
 tasks_run || die "a TrainingTask check failed (the line above)"

@@ -11,6 +11,15 @@
 #              training pods keep running;
 #   extender-hang  the extender's processes are stopped (SIGSTOP) for 20 s and continued: a task submitted
 #              meanwhile stays unbound (no scheduler binds it without carma), then runs;
+#   operator-hang  the leading operator replica's API requests hang (its packets to the API server are
+#              dropped in its network namespace): it must stop leading within the renew deadline, the
+#              standby take over, and never two lead at once;
+#   device-plugin-cutoff  the same for the device plugin of a node running a training pod: its GpuNode
+#              turns stale, a pod that could only share that node's GPUs stays unbound with the stale
+#              telemetry as the reason, and once the API server answers again the plugin writes again
+#              and the pod is bound;
+#   previous-release  helm upgrade from the previous release to this one and helm rollback, with a
+#              TrainingTask submitted to the previous release (upgrade.sh);
 #   kubelet    the kubelet of tt-load-1's node is stopped (SIGTERM) and started again: the device plugin registers
 #              again (its log, read through the kubelet), the node lists carma.io/gpu again, and the
 #              running training pods keep their containers and GPUs;
@@ -278,6 +287,170 @@ fault_extender_hang() {
     "{\"hangS\": $FAULT_HANG_S, \"boundDuringHang\": ${#bound[@]}, \"taskSubmittedDuringHang\": \"$during\", \"attemptPodDuringHang\": $([[ $seen == 1 ]] && echo true || echo false), \"extenderRestarts\": \"$restarts\", \"ok\": $([[ $seen == 1 && ${#bound[@]} == 0 && $during == Succeeded ]] && echo true || echo false)}"
 }
 
+# api_cut <namespace> <pod> <-I|-D>: insert (or delete) rules in the pod's own network namespace that
+# drop every TCP packet it sends to the API server (the Service address on 443, and 6443): connections
+# are neither refused nor answered, and established ones hang, as behind a broken proxy. The pod's
+# other traffic (kubelet sockets, its /metrics) is untouched.
+api_cut() {
+  local pid port
+  pid="$(pod_pids "$1" "$2" | head -n1)"
+  [[ -n "$pid" ]] || { log "faults: no process of $1/$2 found"; return 1; }
+  for port in 443 6443; do nsenter -t "$pid" -n iptables "$3" OUTPUT -p tcp --dport "$port" -j DROP || return 1; done
+}
+
+# secs_since <t0>: seconds (one decimal) from <t0> (date +%s.%N) until now.
+secs_since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
+
+# operator_leaders: one line per running operator pod, "<pod> <carma_operator_leader>" ("?" when its
+# /metrics does not answer), read from each pod's metrics port.
+OPERATOR_METRICS_PORT="${OPERATOR_METRICS_PORT:-8080}"
+operator_leaders() {
+  local name ip v
+  while read -r name ip; do
+    [[ -n "$name" ]] || continue
+    v="$(curl -s -m 1 "http://$ip:$OPERATOR_METRICS_PORT/metrics" 2>/dev/null | awk '$1 == "carma_operator_leader" {print $2}')"
+    echo "$name ${v:-?}"
+  done < <(k -n "$CHART_NS" get pods -l app.kubernetes.io/component=operator --field-selector status.phase=Running \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}')
+}
+
+# fault_operator_hang: the leading operator replica's API requests hang (api_cut) for FAULT_HANG_S
+# seconds while the load trains. Both replicas' carma_operator_leader is sampled twice a second: the
+# hung one must stop leading within the renew deadline (10 s; 11 s allows for the sampling) and the
+# other take over, and no sample may show two leaders. Then its API traffic flows again and a new
+# TrainingTask runs to success.
+fault_operator_hang() {
+  local leader="" other="" line t0 el demoted="" took="" two=0 samples=0 state
+  for _ in $(seq 30); do
+    while read -r line; do
+      case "$line" in *" 1") leader="${line% *}" ;; *) other="${line% *}" ;; esac
+    done < <(operator_leaders)
+    [[ -n "$leader" && -n "$other" ]] && break
+    leader=""; other=""; sleep 1
+  done
+  [[ -n "$leader" && -n "$other" ]] || { log "faults: no leading operator replica beside a standby one"; operator_leaders >&2; return 1; }
+  log "faults: operator $leader (leading) cut off from the API server for ${FAULT_HANG_S}s; standby $other"
+  faults_state "$WORK/fault-operator-hang-0"
+  api_cut "$CHART_NS" "$leader" -I || { log "faults: could not cut $leader off"; return 1; }
+  t0=$(date +%s.%N)
+  while :; do
+    el="$(secs_since "$t0")"
+    state="$(operator_leaders)"
+    samples=$((samples + 1))
+    [[ "$(grep -c ' 1$' <<<"$state" || true)" -ge 2 ]] && two=$((two + 1))
+    [[ -z "$demoted" ]] && grep -qxE "$leader (0|\?)" <<<"$state" && demoted="$el"
+    [[ -z "$took" ]] && grep -qx "$other 1" <<<"$state" && took="$el"
+    (( ${el%.*} >= FAULT_HANG_S + 15 )) && break
+    [[ -n "$demoted" && -n "$took" ]] && (( ${el%.*} >= FAULT_HANG_S )) && break
+    sleep 0.5
+  done
+  api_cut "$CHART_NS" "$leader" -D || log "faults: could not restore $leader's API traffic"
+  log "faults: operator $leader stopped leading after ${demoted:-never} s, $other leading after ${took:-never} s, two leaders in $two of $samples samples"
+  faults_after operator-hang || log "faults: the TrainingTask after the operator hang did not succeed"
+  faults_state "$WORK/fault-operator-hang-1"
+  local ok=false
+  [[ -n "$demoted" && -n "$took" && $two == 0 ]] && (( ${demoted%.*} < 11 )) && ok=true
+  faults_judge operator-hang "$WORK/fault-operator-hang-0" "$WORK/fault-operator-hang-1" "" \
+    "{\"hungPod\": \"$leader\", \"demotedS\": ${demoted:-null}, \"takeoverS\": ${took:-null}, \"twoLeaderSamples\": $two, \"leaderSamples\": $samples, \"ok\": $ok}"
+}
+
+# gpunode_age <node>: whole seconds since the node's GpuNode status was last written (its updatedAt).
+gpunode_age() {
+  python3 -c '
+import sys
+from datetime import datetime, timezone
+t = datetime.fromisoformat(sys.argv[1].replace("Z", "+00:00"))
+print(int((datetime.now(timezone.utc) - t).total_seconds()))' "$(k get gpunode "$1" -o jsonpath='{.status.updatedAt}')"
+}
+
+# cutoff_probe <node> <gpus>: a pod pinned to <node> asking for all its <gpus> GPUs with a small
+# reservation; while the node runs any training pod it can only be placed by sharing a GPU. Its expected
+# SM activity (0.1) lets the default policy, pack, put it beside a training pod, whose unknown activity
+# is booked as a whole GPU's.
+cutoff_probe() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: cutoff-probe, namespace: default, annotations: {carma.io/gpu-memory: 500Mi, carma.io/sm-activity: "0.1"}}
+spec:
+  schedulerName: carma-e2e-scheduler
+  nodeSelector: {kubernetes.io/hostname: $1}
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command: [sh, -c, 'echo probe; exit 0']
+    resources: {limits: {carma.io/gpu: $2, memory: 16Mi}, requests: {cpu: 10m, memory: 16Mi}}
+EOF
+}
+
+# probe_node: the node the cut-off probe is bound to, or nothing; probe_events: its scheduling events.
+probe_node() { k get pod cutoff-probe -o jsonpath='{.spec.nodeName}' 2>/dev/null; }
+probe_events() {
+  k get events -n default --field-selector involvedObject.name=cutoff-probe,reason=FailedScheduling \
+    -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' 2>/dev/null
+}
+probe_delete() {
+  k delete pod cutoff-probe --grace-period 0 --wait=true --timeout 60s >/dev/null 2>&1 || true
+  k delete events -n default --field-selector involvedObject.name=cutoff-probe >/dev/null 2>&1 || true
+}
+
+# fault_device_plugin_cutoff: the device plugin on tt-load-2's node loses the API server (api_cut)
+# while its kubelet and the training pods carry on. The probe (cutoff_probe: pinned to that node, asking
+# for all its GPUs, so that it can only be placed by sharing the GPUs the load runs on) is first bound
+# while the node is fresh, the control, and deleted. Then the cut: the GpuNode must turn stale (not
+# written for longer than placement.maxTelemetryAgeSeconds, which chart.sh shortens to
+# FAULT_STALE_AFTER_S for this), and the same probe must stay unbound with kube-scheduler's reason
+# naming the telemetry's age (the gate closed on the node's busy GPUs). Once the API server answers
+# again the plugin must write again; when the probe is bound after that is reported (kube-scheduler
+# retries it on its own schedule). The running pods keep their containers throughout.
+FAULT_STALE_AFTER_S="$CHART_STALE_AFTER_S"
+fault_device_plugin_cutoff() {
+  local node pod gpus t0 control="" stale_s="" reason="" bound_during="" back_s="" bound_after=""
+  node="$(load_node tt-load-2)"
+  pod="$(k -n "$CHART_NS" get pods -l app.kubernetes.io/component=device-plugin --field-selector "spec.nodeName=$node" -o jsonpath='{.items[0].metadata.name}')"
+  gpus="$(k get gpunode "$node" -o jsonpath='{.status.gpuCount}')"
+  [[ -n "$node" && -n "$pod" && "${gpus:-0}" -ge 1 ]] || { log "faults: no device plugin pod or GPUs on tt-load-2's node"; return 1; }
+  log "faults: device plugin $pod on $node cut off from the API server (control first: a probe sharing all $gpus GPUs while fresh)"
+  cutoff_probe "$node" "$gpus" | k apply -f - >/dev/null
+  t0=$(date +%s)
+  for _ in $(seq 60); do [[ -n "$(probe_node)" ]] && { control=$(( $(date +%s) - t0 )); break; }; sleep 1; done
+  [[ -n "$control" ]] || { log "faults: the probe was not bound while $node was fresh: $(probe_events | tail -n 1)"; }
+  probe_delete
+  faults_state "$WORK/fault-device-plugin-cutoff-0"
+  api_cut "$CHART_NS" "$pod" -I || { log "faults: could not cut $pod off"; return 1; }
+  t0=$(date +%s)
+  while (( $(date +%s) - t0 < 2 * FAULT_STALE_AFTER_S + 30 )); do
+    (( $(gpunode_age "$node") > FAULT_STALE_AFTER_S + 1 )) && { stale_s=$(( $(date +%s) - t0 )); break; }
+    sleep 2
+  done
+  cutoff_probe "$node" "$gpus" | k apply -f - >/dev/null
+  for _ in $(seq 30); do
+    [[ -n "$(probe_node)" ]] && { bound_during=1; break; }
+    reason="$(probe_events | grep -oE 'telemetry [0-9]+ s old \(limit [0-9]+ s\)' | tail -n1 || true)"
+    [[ -n "$reason" ]] && break
+    sleep 1
+  done
+  [[ -n "$reason" || -n "$bound_during" ]] || log "faults: the probe's events while stale: $(probe_events | tail -n 1)"
+  api_cut "$CHART_NS" "$pod" -D || log "faults: could not restore $pod's API traffic"
+  t0=$(date +%s)
+  while (( $(date +%s) - t0 < 2 * FAULT_STALE_AFTER_S )); do
+    [[ -z "$back_s" ]] && (( $(gpunode_age "$node") < 5 )) && back_s=$(( $(date +%s) - t0 ))
+    [[ -n "$(probe_node)" ]] && { bound_after=$(( $(date +%s) - t0 )); break; }
+    sleep 2
+  done
+  log "faults: probe bound ${control:+after $control s }while $node was fresh; GpuNode stale after ${stale_s:-never} s of the cut-off; probe $([[ -n $bound_during ]] && echo "BOUND while stale" || echo "unbound while stale (${reason:-no such reason seen})"); written again ${back_s:-never} s and probe bound ${bound_after:-not within $((2 * FAULT_STALE_AFTER_S))} s after the API server answered again"
+  probe_delete
+  faults_after device-plugin-cutoff || log "faults: the TrainingTask after the device plugin cut-off did not succeed"
+  faults_state "$WORK/fault-device-plugin-cutoff-1"
+  local ok=false
+  [[ -n "$control" && -n "$stale_s" && -z "$bound_during" && -n "$reason" && -n "$back_s" ]] && ok=true
+  faults_judge device-plugin-cutoff "$WORK/fault-device-plugin-cutoff-0" "$WORK/fault-device-plugin-cutoff-1" "$node" \
+    "{\"probeBoundWhileFreshS\": ${control:-null}, \"staleAfterS\": ${stale_s:-null}, \"probeBoundWhileStale\": $([[ -n $bound_during ]] && echo true || echo false), \"staleReason\": $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1] or None))' "$reason"), \"writtenAgainS\": ${back_s:-null}, \"probeBoundAfterS\": ${bound_after:-null}, \"ok\": $ok}"
+}
+
 # fault_control_plane <apiserver|etcd>: SIGKILL, 5 s down, started again.
 fault_control_plane() {
   local what="$1" t0 down
@@ -316,7 +489,7 @@ faults_run() {
   log "faults: load ${FAULT_LOAD[*]} (training until told to stop)"
   for f in "${FAULT_LOAD[@]}"; do load_task "$f"; done | k apply -f - >/dev/null
   faults_wait_running || die "the load TrainingTasks did not all start"
-  for f in upgrade extender_hang kubelet containerd drain; do "fault_$f" || failed+=("$f"); done
+  for f in upgrade previous_release extender_hang operator_hang device_plugin_cutoff kubelet containerd drain; do "fault_$f" || failed+=("$f"); done
   for f in apiserver etcd; do fault_control_plane "$f" || failed+=("$f"); done
   if [[ "${CARMA_RN_PLANT:-}" == overcommit ]]; then plant_overcommit; fi
   log "faults: stopping the load"
@@ -329,6 +502,9 @@ faults_run() {
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
+    if r.get("notRun"):
+        print(f"real-node fault {r['fault']}: not run")
+        continue
     print(f"real-node fault {r['fault']}{' on ' + r['node'] if r['node'] else ''}: {'ok' if r['ok'] else 'FAILED'}; "
           + ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("fault", "node", "ok")))
 PY
@@ -344,16 +520,29 @@ import json, sys
 faults = [json.loads(l) for l in open(sys.argv[1])]
 oc = json.load(open(sys.argv[2]))
 names = {"extender-hang": "extender hang", "kubelet": "kubelet restart", "containerd": "containerd restart",
-         "apiserver": "apiserver restart", "etcd": "etcd restart", "drain": "drain", "upgrade": "upgrade"}
+         "apiserver": "apiserver restart", "etcd": "etcd restart", "drain": "drain", "upgrade": "upgrade",
+         "operator-hang": "operator hang", "device-plugin-cutoff": "device plugin cut off",
+         "previous-release": "upgrade from the previous release and rollback"}
+not_run = [names[f["fault"]] for f in faults if f.get("notRun")]
+faults = [f for f in faults if not f.get("notRun")]
 ran = ", ".join(names.get(f["fault"], f["fault"]) for f in faults)
 lost = sorted({t for f in faults for t in f["lost"]})
 dup = sorted({t for f in faults for t in f["duplicated"]})
 failed = [f["fault"] for f in faults if not f["ok"]]
 bound = sum(f.get("boundDuringHang", 0) for f in faults)
+hang = [f for f in faults if f["fault"] == "operator-hang"]
+two = sum(f.get("twoLeaderSamples", 0) for f in hang)
+demoted = hang[0].get("demotedS") if hang else None
+cut = [f for f in faults if f["fault"] == "device-plugin-cutoff"]
+prev = [f for f in faults if f["fault"] == "previous-release"]
 print(f"faults: {len(faults)} faults under load ({ran}): {len(lost)} TrainingTasks lost, {len(dup)} duplicated, "
-      f"{bound} pods bound while the extender hung, {len(oc['findings'])} over-committed GPUs in {oc['checks']} checks; "
-      f"failed: {', '.join(failed) or 'none'}; not run here: device plugin cut off, operator hang (control-plane "
-      f"scenario hang), upgrade from the previous chart release")
-sys.exit(1 if failed or lost or dup or oc["findings"] else 0)
+      f"{bound} pods bound while the extender hung, {len(oc['findings'])} over-committed GPUs in {oc['checks']} checks, "
+      + (f"{two} moments with two leaders in {hang[0].get('leaderSamples')} samples, leader hang demoted in {demoted} s"
+         if hang else "leader hang not run")
+      + (f", cut-off GpuNode stale after {cut[0].get('staleAfterS')} s and written again {cut[0].get('writtenAgainS')} s after reconnecting"
+         if cut else ", device plugin cut-off not run")
+      + (f", previous release {prev[0]['previous']}" if prev else "")
+      + f"; failed: {', '.join(failed) or 'none'}; not run here: {', '.join(not_run) or 'none'}")
+sys.exit(1 if failed or lost or dup or two or oc["findings"] else 0)
 PY
 }

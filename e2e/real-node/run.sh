@@ -94,6 +94,18 @@ if [[ -z "${CARMA_RN_INNER:-}" ]]; then
     CARMA="${CARMA_BIN:-$ROOT/target/debug/carma}"
     if [[ -z "${CARMA_BIN:-}${CARMA_RN_IMAGE:-}" ]]; then (cd "$ROOT" && cargo build -q -p carma); fi
     [[ -n "${CARMA_RN_IMAGE:-}" || -x "$CARMA" ]] || die "carma binary $CARMA is missing"
+    # the previous release, for the upgrade under load (upgrade.sh); none in a shallow clone
+    mkdir -p "$HOME/.cache/carma-e2e"
+    if CARMA_PREV_RELEASE="$(bash "$HERE/previous-release.sh" 2>"$HOME/.cache/carma-e2e/previous-release.err")"; then
+      CARMA_PREV_RELEASE_WHY=""
+    else
+      [[ $? == 3 ]] || die "the previous release could not be built: $(tail -n 3 "$HOME/.cache/carma-e2e/previous-release.err")"
+      CARMA_PREV_RELEASE_WHY="$(tail -n 1 "$HOME/.cache/carma-e2e/previous-release.err")"
+      # CI may not skip it, unless its clone is shallow (then the history holds no previous release)
+      [[ "${CI:-}" != true || -f "$(git -C "$ROOT" rev-parse --git-dir)/shallow" ]] ||
+        die "CI=true and the upgrade from the previous release would be skipped: $CARMA_PREV_RELEASE_WHY"
+    fi
+    export CARMA_PREV_RELEASE CARMA_PREV_RELEASE_WHY
   fi
   WORK="$(mktemp -d /tmp/carma-rn.XXXXXX)"
   CGROOT="/$(basename "$WORK")" # the kubelets' cgroup subtree: /sys/fs/cgroup/<controller>/carma-rn.XXXXXX
