@@ -4,7 +4,7 @@
 //! computes each named feature, so the order lives in one place (the sidecar the
 //! training pipeline writes) and Rust only knows what each name means.
 
-use crate::profile::{Family, Profile};
+use crate::profile::Profile;
 
 /// GPUMemNet's activation-function order for the MLP family (N = 11).
 pub const MLP_ACTIVATIONS: [&str; 11] = [
@@ -34,45 +34,6 @@ pub const CNN_ACTIVATIONS: [&str; 10] = [
     "Softplus",
     "Tanh",
 ];
-
-/// The names [`feature_value`] understands, per family, in GPUMemNet's order.
-pub fn default_feature_names(family: Family) -> &'static [&'static str] {
-    match family {
-        Family::Mlp => &[
-            "depth",
-            "batch_size",
-            "total_parameters",
-            "total_activations",
-            "batch_norm_layers",
-            "dropout_layers",
-            "act_sin",
-            "act_cos",
-        ],
-        Family::Cnn => &[
-            "depth",
-            "total_activations",
-            "activations_x_batch",
-            "total_parameters",
-            "batch_size",
-            "conv2d_layers",
-            "batch_norm_layers",
-            "dropout_layers",
-            "act_sin",
-            "act_cos",
-        ],
-        Family::Transformer => &[
-            "depth",
-            "total_activations",
-            "activations_x_batch",
-            "total_parameters",
-            "batch_size",
-            "attention_layers",
-            "linear_layers",
-            "layer_norm_layers",
-            "dropout_layers",
-        ],
-    }
-}
 
 /// Maps an activation name onto `known`: case-insensitive, `ReLU6` counts as
 /// `ReLU`. Returns the index, or `None` when the name is not in the list.
@@ -148,7 +109,46 @@ pub fn feature_row(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::Layers;
+    use crate::profile::{Family, Layers};
+
+    /// The names [`feature_value`] understands, per family, in GPUMemNet's order.
+    fn default_feature_names(family: Family) -> &'static [&'static str] {
+        match family {
+            Family::Mlp => &[
+                "depth",
+                "batch_size",
+                "total_parameters",
+                "total_activations",
+                "batch_norm_layers",
+                "dropout_layers",
+                "act_sin",
+                "act_cos",
+            ],
+            Family::Cnn => &[
+                "depth",
+                "total_activations",
+                "activations_x_batch",
+                "total_parameters",
+                "batch_size",
+                "conv2d_layers",
+                "batch_norm_layers",
+                "dropout_layers",
+                "act_sin",
+                "act_cos",
+            ],
+            Family::Transformer => &[
+                "depth",
+                "total_activations",
+                "activations_x_batch",
+                "total_parameters",
+                "batch_size",
+                "attention_layers",
+                "linear_layers",
+                "layer_norm_layers",
+                "dropout_layers",
+            ],
+        }
+    }
 
     fn mlp(act: &str) -> Profile {
         Profile {

@@ -44,9 +44,6 @@
 
 use serde::Serialize;
 
-#[cfg(test)]
-mod time_slicing;
-
 pub use carma_core::slowdown::TimeSlicing;
 
 /// Parameters of the slowdown function.
