@@ -397,6 +397,9 @@ lm_standins
 watch_start
 chart_gpu_pod || die "a chart check failed (the line above)"
 lm_refusal
+# shellcheck source=admission.sh
+source "$HERE/admission.sh" || die "e2e/real-node/admission.sh could not be read"
+adm_check || die "a GPU pod slipped past carma's admission policies (the lines above)"
 chart_upgrade_rollback
 # shellcheck source=tasks.sh
 source "$HERE/tasks.sh" || die "e2e/real-node/tasks.sh could not be read"
