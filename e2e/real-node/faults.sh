@@ -392,6 +392,28 @@ probe_events() {
   k get events -n default --field-selector involvedObject.name=cutoff-probe,reason=FailedScheduling \
     -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' 2>/dev/null
 }
+# probe_last_attempt: when kube-scheduler last tried the probe (its newest FailedScheduling event,
+# seconds ago) and what the extender said, so a probe left unbound tells whether it was tried again.
+probe_last_attempt() {
+  k get events -n default --field-selector involvedObject.name=cutoff-probe,reason=FailedScheduling -o json \
+    >"$WORK/probe-events.json" 2>/dev/null || { echo "unknown"; return; }
+  python3 - "$WORK/probe-events.json" <<'PY'
+import json, sys
+from datetime import datetime, timezone
+items = json.load(open(sys.argv[1]))["items"]
+def when(e):
+    t = ((e.get("series") or {}).get("lastObservedTime") or e.get("lastTimestamp") or e.get("eventTime")
+         or e["metadata"]["creationTimestamp"])
+    return datetime.strptime(t[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+if not items:
+    print("none")
+else:
+    e = max(items, key=when)
+    age = (datetime.now(timezone.utc) - when(e)).total_seconds()
+    n = sum((i.get("series") or {}).get("count") or i.get("count") or 1 for i in items)
+    print(f"{age:.0f} s ago ({n} in all): {e['message'][:160]}")
+PY
+}
 probe_delete() {
   k delete pod cutoff-probe --grace-period 0 --wait=true --timeout 60s >/dev/null 2>&1 || true
   k delete events -n default --field-selector involvedObject.name=cutoff-probe >/dev/null 2>&1 || true
@@ -444,7 +466,7 @@ fault_device_plugin_cutoff() {
     [[ -n "$(probe_node)" ]] && { bound_after=$(( $(date +%s) - t0 )); break; }
     sleep 2
   done
-  log "faults: probe bound ${control:+after $control s }while $node was fresh; GpuNode stale after ${stale_s:-never} s of the cut-off; probe $([[ -n $bound_during ]] && echo "BOUND while stale" || echo "unbound while stale (${reason:-no such reason seen})"); written again ${back_s:-never} s after the API server answered again; $([[ -n $bound_after ]] && echo "probe bound $bound_after s after it" || echo "probe not bound within 30 s of the write (kube-scheduler had not retried it)")"
+  log "faults: probe bound ${control:+after $control s }while $node was fresh; GpuNode stale after ${stale_s:-never} s of the cut-off; probe $([[ -n $bound_during ]] && echo "BOUND while stale" || echo "unbound while stale (${reason:-no such reason seen})"); written again ${back_s:-never} s after the API server answered again; $([[ -n $bound_after ]] && echo "probe bound $bound_after s after it" || echo "probe not bound within 30 s of the write; its last scheduling attempt: $(probe_last_attempt)")"
   probe_delete
   faults_after device-plugin-cutoff || log "faults: the TrainingTask after the device plugin cut-off did not succeed"
   faults_state "$WORK/fault-device-plugin-cutoff-1"
