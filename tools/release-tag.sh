@@ -6,7 +6,7 @@
 # image.tag from values.yaml, an empty tag meaning the appVersion) is <repository>:<version>, so the
 # chart the release pushes pulls the image the release pushes.
 #
-#   tools/release-tag.sh v0.1.0     # prints version=, image=, repository=, registry=, chart_package= and
+#   tools/release-tag.sh v0.2.0     # prints version=, image=, repository=, registry=, chart_package= and
 #                                   # chart_registry= lines (the workflow appends them to $GITHUB_OUTPUT);
 #                                   # exit 1 on a mismatch
 #
@@ -15,7 +15,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHART="$ROOT/charts/carma/Chart.yaml"
 die() { echo "tools/release-tag.sh: $*" >&2; exit 1; }
-[[ $# -eq 1 && -n "$1" ]] || die "usage: tools/release-tag.sh TAG (e.g. v0.1.0)"
+[[ $# -eq 1 && -n "$1" ]] || die "usage: tools/release-tag.sh TAG (e.g. v0.2.0)"
 tag="$1"
 [[ "$tag" == v* ]] || die "the tag '$tag' does not start with v"
 version="${tag#v}"
