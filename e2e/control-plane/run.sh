@@ -13,6 +13,7 @@
 #
 # Usage: e2e/control-plane/run.sh            # build what is missing, run everything, exit 0 on success
 #        CARMA_E2E_KEEP=1 run.sh            # leave the work directory (logs, certs, kubeconfig) behind
+#        CARMA_E2E_SET="k=v ..." run.sh      # more chart values (--set each), e.g. scheduler.extenderConfig.mode=rank
 #        run.sh ctl <verb> ...               # used by the scenarios to kill and restart processes
 # Needs: root (mount namespaces), go, openssl, python3 with PyYAML, cargo (unless CARMA_BIN is set).
 set -euo pipefail
@@ -99,7 +100,8 @@ nodes=(); for i in $(seq "$NODES"); do nodes+=("gpu-node-$i"); done
 cp_certs "${nodes[@]}"
 cp_start_etcd
 cp_start_apiserver
-cp_apply_chart
+chart_sets=(); for kv in ${CARMA_E2E_SET:-}; do chart_sets+=(--set "$kv"); done
+cp_apply_chart "${chart_sets[@]}"
 
 token_dir scheduler "$RELEASE-scheduler"
 token_dir scheduler-extender "$RELEASE-scheduler-extender"

@@ -170,6 +170,46 @@ async fn a_burst_of_pods_is_spread_over_nodes_before_their_binds_arrive() {
 }
 
 #[tokio::test]
+async fn when_every_node_is_busy_the_queues_stay_even() {
+    // Two identical nodes and twelve pods chosen before any bind: six binds on their way to each,
+    // not a pile on one node while the other's turn goes unused.
+    let mut snapshot = cluster(2, 8);
+    for gn in &mut snapshot.gpu_nodes {
+        for g in &mut gn.status.as_mut().unwrap().gpus {
+            g.memory_free_mib = g.memory_total_mib;
+            g.sm_activity = Some(0.0);
+            g.processes = 0;
+        }
+    }
+    let ext = extender_with(
+        &snapshot,
+        Policy::Magm,
+        PlacementConfig::default(),
+        Default::default(),
+    );
+    let r = router(ext);
+    let names = [node_name(0), node_name(1)];
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut per_node = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..12 {
+        let pod = pod_json(
+            "ml",
+            &format!("q{i}"),
+            &format!("uid-q{i}"),
+            1,
+            &[(ANNOTATION_GPU_MEMORY, "2Gi")],
+        );
+        let (_, out) = post(&r, "/choose", &args_names(&pod, &names)).await;
+        *per_node.entry(passing(&out)[0].clone()).or_default() += 1;
+    }
+    assert_eq!(
+        per_node.values().copied().collect::<Vec<_>>(),
+        vec![6, 6],
+        "{per_node:?}"
+    );
+}
+
+#[tokio::test]
 async fn choose_is_counted_and_timed_and_refuses_malformed_json() {
     let (ext, _) = fixture_extender();
     let r = router(ext);

@@ -15,9 +15,11 @@
 //! A node chosen for another pod a moment ago also ranks lowest ([`Choices`]): kube-scheduler
 //! binds asynchronously and schedules the next pod meanwhile, so without it a burst of pods would
 //! be sent to the same node before the first bind reached the extender, and their binds would
-//! queue behind one kubelet's admission. Ties go to the node the same pod was sent to before (a
-//! retry), else to one picked by the pod's UID, so that pods with equal scores spread over the
-//! equally good nodes.
+//! queue behind one kubelet's admission. When every good node is busy, the one with the fewest binds
+//! on their way to it comes first, so that the queues stay even (kube-scheduler's own scores did that
+//! in `rank` mode: they count the pods it assumed on each node). Remaining ties go to the node the same
+//! pod was sent to before (a retry), else to one picked by the pod's UID, so that pods with equal
+//! scores spread over the equally good nodes.
 //!
 //! A pod that fits nowhere gets every node's reason, as from `filter` (kube-scheduler's
 //! FailedScheduling event and preemption read them). A pod that fits gets no reasons: the other
@@ -39,9 +41,19 @@ use crate::wire::{ExtenderArgs, ExtenderFilterResult};
 /// ([`crate::handoff`]) takes over from there.
 pub const CHOICE_HOLD: Duration = Duration::from_secs(5);
 
-/// The nodes chosen for pods whose bind has not ended yet: node → (pod UID, when chosen).
+/// The nodes chosen for pods whose bind has not ended yet: node → (pod UID, when chosen), oldest
+/// first.
 #[derive(Debug, Default)]
-pub struct Choices(Mutex<HashMap<String, (String, Instant)>>);
+pub struct Choices(Mutex<HashMap<String, Vec<(String, Instant)>>>);
+
+/// What [`Choices`] holds of one node for one pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    /// Pods other than the asking one chosen for the node and not yet bound.
+    others: usize,
+    /// Whether the asking pod was sent there before.
+    own: bool,
+}
 
 impl Choices {
     /// No pending choice.
@@ -51,15 +63,28 @@ impl Choices {
 
     /// Pod `uid` was sent to `node`.
     pub fn record(&self, node: &str, uid: &str) {
-        self.0
-            .lock()
-            .insert(node.to_string(), (uid.to_string(), Instant::now()));
+        let mut map = self.0.lock();
+        let pods = map.entry(node.to_string()).or_default();
+        pods.retain(|(held, at)| held != uid && at.elapsed() < CHOICE_HOLD);
+        pods.push((uid.to_string(), Instant::now()));
     }
 
-    /// Whether `node` was chosen for a pod other than `uid` within [`CHOICE_HOLD`].
-    fn held_for_another(map: &HashMap<String, (String, Instant)>, node: &str, uid: &str) -> bool {
-        map.get(node)
-            .is_some_and(|(held, at)| held != uid && at.elapsed() < CHOICE_HOLD)
+    /// What `map` holds of `node` for pod `uid`, counting choices younger than [`CHOICE_HOLD`].
+    fn held(map: &HashMap<String, Vec<(String, Instant)>>, node: &str, uid: &str) -> Held {
+        let mut h = Held {
+            others: 0,
+            own: false,
+        };
+        for (held, at) in map.get(node).into_iter().flatten() {
+            if at.elapsed() < CHOICE_HOLD {
+                if held == uid {
+                    h.own = true;
+                } else {
+                    h.others += 1;
+                }
+            }
+        }
+        h
     }
 
     /// Pod `uid`'s bind ended (bound or not), or the pod is bound or gone: its choice holds no
@@ -69,14 +94,18 @@ impl Choices {
         if map.is_empty() {
             return;
         }
-        map.retain(|_, (held, at)| held != uid && at.elapsed() < CHOICE_HOLD);
+        map.retain(|_, pods| {
+            pods.retain(|(held, at)| held != uid && at.elapsed() < CHOICE_HOLD);
+            !pods.is_empty()
+        });
     }
 
-    /// Nodes held by a choice now (tests, diagnostics).
+    /// Pending choices now, over all nodes (tests, diagnostics).
     pub fn len(&self) -> usize {
         self.0
             .lock()
             .values()
+            .flatten()
             .filter(|(_, at)| at.elapsed() < CHOICE_HOLD)
             .count()
     }
@@ -108,33 +137,27 @@ impl Extender {
         let best = {
             let admitting = self.cluster.handoff().admitting();
             let held = self.choices.0.lock();
-            let rank = |i: usize| -> u8 {
-                let (name, score) = (judged.names[i], judged.scores[i]);
-                if admitting.contains(name) || Choices::held_for_another(&held, name, uid) {
-                    score.min(ADMITTING_SCORE)
+            // Each passing node's rank: its score, lowered to ADMITTING_SCORE while its bind would
+            // wait; then fewer binds on their way to it first; then the pod's own earlier choice.
+            let key = |i: usize| {
+                let name = judged.names[i];
+                let h = Choices::held(&held, name, uid);
+                let score = if admitting.contains(name) || h.others > 0 {
+                    judged.scores[i].min(ADMITTING_SCORE)
                 } else {
-                    score
-                }
+                    judged.scores[i]
+                };
+                (score, std::cmp::Reverse(h.others), h.own)
             };
-            let ranks: Vec<Option<u8>> = (0..judged.names.len())
-                .map(|i| judged.passed[i].then(|| rank(i)))
+            let keys: Vec<_> = (0..judged.names.len())
+                .map(|i| judged.passed[i].then(|| key(i)))
                 .collect();
-            let top = ranks.iter().flatten().copied().max().unwrap_or(0);
-            let tied: Vec<usize> = (0..ranks.len())
-                .filter(|&i| ranks[i] == Some(top))
-                .collect();
-            // A pod asked again (kube-scheduler's retry) keeps the node it was sent to while that
-            // is still among the best.
-            let own = tied.iter().copied().find(|&i| {
-                held.get(judged.names[i])
-                    .is_some_and(|(held_uid, at)| held_uid == uid && at.elapsed() < CHOICE_HOLD)
-            });
-            own.unwrap_or_else(|| {
-                let mut h = DefaultHasher::new();
-                uid.hash(&mut h);
-                // `tied` is not empty: at least one candidate passed.
-                tied[(h.finish() % tied.len() as u64) as usize]
-            })
+            let top = keys.iter().flatten().max().copied();
+            let tied: Vec<usize> = (0..keys.len()).filter(|&i| keys[i] == top).collect();
+            let mut h = DefaultHasher::new();
+            uid.hash(&mut h);
+            // `tied` is not empty: at least one candidate passed.
+            tied[(h.finish() % tied.len() as u64) as usize]
         };
         self.choices.record(judged.names[best], uid);
         judged.passed.iter_mut().for_each(|p| *p = false);
@@ -154,20 +177,45 @@ impl Extender {
 mod tests {
     use super::*;
 
+    fn held(c: &Choices, node: &str, uid: &str) -> Held {
+        Choices::held(&c.0.lock(), node, uid)
+    }
+
     #[test]
     fn a_choice_holds_its_node_for_other_pods_until_forgotten() {
         let c = Choices::new();
         c.record("n1", "a");
-        {
-            let map = c.0.lock();
-            assert!(Choices::held_for_another(&map, "n1", "b"));
-            assert!(!Choices::held_for_another(&map, "n1", "a"));
-            assert!(!Choices::held_for_another(&map, "n2", "b"));
-        }
+        c.record("n1", "b");
+        c.record("n1", "a");
+        assert_eq!(
+            held(&c, "n1", "c"),
+            Held {
+                others: 2,
+                own: false
+            }
+        );
+        assert_eq!(
+            held(&c, "n1", "a"),
+            Held {
+                others: 1,
+                own: true
+            }
+        );
+        assert_eq!(
+            held(&c, "n2", "c"),
+            Held {
+                others: 0,
+                own: false
+            }
+        );
         c.forget("b");
         assert_eq!(c.len(), 1);
         c.forget("a");
         assert!(c.is_empty());
+        assert!(
+            c.0.lock().is_empty(),
+            "a node with no choice left is dropped"
+        );
     }
 
     #[test]
@@ -176,8 +224,14 @@ mod tests {
         let long_ago = Instant::now()
             .checked_sub(CHOICE_HOLD + Duration::from_millis(1))
             .expect("the clock is past the hold");
-        c.0.lock().insert("n1".into(), ("a".into(), long_ago));
-        assert!(!Choices::held_for_another(&c.0.lock(), "n1", "b"));
+        c.0.lock().insert("n1".into(), vec![("a".into(), long_ago)]);
+        assert_eq!(
+            held(&c, "n1", "b"),
+            Held {
+                others: 0,
+                own: false
+            }
+        );
         assert!(c.is_empty());
         c.forget("x");
         assert!(c.0.lock().is_empty(), "expired choices are dropped");
