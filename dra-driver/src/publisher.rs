@@ -382,15 +382,7 @@ fn names(devices: &[Device]) -> Vec<String> {
 }
 
 /// The API server refuses an Event note over 1 KiB.
-fn clip_note(mut note: String) -> String {
+fn clip_note(note: String) -> String {
     const LIMIT: usize = 1024;
-    if note.len() > LIMIT {
-        let mut end = LIMIT - 3;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str("...");
-    }
-    note
+    carma_core::text::truncate_with_marker(&note, LIMIT, "...").into_owned()
 }

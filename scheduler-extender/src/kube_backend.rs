@@ -143,14 +143,7 @@ impl ClusterBackend for KubeBackend {
 }
 
 fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
+    carma_core::text::truncate_with_marker(s, max, "...").into_owned()
 }
 
 /// A change seen by a watcher.
