@@ -88,12 +88,21 @@ impl FakeKubelet {
     }
 }
 
-/// A DevicePlugin client on the plugin's socket.
+/// A DevicePlugin client on the plugin's socket. The socket file exists from `bind` on, but a
+/// connect is refused until `listen` follows, so a loaded machine can land in between: retry a
+/// refused connect for up to 10 s (the kubelet never sees this, as it connects only after
+/// `Register`, which comes after both).
 pub async fn plugin_client(socket: &Path) -> DevicePluginClient<Channel> {
-    let channel = uds_channel(socket)
-        .await
-        .expect("connect to the plugin socket");
-    DevicePluginClient::new(channel)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match uds_channel(socket).await {
+            Ok(channel) => return DevicePluginClient::new(channel),
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("connect to the plugin socket: {e:?}"),
+        }
+    }
 }
 
 /// A pod lookup over a fixed, mutable list; `mark_allocated` flips the assignment's flag.
