@@ -56,13 +56,13 @@ pub use history::{
 };
 pub use ledger::{Ledger, LedgerError, PlacementRecord};
 pub use model::{Demand, Gpu, Node, Policy, PolicyParseError, Reservation};
-pub use placement::{NodePlacement, place_on_node, score_node};
+pub use placement::{NodePlacement, place_on_node};
 pub use queue_class::{QUEUE_CLASS_BASE, QueueClass};
 pub use queue_order::{Declared, QueueOrder, QueueOrderParseError};
 pub use reason::{GpuRejection, NodeRejection};
 pub use recovery::{AttemptOutcome, AttemptRecord, RecoveryDecision, decide_next};
 pub use reservation::{FirstReservation, first_reservation};
-pub use telemetry::{RiskScores, SampleWindow, risk_score};
+pub use telemetry::{SampleWindow, risk_score};
 
 /// Time in milliseconds on a monotonic or wall clock chosen by the caller.
 ///

@@ -7,8 +7,6 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
-
 /// Default window length (CARMA: 30 one-second samples).
 pub const DEFAULT_WINDOW: usize = 30;
 
@@ -105,18 +103,6 @@ impl SampleWindow {
             risk_score(&joined)
         }
     }
-}
-
-/// The three risk scores the utilization gate reads.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RiskScores {
-    /// SM activity risk (DCGM field 1002 or GPM SM_UTIL).
-    pub sm_activity: f64,
-    /// SM occupancy risk (DCGM field 1003 or GPM SM_OCCUPANCY).
-    pub sm_occupancy: f64,
-    /// DRAM activity risk (DCGM field 1005).
-    pub dram_activity: f64,
 }
 
 #[cfg(test)]

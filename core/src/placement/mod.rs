@@ -491,17 +491,6 @@ pub fn verdict_expiry(
     expiry_of(&summarize(&node.gpus, ledger, cfg), now)
 }
 
-/// The prioritize score of a node: the placement's score, 0 when it cannot place.
-pub fn score_node(
-    node: &Node,
-    ledger: &Ledger,
-    demand: &Demand,
-    cfg: &PlacementConfig,
-    now: Millis,
-) -> u8 {
-    place_on_node(node, ledger, demand, cfg, now, 0).map_or(0, |p| p.score)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
