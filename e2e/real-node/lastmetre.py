@@ -331,6 +331,10 @@ def main(argv):
     if recs:
         cans.append((f"{recs[0]['pod']}'s hook call with its limit 1 MiB higher", hook_canary(recs[0], calls)))
     refused = json.load(open(os.path.join(work, "lm-refused.json")))
+    adm_path = os.path.join(work, "admission.json")  # admission.sh's figures, read from the API server
+    adm = json.load(open(adm_path)) if os.path.exists(adm_path) else None
+    admission = (f"{adm['steered']} pods steered and {adm['refused']} refused at admission, "
+                 f"{adm['otherScheduler']} placed by another scheduler" if adm else "admission not run")
     per = [f"{r['pod']} on {r['node']}: {','.join(r['assigned'])} -> "
            f"{' '.join(d for d in r['inside'][1] if re.fullmatch(r'/dev/nvidia[0-9]+', d))}"
            for r in good]
@@ -341,7 +345,8 @@ def main(argv):
     else:
         ref = f"NO ({refused.get('why', 'the pod was not refused')})"
     print(f"last-metre: {len(good)} of {len(recs)} containers saw exactly their GPUs and reservation "
-          f"(CDI via containerd {runtime}), {sum(1 for _, v in hooked if not v)} memory limits applied by the hook: "
+          f"(CDI via containerd {runtime}), {sum(1 for _, v in hooked if not v)} memory limits applied by the hook, "
+          f"{admission}: "
           f"each had /dev/nvidia<index> of its assigned UUIDs only{example}, "
           f"injected from its node's stand-in nvidia.com/gpu spec by the CDI names of Allocate, and the spec's "
           f"common /dev/nvidiactl, /dev/nvidia-uvm and NVIDIA_VISIBLE_DEVICES=void; CARMA_ASSIGNED_GPUS, "
@@ -357,7 +362,8 @@ def main(argv):
         if v:
             print(f"  last-metre hook: {r['pod']} on {r['node']}: {v}")
     ok = (len(recs) >= 3 and len(good) == len(recs) and not any(v for _, v in hooked)
-          and len(cans) == 3 and all(c for _, c in cans) and refused.get("refused"))
+          and len(cans) == 3 and all(c for _, c in cans) and refused.get("refused")
+          and (adm is None or (adm["steered"] >= 1 and adm["refused"] >= 1 and adm["otherScheduler"] == 0)))
     return 0 if ok else 1
 
 
