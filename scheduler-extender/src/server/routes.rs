@@ -20,7 +20,7 @@ use tracing::Instrument;
 use super::body::{BIND_BODY_LIMIT, BODY_LIMIT, Body, BodyLimit, Outcome, WireRejection};
 use crate::clip::{LOGGED_INPUT_LIMIT, clip};
 use crate::verbs::Extender;
-use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult};
+use crate::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
 
 /// `/filter`, `/choose` and `/prioritize` requests handled at once (body read, decoded and judged); more wait
 /// their turn. Each may hold a body of up to [`BODY_LIMIT`] while it is read (for at most
@@ -71,24 +71,20 @@ fn answer<T: serde::Serialize>(body: T, outcome: &'static str) -> Response {
 
 #[tracing::instrument(name = "filter", skip_all)]
 async fn filter(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(r) => return r.into_response(),
-    };
-    let args: ExtenderArgs<'_> = match body.decode() {
-        Ok(a) => a,
-        Err(r) => return r.into_response(),
-    };
-    let mut result = ext.filter(&args);
-    clip_reasons(&mut result.failed_nodes);
-    clip_reasons(&mut result.failed_and_unresolvable_nodes);
-    let outcome = clip_error(&mut result.error);
-    answer(result, outcome)
+    filter_like(body, |args| ext.filter(args))
 }
 
 /// `filter` answering only the node carma would bind the pod to ([`Extender::choose`]).
 #[tracing::instrument(name = "choose", skip_all)]
 async fn choose(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejection>) -> Response {
+    filter_like(body, |args| ext.choose(args))
+}
+
+/// Decode a filter-shaped request, run `verb` on it and answer with its reasons and error clipped.
+fn filter_like(
+    body: Result<Body, WireRejection>,
+    verb: impl for<'a, 'b> FnOnce(&'a ExtenderArgs<'b>) -> ExtenderFilterResult<'a>,
+) -> Response {
     let body = match body {
         Ok(b) => b,
         Err(r) => return r.into_response(),
@@ -97,7 +93,7 @@ async fn choose(State(ext): State<Arc<Extender>>, body: Result<Body, WireRejecti
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let mut result = ext.choose(&args);
+    let mut result = verb(&args);
     clip_reasons(&mut result.failed_nodes);
     clip_reasons(&mut result.failed_and_unresolvable_nodes);
     let outcome = clip_error(&mut result.error);
