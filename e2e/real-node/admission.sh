@@ -16,31 +16,32 @@
 
 ADM_SCHEDULER=carma-e2e-scheduler
 
-# adm_pod <name> <spec lines>: a busybox pod asking for one carma.io/gpu with a 500Mi reservation.
-adm_pod() {
+# gpu_pod <name> <gpus> <extra annotations> <spec lines>: a busybox pod asking for <gpus> carma.io/gpu
+# with a 500Mi reservation each, printing its name and exiting 0 (faults.sh's cut-off probe uses it too).
+gpu_pod() {
   cat <<EOF
 apiVersion: v1
 kind: Pod
-metadata: {name: $1, namespace: default, annotations: {carma.io/gpu-memory: 500Mi}}
+metadata: {name: $1, namespace: default, annotations: {carma.io/gpu-memory: 500Mi$3}}
 spec:
-$2
+$4
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
   containers:
   - name: main
     image: $BUSYBOX_IMAGE
     imagePullPolicy: Never
-    command: [sh, -c, 'echo admitted; exit 0']
-    resources: {limits: {carma.io/gpu: 1, memory: 16Mi}, requests: {cpu: 10m, memory: 16Mi}}
+    command: [sh, -c, 'echo $1; exit 0']
+    resources: {limits: {carma.io/gpu: $2, memory: 16Mi}, requests: {cpu: 10m, memory: 16Mi}}
 EOF
 }
 
 adm_check() {
   local n
   log "admission: two GPU pods naming no carma scheduler (none, default-scheduler) and one with spec.nodeName"
-  adm_pod adm-no-scheduler "" | k apply -f - >/dev/null 2>"$WORK/logs/adm-no-scheduler.log" || true
-  adm_pod adm-default-scheduler "  schedulerName: default-scheduler" | k apply -f - >/dev/null 2>"$WORK/logs/adm-default-scheduler.log" || true
-  adm_pod adm-node-name "  nodeName: $(node_name 1)" | k apply -f - >/dev/null 2>"$WORK/logs/adm-node-name.log" || true
+  gpu_pod adm-no-scheduler 1 "" "" | k apply -f - >/dev/null 2>"$WORK/logs/adm-no-scheduler.log" || true
+  gpu_pod adm-default-scheduler 1 "" "  schedulerName: default-scheduler" | k apply -f - >/dev/null 2>"$WORK/logs/adm-default-scheduler.log" || true
+  gpu_pod adm-node-name 1 "" "  nodeName: $(node_name 1)" | k apply -f - >/dev/null 2>"$WORK/logs/adm-node-name.log" || true
   for n in adm-no-scheduler adm-default-scheduler; do
     k wait -n default --for jsonpath='{.status.phase}'=Succeeded --timeout 90s "pod/$n" >/dev/null 2>&1 || true
   done

@@ -301,21 +301,26 @@ api_cut() {
 # secs_since <t0>: seconds (one decimal) from <t0> (date +%s.%N) until now.
 secs_since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
 
-# operator_leaders: one line per running operator pod, "<pod> <carma_operator_leader>" ("?" when its
-# /metrics does not answer), read from each pod's metrics port.
+# operator_pods: "<pod> <pod IP>" per running operator replica. operator_leaders [<that list>]: one line
+# per replica, "<pod> <carma_operator_leader>" ("?" when its /metrics does not answer), read from its
+# metrics port; given the list, it only asks the replicas (the hang's sampling loop resolves them once,
+# so a sample costs two HTTP requests and no API round trip).
 OPERATOR_METRICS_PORT="${OPERATOR_METRICS_PORT:-8080}"
+operator_pods() {
+  k -n "$CHART_NS" get pods -l app.kubernetes.io/component=operator --field-selector status.phase=Running \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}'
+}
 operator_leaders() {
   local name ip v
   while read -r name ip; do
     [[ -n "$name" ]] || continue
     v="$(curl -s -m 1 "http://$ip:$OPERATOR_METRICS_PORT/metrics" 2>/dev/null | awk '$1 == "carma_operator_leader" {print $2}')"
     echo "$name ${v:-?}"
-  done < <(k -n "$CHART_NS" get pods -l app.kubernetes.io/component=operator --field-selector status.phase=Running \
-    -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}')
+  done <<<"${1:-$(operator_pods)}"
 }
 
 # fault_operator_hang: the leading operator replica's API requests hang (api_cut) for FAULT_HANG_S
-# seconds while the load trains. Both replicas' carma_operator_leader is sampled twice a second: the
+# seconds while the load trains. Both replicas' carma_operator_leader is sampled every half second: the
 # hung one must stop leading within the renew deadline (10 s; 11 s allows for the sampling) and the
 # other take over, and no sample may show two leaders. Then its API traffic flows again and a new
 # TrainingTask runs to success.
@@ -331,11 +336,12 @@ fault_operator_hang() {
   [[ -n "$leader" && -n "$other" ]] || { log "faults: no leading operator replica beside a standby one"; operator_leaders >&2; return 1; }
   log "faults: operator $leader (leading) cut off from the API server for ${FAULT_HANG_S}s; standby $other"
   faults_state "$WORK/fault-operator-hang-0"
+  local replicas; replicas="$(operator_pods)"
   api_cut "$CHART_NS" "$leader" -I || { log "faults: could not cut $leader off"; return 1; }
   t0=$(date +%s.%N)
   while :; do
     el="$(secs_since "$t0")"
-    state="$(operator_leaders)"
+    state="$(operator_leaders "$replicas")"
     samples=$((samples + 1))
     [[ "$(grep -c ' 1$' <<<"$state" || true)" -ge 2 ]] && two=$((two + 1))
     [[ -z "$demoted" ]] && grep -qxE "$leader (0|\?)" <<<"$state" && demoted="$el"
@@ -368,22 +374,9 @@ print(int((datetime.now(timezone.utc) - t).total_seconds()))' "$(k get gpunode "
 # SM activity (0.1) lets the default policy, pack, put it beside a training pod, whose unknown activity
 # is booked as a whole GPU's.
 cutoff_probe() {
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: cutoff-probe, namespace: default, annotations: {carma.io/gpu-memory: 500Mi, carma.io/sm-activity: "0.1"}}
-spec:
-  schedulerName: carma-e2e-scheduler
-  nodeSelector: {kubernetes.io/hostname: $1}
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: $BUSYBOX_IMAGE
-    imagePullPolicy: Never
-    command: [sh, -c, 'echo probe; exit 0']
-    resources: {limits: {carma.io/gpu: $2, memory: 16Mi}, requests: {cpu: 10m, memory: 16Mi}}
-EOF
+  gpu_pod cutoff-probe "$2" ', carma.io/sm-activity: "0.1"' \
+    "  schedulerName: carma-e2e-scheduler
+  nodeSelector: {kubernetes.io/hostname: $1}"
 }
 
 # probe_node: the node the cut-off probe is bound to, or nothing; probe_events: its scheduling events.
