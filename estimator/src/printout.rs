@@ -24,7 +24,8 @@
 //! * `Embedding(n, d)`: `seq × d`; `Linear` / `NonDynamicallyQuantizableLinear`
 //!   (`out_features`), Hugging Face `Conv1D` (`nf`), `Conv2d` (out channels):
 //!   `seq × out`; `LayerNorm` / `RMSNorm` (first dimension, else the current width, as
-//!   `T5LayerNorm()` prints none): `seq × d`;
+//!   `T5LayerNorm()` prints none, else, before any module has given a width, its parameter
+//!   count: a weight of the width, or twice it with a bias, counted over): `seq × d`;
 //!   `Dropout` and activation modules (`torch.nn` names, `*Activation`): `seq ×`
 //!   the current width; anything else (`Identity`, containers): nothing.
 //! * each attention block — the innermost module whose type name contains
@@ -34,6 +35,11 @@
 //!   output and the dropout output, both saved for backward), with `heads` = the
 //!   width at the block's end / 64 (the head size of BERT, GPT-2 and XLNet), at
 //!   least 1.
+//!
+//! A module's arguments may span lines (a multi-line `extra_repr`: xLSTM's backend prints its
+//! configuration as JSON, a `ParameterList` one parameter a line): a line that opens more
+//! parentheses than it closes, and does not end with the `(` of a container, is read together
+//! with the lines after it until they balance.
 //!
 //! Printed order is definition order, not execution order, so the widths are an
 //! approximation (an activation printed after the second feed-forward linear is
@@ -94,7 +100,7 @@ use crate::printout_counts::{
     Open, Totals, close_module, is_activation, is_lm_head, kept_beyond_output, leaf,
 };
 pub use crate::printout_error::PrintoutError;
-use crate::printout_line::{is_name_byte, module_line, params_suffix, positional};
+use crate::printout_line::{is_name_byte, logical_lines, module_line, params_suffix, positional};
 use crate::printout_rules::{RuleState, is_position_bias, known_leaf};
 use crate::profile::{Family, Layers, Profile};
 
@@ -162,9 +168,8 @@ pub(crate) fn parse_printout_reading(
     let mut lm_head = false;
     // Counts of the modules closed on their line, in order, with their repeats.
     let mut leaf_counts: Vec<(u64, u32)> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line_no = i + 1;
-        let line = raw.trim();
+    for (line_no, line) in logical_lines(text) {
+        let line = &*line;
         if root_params.is_some() {
             break; // footer after the outermost module
         }
@@ -239,6 +244,7 @@ pub(crate) fn parse_printout_reading(
                 leaf(
                     m.kind,
                     args,
+                    count,
                     seq,
                     &mut width,
                     siblings_width,

@@ -245,11 +245,12 @@ pub(crate) fn is_activation(kind: &str) -> bool {
     named && kind != "Identity"
 }
 
-/// Counts one module closed on its line; `siblings_width` is the widest output of the modules
-/// closed before it in the same block.
+/// Counts one module closed on its line of `params` parameters; `siblings_width` is the widest
+/// output of the modules closed before it in the same block.
 pub(crate) fn leaf(
     kind: &str,
     args: &str,
+    params: u64,
     seq: u128,
     width: &mut Option<u64>,
     siblings_width: u64,
@@ -265,10 +266,13 @@ pub(crate) fn leaf(
         "Conv1D" => keyword(args, "nf").or(*width), // older transformers print `Conv1D()`
         "Conv2d" => Some(positional(args, 1).ok_or("Conv2d needs `(in, out, …)`")?),
         k if k.ends_with("LayerNorm") || k.ends_with("RMSNorm") => {
-            // T5's `T5LayerNorm()` prints no size: it normalises the current width.
+            // T5's `T5LayerNorm()` prints no size: it normalises the current width. Before any
+            // module has given one (CpmAnt's encoder norms, printed before its embeddings), its
+            // parameters do: a weight of the width, or with a bias twice it, counted over.
             Some(
                 first_dim(args)
                     .or(*width)
+                    .or((params > 0).then_some(params))
                     .ok_or("a norm layer needs its size first")?,
             )
         }

@@ -1,6 +1,8 @@
 //! The syntax of one line of an annotated module printout ([`crate::printout`]): a module
 //! `(key): [N x ]Type(args)[, n params]`, and the numbers inside its arguments.
 
+use std::borrow::Cow;
+
 use crate::torchsummary::parse_count;
 
 /// A byte of a module's type or key: letters, digits, `_` and `.`.
@@ -68,6 +70,40 @@ pub(crate) fn module_line(line: &str, is_root: bool) -> Result<ModuleLine<'_>, &
     })
 }
 
+/// The printout's lines, trimmed, with their 1-based numbers, a module whose arguments span
+/// lines joined into one: a line that opens more parentheses than it closes and does not end
+/// with `(` (which opens a container) continues, joined by spaces, until they balance or the text
+/// ends. A module's `extra_repr` may hold line breaks: xLSTM's `xLSTMBackend(xLSTMConfig {…})`
+/// prints a configuration as JSON, a `ParameterList(…)` one parameter a line.
+pub(crate) fn logical_lines(text: &str) -> impl Iterator<Item = (usize, Cow<'_, str>)> {
+    let mut lines = text.lines().map(str::trim).enumerate().peekable();
+    std::iter::from_fn(move || {
+        let (i, first) = lines.next()?;
+        let mut depth = paren_depth(first);
+        if depth <= 0 || first.ends_with('(') {
+            return Some((i + 1, Cow::Borrowed(first)));
+        }
+        let mut joined = first.to_string();
+        while depth > 0
+            && let Some((_, next)) = lines.next()
+        {
+            depth += paren_depth(next);
+            joined.push(' ');
+            joined.push_str(next);
+        }
+        Some((i + 1, Cow::Owned(joined)))
+    })
+}
+
+/// `(` less `)` in `s`.
+fn paren_depth(s: &str) -> i64 {
+    s.bytes().fold(0, |d, b| match b {
+        b'(' => d + 1,
+        b')' => d - 1,
+        _ => d,
+    })
+}
+
 /// Index of the `)` that closes an already opened `(` in `s`.
 pub(crate) fn matching_paren(s: &str) -> Option<usize> {
     let mut depth = 0usize;
@@ -127,6 +163,19 @@ mod tests {
         );
         assert_eq!(matching_paren("(a)b), x"), Some(4));
         assert!(looks_like_printout("\n  Net(\n"));
+        let text = "Net(\n  (a): P(  (0): x\n  (1): y), 2 params\n  (b): Q(\n  ), 0 params\n";
+        let lines: Vec<(usize, String)> = logical_lines(text)
+            .map(|(n, l)| (n, l.into_owned()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                (1, "Net(".to_string()),
+                (2, "(a): P(  (0): x (1): y), 2 params".to_string()),
+                (4, "(b): Q(".to_string()),
+                (5, "), 0 params".to_string()),
+            ]
+        );
         assert!(!looks_like_printout(
             "Layer (type)  Output Shape  Param #\n"
         ));

@@ -95,3 +95,49 @@ fn an_embedding_subclass_gives_the_vocabulary_of_the_lm_head() {
         with_head.values
     );
 }
+
+/// The printouts the reader refused in the sweep (its "not estimated" rows): a module whose
+/// arguments span lines (xLSTM's `xLSTMBackend(xLSTMConfig {…})`, a configuration printed as JSON;
+/// Reformer's `ParameterList(  (0): Parameter containing: […]\n  (1): …)`, its parameters one a
+/// line), and a norm that prints no size before any module has given a width (CpmAnt's
+/// `CpmAntLayerNorm()`, first in its printout because the embeddings are defined after the
+/// encoder). Each is read now; what no rule sizes is counted conservatively and said.
+#[test]
+fn the_printouts_the_reader_refused_are_read() {
+    for (file, fallback) in [
+        ("CpmAntForCausalLM.txt", None),
+        ("xLSTMForCausalLM.txt", Some("xLSTMBackend")),
+        ("ReformerForMaskedLM.txt", Some("ParameterList")),
+    ] {
+        let text = data(file);
+        let r = printout_reading(&text, Family::Transformer, 2, 128, None)
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let root = text.lines().rfind(|l| l.starts_with("), ")).unwrap();
+        let params: u64 = root[3..]
+            .trim_end_matches(" params")
+            .replace(',', "")
+            .parse()
+            .unwrap();
+        assert_eq!(r.profile.parameters, params, "{file}");
+        let said: Vec<String> = r.caveats.iter().map(|c| c.to_string()).collect();
+        if let Some(module) = fallback {
+            assert!(said.iter().any(|w| w.contains(module)), "{file}: {said:?}");
+        }
+    }
+}
+
+/// A norm with no printed size before any width is known normalises its own parameter count's
+/// worth of features (a weight of that length; with a bias, half as many: counted over, not under).
+#[test]
+fn a_norm_before_any_width_is_sized_by_its_parameters() {
+    let text = data("CpmAntForCausalLM.txt");
+    let r = printout_reading(&text, Family::Transformer, 2, 128, None).unwrap();
+    let sized = text.replacen(
+        "CpmAntLayerNorm(), 4,096 params",
+        "CpmAntLayerNorm((4096,)), 4,096 params",
+        1,
+    );
+    let sized = printout_reading(&sized, Family::Transformer, 2, 128, None).unwrap();
+    assert_eq!(r.values, sized.values);
+    assert_eq!(r.profile, sized.profile);
+}

@@ -47,7 +47,7 @@ HF_BATCHES = (2, 8)
 SEQ_LEN = 128
 LAYERS = 2  # every repeated-layer count of a Hugging Face configuration is cut to this
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers",
-              "num_decoder_layers", "num_encoder_layers")
+              "num_decoder_layers", "num_encoder_layers", "num_blocks")  # num_blocks: xLSTM
 HEADS = (("clm", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"), ("mlm", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
          ("seqcls", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"))
 FIELDS = ("arch", "kind", "head", "family", "batch", "input", "status", "carma_mib", "source", "warnings",
