@@ -228,6 +228,32 @@ fn gate_text(
 }
 
 impl GpuRejection {
+    /// Whether this rejection can lift with no change kube-scheduler watches: only through the
+    /// GPU's telemetry (the GpuNode's status) or the clock (a warm-up lock running out).
+    /// kube-scheduler retries a pod it was told fits nowhere only on cluster events its own
+    /// plugins name (a pod deleted, a node's allocatable grown) or after five minutes, so a pod
+    /// held back by such a rule alone would wait out those minutes after the rule lifted.
+    /// Rules over bookings (exclusive holders, replicas, reserved memory) lift when a pod goes,
+    /// which kube-scheduler sees; so do rules that only configuration or repair can lift.
+    pub fn lifts_unseen(&self) -> bool {
+        match self {
+            GpuRejection::WarmUpLock { .. }
+            | GpuRejection::InsufficientMemory { .. }
+            | GpuRejection::ActivityCapExceeded { .. }
+            | GpuRejection::UtilizationGate { .. }
+            | GpuRejection::TelemetryWarmingUp { .. }
+            | GpuRejection::TelemetryStale { .. } => true,
+            // Busy through processes telemetry sees, not through pods placed on it.
+            GpuRejection::NotIdle { pods, .. } => *pods == 0,
+            GpuRejection::NeedsWholeGpu { .. }
+            | GpuRejection::Unhealthy { .. }
+            | GpuRejection::ExclusivelyHeld { .. }
+            | GpuRejection::ReplicasTaken { .. }
+            | GpuRejection::OverReserved { .. }
+            | GpuRejection::NoActivityTelemetry { .. } => false,
+        }
+    }
+
     /// A short, stable label for metrics.
     pub fn code(&self) -> &'static str {
         match self {
@@ -302,6 +328,20 @@ fn join(rejections: &[GpuRejection]) -> String {
 }
 
 impl NodeRejection {
+    /// Whether the node may take the pod after a change kube-scheduler does not watch (see
+    /// [`GpuRejection::lifts_unseen`]): one of its GPUs is held back by such a rule, or the
+    /// recovery-first rule holds, which lifts when the recovery attempt is bound (an event
+    /// kube-scheduler's plugins ignore).
+    pub fn lifts_unseen(&self) -> bool {
+        match self {
+            NodeRejection::NoGpus { .. } | NodeRejection::TooFewGpus { .. } => false,
+            NodeRejection::RecoveryFirst { .. } => true,
+            NodeRejection::NotEnoughGpus { rejections, .. } => {
+                rejections.iter().any(GpuRejection::lifts_unseen)
+            }
+        }
+    }
+
     /// A short, stable label for metrics: the most frequent GPU rule, or the node rule.
     pub fn code(&self) -> &'static str {
         match self {
@@ -338,5 +378,66 @@ impl fmt::Display for Rejections<'_> {
             write!(f, "{r}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_with(rejections: Vec<GpuRejection>) -> NodeRejection {
+        NodeRejection::NotEnoughGpus {
+            node: "n".into(),
+            wanted: 1,
+            passing: 0,
+            mode: "to share",
+            rejections,
+        }
+    }
+
+    #[test]
+    fn only_telemetry_clock_and_recovery_rules_lift_unseen() {
+        let uuid = || "GPU-0".to_string();
+        let lock = GpuRejection::WarmUpLock {
+            uuid: uuid(),
+            index: 0,
+            holder: "p".into(),
+            remaining_s: 12.0,
+        };
+        let booked = GpuRejection::OverReserved {
+            uuid: uuid(),
+            index: 1,
+            booked_mib: 40_000,
+            total_mib: 40_960,
+            pods: 2,
+            need_mib: 8_000,
+        };
+        let busy_by_process = GpuRejection::NotIdle {
+            uuid: uuid(),
+            index: 2,
+            pods: 0,
+            processes: 1,
+        };
+        let busy_by_pod = GpuRejection::NotIdle {
+            uuid: uuid(),
+            index: 3,
+            pods: 1,
+            processes: 1,
+        };
+        assert!(lock.lifts_unseen());
+        assert!(busy_by_process.lifts_unseen());
+        assert!(!booked.lifts_unseen());
+        assert!(!busy_by_pod.lifts_unseen());
+        assert!(!node_with(vec![booked.clone(), busy_by_pod]).lifts_unseen());
+        assert!(node_with(vec![booked, lock]).lifts_unseen());
+        assert!(
+            NodeRejection::RecoveryFirst {
+                node: "n".into(),
+                wanted: 1,
+                idle: 0
+            }
+            .lifts_unseen()
+        );
+        assert!(!NodeRejection::NoGpus { node: "n".into() }.lifts_unseen());
     }
 }

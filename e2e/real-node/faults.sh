@@ -419,8 +419,11 @@ probe_delete() {
 # written for longer than placement.maxTelemetryAgeSeconds, which chart.sh shortens to
 # FAULT_STALE_AFTER_S for this), and the same probe must stay unbound with kube-scheduler's reason
 # naming the telemetry's age (the gate closed on the node's busy GPUs). Once the API server answers
-# again the plugin must write again; when the probe is bound after that is reported (kube-scheduler
-# retries it on its own schedule). The running pods keep their containers throughout.
+# again the plugin must write again, and the probe must be bound within 30 s of that write: the
+# extender answers a pod that only telemetry or time can free with a retry request, which puts it in
+# kube-scheduler's backoff queue (at most 10 s) instead of among the unschedulable pods, which a
+# GpuNode write never wakes (they wait up to five minutes for an event kube-scheduler's plugins
+# name). The running pods keep their containers throughout.
 FAULT_STALE_AFTER_S="$CHART_STALE_AFTER_S"
 fault_device_plugin_cutoff() {
   local node pod gpus t0 control="" stale_s="" reason="" bound_during="" back_s="" bound_after=""
@@ -451,9 +454,7 @@ fault_device_plugin_cutoff() {
   [[ -n "$reason" || -n "$bound_during" ]] || log "faults: the probe's events while stale: $(probe_events | tail -n 1)"
   api_cut "$CHART_NS" "$pod" -D || log "faults: could not restore $pod's API traffic"
   t0=$(date +%s)
-  # written again: required, within a heartbeat; the probe: reported, within 30 s of that (kube-scheduler
-  # retries a pod an extender turned away on its own schedule: on a change to the cluster it watches, at
-  # the latest after five minutes, and a GpuNode write is not such a change)
+  # written again: required, within a heartbeat; the probe: bound within 30 s of that write
   while (( $(date +%s) - t0 < FAULT_STALE_AFTER_S )) && [[ -z "$back_s" || $(( $(date +%s) - t0 - back_s )) -lt 30 ]]; do
     [[ -z "$back_s" ]] && (( $(gpunode_age "$node") < 5 )) && back_s=$(( $(date +%s) - t0 ))
     [[ -n "$(probe_node)" ]] && { bound_after=$(( $(date +%s) - t0 )); break; }
@@ -464,7 +465,7 @@ fault_device_plugin_cutoff() {
   faults_after device-plugin-cutoff || log "faults: the TrainingTask after the device plugin cut-off did not succeed"
   faults_state "$WORK/fault-device-plugin-cutoff-1"
   local ok=false
-  [[ -n "$control" && -n "$stale_s" && -z "$bound_during" && -n "$reason" && -n "$back_s" ]] && ok=true
+  [[ -n "$control" && -n "$stale_s" && -z "$bound_during" && -n "$reason" && -n "$back_s" && -n "$bound_after" ]] && ok=true
   faults_judge device-plugin-cutoff "$WORK/fault-device-plugin-cutoff-0" "$WORK/fault-device-plugin-cutoff-1" "$node" \
     "{\"probeBoundWhileFreshS\": ${control:-null}, \"staleAfterS\": ${stale_s:-null}, \"probeBoundWhileStale\": $([[ -n $bound_during ]] && echo true || echo false), \"staleReason\": $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1] or None))' "$reason"), \"writtenAgainS\": ${back_s:-null}, \"probeBoundAfterS\": ${bound_after:-null}, \"ok\": $ok}"
 }

@@ -15,6 +15,10 @@ pub const BLOCKING_CONTAINER_REASONS: &[&str] = &[
     "CreateContainerConfigError",
 ];
 
+/// The `PodScheduled` reasons that say why a pod waits for a node. `SchedulingGated` and a pod
+/// not tried yet are the ordinary way.
+pub const SCHEDULER_REFUSALS: &[&str] = &["Unschedulable", "SchedulerError"];
+
 /// Longest scheduler or kubelet message kept, in bytes. kube-scheduler lists every distinct reason
 /// a node was refused for, and the extender's per-node reasons name each node's figures, so on a
 /// large cluster the message runs to kilobytes; the printer column and the condition keep its
@@ -24,8 +28,12 @@ pub const MESSAGE_MAX_BYTES: usize = 512;
 /// Why an attempt pod waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Waiting {
-    /// No node fits: the pod's `PodScheduled` condition is False with reason `Unschedulable`.
-    Unschedulable {
+    /// The scheduler has not placed the pod: its `PodScheduled` condition is False with reason
+    /// `Unschedulable` (no node fits) or `SchedulerError` (the attempt failed, e.g. carma's
+    /// extender asked for a retry because only GPU telemetry or time can free a node).
+    NotScheduled {
+        /// The condition's reason, one of [`SCHEDULER_REFUSALS`].
+        reason: &'static str,
         /// The scheduler's message (its per-node reasons, the extender's among them), summarised.
         message: String,
     },
@@ -41,10 +49,10 @@ pub enum Waiting {
 }
 
 impl Waiting {
-    /// The CamelCase reason for a condition: `Unschedulable` or kubelet's reason.
+    /// The CamelCase reason for a condition: the scheduler's or kubelet's.
     pub fn reason(&self) -> &str {
         match self {
-            Waiting::Unschedulable { .. } => "Unschedulable",
+            Waiting::NotScheduled { reason, .. } => reason,
             Waiting::ContainerBlocked { reason, .. } => reason,
         }
     }
@@ -52,10 +60,10 @@ impl Waiting {
     /// One line for a person: the scheduler's message, or `container C: REASON: message`.
     pub fn describe(&self) -> String {
         match self {
-            Waiting::Unschedulable { message } if message.is_empty() => {
+            Waiting::NotScheduled { message, .. } if message.is_empty() => {
                 "no node fits (the scheduler gave no reason)".to_string()
             }
-            Waiting::Unschedulable { message } => message.clone(),
+            Waiting::NotScheduled { message, .. } => message.clone(),
             Waiting::ContainerBlocked {
                 container,
                 reason,
@@ -79,13 +87,14 @@ pub fn waiting(pod: &Pod) -> Option<Waiting> {
     if status.phase.as_deref().is_some_and(|p| p != "Pending") {
         return None;
     }
-    let unschedulable = status.conditions.iter().flatten().find(|c| {
-        c.type_ == "PodScheduled"
-            && c.status == "False"
-            && c.reason.as_deref() == Some("Unschedulable")
+    let refused = status.conditions.iter().flatten().find_map(|c| {
+        let reason = c.reason.as_deref()?;
+        let known = SCHEDULER_REFUSALS.iter().find(|r| **r == reason)?;
+        (c.type_ == "PodScheduled" && c.status == "False").then_some((*known, c))
     });
-    if let Some(c) = unschedulable {
-        return Some(Waiting::Unschedulable {
+    if let Some((reason, c)) = refused {
+        return Some(Waiting::NotScheduled {
+            reason,
             message: summarize(c.message.as_deref().unwrap_or(""), MESSAGE_MAX_BYTES),
         });
     }
@@ -166,6 +175,19 @@ mod tests {
         // Without a message it still says something.
         let w = waiting(&unschedulable("")).unwrap();
         assert_eq!(w.describe(), "no node fits (the scheduler gave no reason)");
+    }
+
+    #[test]
+    fn a_retry_the_extender_asked_for_is_a_reason_to_wait() {
+        let msg = "carma: retry: no node takes pod ml/t-a1 yet (0 of 2); on 1 only GPU telemetry \
+                   or time, which kube-scheduler does not watch, can lift the refusal: node n1: \
+                   GPU 0 (GPU-1) is in its warm-up lock";
+        let p = pod(json!({"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": msg
+        }]}));
+        let w = waiting(&p).unwrap();
+        assert_eq!(w.reason(), "SchedulerError");
+        assert!(w.describe().contains("warm-up lock"), "{w:?}");
     }
 
     #[test]

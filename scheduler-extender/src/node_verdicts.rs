@@ -56,6 +56,8 @@ pub enum Verdict {
         code: &'static str,
         /// Preemption cannot help (no or too few GPUs).
         unresolvable: bool,
+        /// `NodeRejection::lifts_unseen`: only telemetry or the clock can lift it.
+        lifts_unseen: bool,
         /// `NodeRejection`'s message.
         reason: Arc<str>,
     },
@@ -67,6 +69,7 @@ impl Verdict {
             Ok(p) => Verdict::Pass { score: p.score },
             Err(r) => Verdict::Fail {
                 code: r.code(),
+                lifts_unseen: r.lifts_unseen(),
                 unresolvable: matches!(
                     r,
                     NodeRejection::NoGpus { .. } | NodeRejection::TooFewGpus { .. }
@@ -293,6 +296,7 @@ mod tests {
             Verdict::Fail {
                 code,
                 unresolvable,
+                lifts_unseen,
                 reason,
             } => {
                 let mut out = String::new();
@@ -311,6 +315,7 @@ mod tests {
                 Verdict::Fail {
                     code,
                     unresolvable: *unresolvable,
+                    lifts_unseen: *lifts_unseen,
                     reason: Arc::from(out),
                 }
             }

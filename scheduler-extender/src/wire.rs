@@ -254,9 +254,16 @@ pub struct ExtenderFilterResult<'a> {
         borrow
     )]
     pub failed_and_unresolvable_nodes: ReasonMap<'a>,
-    /// Set when the extender could not judge the pod at all.
+    /// Set when the extender could not judge the pod at all, or asks kube-scheduler to try it
+    /// again soon (`retry`).
     #[serde(rename = "Error", alias = "error", default)]
     pub error: String,
+    /// Not on the wire: `error` asks for a retry rather than reporting a failure. kube-scheduler
+    /// puts a pod whose extender answered an error in its backoff queue (seconds) instead of
+    /// among the unschedulable pods (retried on events its plugins name, else after five
+    /// minutes); the metrics count such an answer as `retry`.
+    #[serde(skip)]
+    pub retry: bool,
 }
 
 /// A `v1.NodeList` written back to kube-scheduler: the passing nodes, unchanged.

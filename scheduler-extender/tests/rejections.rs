@@ -119,6 +119,17 @@ fn cluster() -> Snapshot {
     s
 }
 
+/// The text of an answer that asks kube-scheduler for a retry (no node passes, no node listed).
+fn retry_request(out: &serde_json::Value) -> &str {
+    let error = out["Error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(carma_scheduler_extender::verbs::RETRY_PREFIX),
+        "not a retry request: {out:#}"
+    );
+    assert_eq!(out["FailedNodes"], json!({}), "{out:#}");
+    error
+}
+
 #[tokio::test]
 async fn every_rule_has_its_reason_and_code() {
     let rec = Arc::new(Recorder::default());
@@ -179,8 +190,10 @@ async fn every_rule_has_its_reason_and_code() {
 
     // An exclusive pod on a GPU that is in use.
     let excl = pod_json("ml", "x", "uid-x", 1, &[(ANNOTATION_POLICY, "exclusive")]);
+    // Busy only by a process that telemetry sees, which no event kube-scheduler watches will
+    // report gone: as the only candidate it makes the answer a retry request.
     let (_, out) = post(&r, "/filter", &args_names(&excl, &["fits"])).await;
-    let reason = out["FailedNodes"]["fits"].as_str().unwrap();
+    let reason = retry_request(&out);
     assert!(
         reason.contains("is not idle") && reason.contains("exclusively"),
         "{reason}"
@@ -201,7 +214,7 @@ async fn every_rule_has_its_reason_and_code() {
     // Created just now: not aged (a pod waiting `packAgingSeconds` may crowd).
     pk["metadata"]["creationTimestamp"] = json!(chrono::Utc::now().to_rfc3339());
     let (_, out) = post(&r, "/filter", &args_names(&pk, &["fits"])).await;
-    let reason = out["FailedNodes"]["fits"].as_str().unwrap();
+    let reason = retry_request(&out);
     assert!(
         reason.contains("loaded to SM activity 0.20") && reason.contains("would pass 1.00"),
         "{reason}"
@@ -226,6 +239,10 @@ async fn every_rule_has_its_reason_and_code() {
             "{code}: {metrics}"
         );
     }
+    assert!(
+        metrics.contains(r#"carma_extender_requests_total{verb="filter",outcome="retry"} 2"#),
+        "{metrics}"
+    );
     assert!(
         metrics.contains(r#"carma_extender_rejections_total{reason="no-gpus"} 2"#),
         "{metrics}"
@@ -309,4 +326,43 @@ async fn every_malformed_input_names_what_to_fix() {
             .iter()
             .all(|w| w.reason == "InvalidCarmaAnnotation")
     );
+}
+
+/// kube-scheduler retries a pod that no node passed only on cluster events its own plugins name
+/// (a pod deleted, a node's allocatable grown) or after five minutes. A pod held back by bookings
+/// is freed by a pod's deletion, which it sees; one held back by a warm-up lock or telemetry is
+/// freed by the clock or a GpuNode write, which it does not. The second gets a retry request.
+#[tokio::test]
+async fn only_what_kube_scheduler_cannot_see_lift_asks_for_a_retry() {
+    let rec = Arc::new(Recorder::default());
+    let ext = extender_with(&cluster(), Policy::Magm, PlacementConfig::default(), rec);
+    let r = router(ext);
+    let pod = pod_json("ml", "p", "uid-p", 1, &[(ANNOTATION_GPU_MEMORY, "8Gi")]);
+
+    let (_, out) = post(
+        &r,
+        "/filter",
+        &args_names(&pod, &["reserved", "exclusive", "no-gpunode"]),
+    )
+    .await;
+    assert_eq!(out["Error"], "", "{out:#}");
+    assert!(out["FailedNodes"]["reserved"].is_string(), "{out:#}");
+    assert!(out["FailedNodes"]["exclusive"].is_string(), "{out:#}");
+
+    for lifting in ["warmup", "memory", "gate", "cold"] {
+        let (_, out) = post(
+            &r,
+            "/filter",
+            &args_names(&pod, &["reserved", lifting, "exclusive", "no-gpunode"]),
+        )
+        .await;
+        let error = retry_request(&out);
+        assert!(error.contains(&format!("node {lifting}:")), "{error}");
+        assert!(error.contains("(0 of 4); on 1 only"), "{error}");
+        assert!(!error.contains("node reserved:"), "{error}");
+    }
+    // A node that passes makes it an ordinary answer.
+    let (_, out) = post(&r, "/filter", &args_names(&pod, &["warmup", "fits"])).await;
+    assert_eq!(out["Error"], "", "{out:#}");
+    assert_eq!(passing(&out), vec!["fits"], "{out:#}");
 }

@@ -270,7 +270,7 @@ impl Step<'_, '_> {
         }
         // Why it waits, when the pod says: no node fits, or a container cannot start.
         let blocked = match (&o.node, &o.waiting) {
-            (None, Some(w @ Waiting::Unschedulable { .. })) => Some((
+            (None, Some(w @ Waiting::NotScheduled { .. })) => Some((
                 w.reason(),
                 format!(
                     "attempt {} ({}) cannot be scheduled: {}",

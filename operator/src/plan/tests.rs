@@ -264,7 +264,8 @@ fn a_pending_attempt_says_why_it_waits() {
 
     // No node fits: the scheduler's message reaches the Scheduled condition and the message.
     let mut a1 = pod(1, PodProgress::Pending);
-    a1.waiting = Some(Waiting::Unschedulable {
+    a1.waiting = Some(Waiting::NotScheduled {
+        reason: "Unschedulable",
         message: "0/2 nodes are available: 2 carma: no GPU has 8000 MiB free.".into(),
     });
     let p = step(&tk, std::slice::from_ref(&a1), t(5));
@@ -336,7 +337,8 @@ fn a_recovery_attempt_that_cannot_be_scheduled_says_so_and_keeps_its_reason() {
     apply(&mut tk, &p);
     assert_eq!(st(&tk).attempt_count, 2);
     let mut a2 = pod(2, PodProgress::Pending);
-    a2.waiting = Some(Waiting::Unschedulable {
+    a2.waiting = Some(Waiting::NotScheduled {
+        reason: "Unschedulable",
         message: "0/1 nodes are available: 1 carma: no GPU has 9024 MiB free.".into(),
     });
     let pods = vec![ended(bound(pod(1, oom()), 8000), t(100)), a2];

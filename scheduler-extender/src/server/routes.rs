@@ -96,7 +96,10 @@ fn filter_like(
     let mut result = verb(&args);
     clip_reasons(&mut result.failed_nodes);
     clip_reasons(&mut result.failed_and_unresolvable_nodes);
-    let outcome = clip_error(&mut result.error);
+    let outcome = match clip_error(&mut result.error) {
+        "error" if result.retry => "retry",
+        outcome => outcome,
+    };
     answer(result, outcome)
 }
 

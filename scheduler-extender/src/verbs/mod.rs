@@ -34,6 +34,12 @@ pub const REJECT_INVALID: &str = "invalid-annotation";
 /// before: the lowest a passing node gets.
 pub const ADMITTING_SCORE: u8 = 1;
 
+/// How a retry request (see [`ExtenderFilterResult::retry`]) begins.
+pub const RETRY_PREFIX: &str = "carma: retry:";
+
+/// Node reasons quoted in a retry request; the answer is cut to 512 bytes anyway.
+const RETRY_REASONS_SHOWN: usize = 2;
+
 /// The message answered while the caches have not synced.
 pub const NOT_READY: &str =
     "carma scheduler extender: cluster caches have not synced yet; retry shortly";
@@ -166,6 +172,7 @@ impl Extender {
             names,
             failed: Vec::new(),
             unresolvable: Vec::new(),
+            lifting_unseen: Vec::new(),
             needs_gpus: false,
         };
         match decision.as_ref() {
@@ -199,11 +206,15 @@ impl Extender {
                         Verdict::Fail {
                             code,
                             unresolvable: u,
+                            lifts_unseen,
                             reason,
                         } => {
                             match counts.iter_mut().find(|(c, _)| *c == code) {
                                 Some((_, n)) => *n += 1,
                                 None => counts.push((code, 1)),
+                            }
+                            if lifts_unseen {
+                                judged.lifting_unseen.push(Arc::clone(&reason));
                             }
                             let entry = (Cow::Borrowed(judged.names[i]), reason);
                             if u {
@@ -347,14 +358,54 @@ struct Judged<'a> {
     failed: Vec<(Cow<'a, str>, Arc<str>)>,
     /// Failing candidates that preemption cannot help, with the reason.
     unresolvable: Vec<(Cow<'a, str>, Arc<str>)>,
+    /// The reasons of the failing candidates that only telemetry or the clock can free
+    /// (`NodeRejection::lifts_unseen`).
+    lifting_unseen: Vec<Arc<str>>,
     /// Whether the pod asks for carma GPUs (else every candidate passes unscored).
     needs_gpus: bool,
 }
 
 impl<'a> Judged<'a> {
+    /// The text of a retry request, when no candidate passes and one of them may take the pod
+    /// after a change kube-scheduler does not watch (GPU telemetry, a warm-up lock running out).
+    /// Answered as failed nodes, such a pod would wait among kube-scheduler's unschedulable pods
+    /// until an event its plugins name, at worst five minutes after the GPU freed up.
+    fn retry_request(&self, pod: &Pod) -> Option<String> {
+        if !self.needs_gpus || self.lifting_unseen.is_empty() || self.passed.contains(&true) {
+            return None;
+        }
+        let shown: Vec<&str> = self
+            .lifting_unseen
+            .iter()
+            .take(RETRY_REASONS_SHOWN)
+            .map(|r| r.as_ref())
+            .collect();
+        let more = self.lifting_unseen.len() - shown.len();
+        let more = if more > 0 {
+            format!(" (and {more} more node(s))")
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "{RETRY_PREFIX} no node takes pod {} yet (0 of {}); on {} only GPU telemetry or time, \
+             which kube-scheduler does not watch, can lift the refusal: {}{more}",
+            pod_key(pod),
+            self.names.len(),
+            self.lifting_unseen.len(),
+            shown.join("; "),
+        ))
+    }
+
     /// The answer: the passing candidates in the form they were sent (names, or the node objects
     /// unchanged) and the reasons of the others.
     fn into_result(self, args: &'a ExtenderArgs<'_>) -> ExtenderFilterResult<'a> {
+        if let Some(error) = self.retry_request(&args.pod) {
+            return ExtenderFilterResult {
+                error,
+                retry: true,
+                ..Default::default()
+            };
+        }
         let mut out = ExtenderFilterResult {
             failed_nodes: ReasonMap(self.failed),
             failed_and_unresolvable_nodes: ReasonMap(self.unresolvable),
