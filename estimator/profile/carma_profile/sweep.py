@@ -18,7 +18,8 @@ seconds; widths, heads and vocabularies as the default configuration has them), 
 
 Rows go to `<out>/sweep.csv` (one per architecture and batch, with `status` `ok` or why a row has
 no comparison) as they finish, so an interrupted sweep keeps what ran; `--resume` skips the
-architectures already there. `--only vision|hf`, `--match SUBSTRING` and `--limit N` run a part,
+architectures already there. `--only vision|hf`, `--match SUBSTRING`, `--archs A,B` and `--limit N`
+run a part,
 `--batches 64,128` at other batch sizes;
 `--summary` prints the tallies of an existing `sweep.csv`, and `--rescore` the tallies of its rows
 estimated again by another carma binary (the descriptions and traced floors are kept: after a
@@ -259,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="/tmp/carma-sweep", type=Path)
     ap.add_argument("--only", choices=("vision", "hf"))
     ap.add_argument("--match", default="", help="only architectures whose name holds this")
+    ap.add_argument("--archs", default="", help="only these architectures (comma-separated names), "
+                    "e.g. the rows of an earlier run that were not traced")
     ap.add_argument("--limit", type=int, default=0, help="at most this many architectures")
     ap.add_argument("--resume", action="store_true", help="skip architectures already in sweep.csv")
     ap.add_argument("--summary", action="store_true", help="only summarize <out>/sweep.csv")
@@ -292,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         cases += [(c, given or VISION_BATCHES) for c in vision_cases()]
     if a.only in (None, "hf"):
         cases += [(c, given or HF_BATCHES) for c in hf_cases()]
-    cases = [(c, b) for c, b in cases if a.match in c.arch and c.arch not in done]
+    only = {n.strip() for n in a.archs.split(",") if n.strip()}
+    cases = [(c, b) for c, b in cases if a.match in c.arch and c.arch not in done
+             and (not only or c.arch in only)]
     if a.limit:
         cases = cases[:a.limit]
     torch.set_num_threads(1)

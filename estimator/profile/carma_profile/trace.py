@@ -292,6 +292,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
     original_dropout, cuda_dropout = gpu_dropout(torch)
     torch.nn.functional.scaled_dot_product_attention = fused_sdpa
     torch.nn.functional.dropout = cuda_dropout
+    restore_grouped_mm = _grouped_mm_on_fake_tensors()
     try:
         with fake:
             # Parameters and buffers: fake CPU tensors with no data behind them.
@@ -347,6 +348,7 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
             h.remove()
         torch.nn.functional.scaled_dot_product_attention = original_sdpa
         torch.nn.functional.dropout = original_dropout
+        restore_grouped_mm()
     return {
         "forwardMiB": max(1, math.ceil(peaks["forward"] / MIB)),
         "backwardMiB": max(1, math.ceil(peaks["backward"] / MIB)),
@@ -354,6 +356,33 @@ def trace_step(factory: Callable[[], Any], batch_size: int, input_size=None, seq
         "largestTensorMiB": max(1, math.ceil(live.largest / MIB)),
         "reservedMiB": max(1, math.ceil(live.allocator.reserved / MIB)),
     }
+
+
+def _grouped_mm_on_fake_tensors() -> Callable[[], None]:
+    """Makes Hugging Face's mixture-of-experts layers take their own grouped-matmul fallback during
+    the trace; returns what undoes it. Their experts multiply the tokens sorted by expert with
+    `torch.nn.functional.grouped_mm` (`torch._grouped_mm`), whose CPU kernel takes bfloat16 only:
+    an fp32 step on fake CPU tensors stops at "Expected mat_a to be BFloat16", where a GPU runs it.
+    The fallback (`transformers::grouped_mm_fallback`, `transformers.integrations.moe`) is a custom
+    operator with the same signature whose fake implementation returns the same output, one
+    `(tokens, out)` tensor of the input's dtype; its autograd saves the same two tensors as
+    `_grouped_mm`'s (the sorted input and the expert weights, views of live tensors), and its
+    backward returns the same two gradients, `(tokens, in)` and `(experts, in, out)`. So the live
+    tensors are those of the GPU's grouped matmul; only the CPU kernel that would have computed the
+    values (which fake tensors never do) differs. Nothing is done where transformers is not
+    imported or has no such layer."""
+    import sys
+
+    moe = sys.modules.get("transformers.integrations.moe")
+    if moe is None or not hasattr(moe, "_can_use_grouped_mm"):
+        return lambda: None
+    original = moe._can_use_grouped_mm
+    moe._can_use_grouped_mm = lambda *_args, **_kw: False
+
+    def restore() -> None:
+        moe._can_use_grouped_mm = original
+
+    return restore
 
 
 def _fused_sdpa(torch):
