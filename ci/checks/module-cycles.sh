@@ -11,7 +11,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-CRATES=(api cli core estimator estimator-eval http local operator simulator workload)
+CRATES=(api cli core device-plugin estimator estimator-eval gpu http local operator simulator workload)
 srcs=()
 for c in "${CRATES[@]}"; do srcs+=("$c/src"); done
 if python3 ci/checks/lib/module_cycles.py "${srcs[@]}"; then

@@ -1,6 +1,7 @@
 //! Replica device IDs (`<GPU-UUID>::<k>`) and the device list advertised to kubelet.
 
 use carma_api::names::REPLICA_SEPARATOR;
+use carma_gpu::telemetry::Snapshot;
 
 use crate::proto::{self, Device};
 
@@ -41,6 +42,18 @@ pub struct AdvertisedGpu {
     pub uuid: String,
     /// Whether its replicas are `Healthy`.
     pub healthy: bool,
+}
+
+/// The GPUs of `snapshot` as advertised to kubelet.
+pub fn advertised(snapshot: &Snapshot) -> Vec<AdvertisedGpu> {
+    snapshot
+        .gpus
+        .iter()
+        .map(|g| AdvertisedGpu {
+            uuid: g.sample.uuid.clone(),
+            healthy: g.sample.healthy,
+        })
+        .collect()
 }
 
 /// The device list for kubelet: `replicas` devices per GPU, in GPU order then replica order.

@@ -5,31 +5,26 @@
 //!   [`kubelet`]);
 //! * answers Allocate by finding the pod the extender assigned and exposing exactly its GPUs
 //!   ([`allocate`], [`pods`]);
-//! * samples the GPUs every second through one of three [`backends`] (NVML, DCGM via
-//!   dcgm-exporter, simulated), reduces each activity metric to CARMA's risk score
-//!   ([`telemetry`], using `carma-core`), publishes the node's `GpuNode` status ([`publisher`]) and
-//!   Prometheus [`metrics`] on `/metrics` ([`http`]).
+//! * samples the GPUs every second through the GPU layer (`carma-gpu`: NVML, DCGM via
+//!   dcgm-exporter or simulated backends, CARMA's risk score over telemetry windows), publishes the
+//!   node's `GpuNode` status when [`publish_rule`] says so ([`publisher`]) and Prometheus
+//!   [`metrics`] on `/metrics` ([`http`]).
 //!
 //! [`plugin::start`] wires it all together; `carma device-plugin` is its command line.
 
 pub mod allocate;
-pub mod backends;
-pub mod cdi;
-pub mod cgroup;
 pub mod coexistence;
 pub mod config;
 pub mod devices;
-pub mod enforcement;
 pub mod http;
 pub mod kubelet;
 pub mod metrics;
 pub mod plugin;
 pub mod pods;
 pub mod proto;
+pub mod publish_rule;
 pub mod publisher;
 pub mod registration;
-pub mod telemetry;
-pub mod windows;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,7 +40,7 @@ pub enum Error {
     Config(ConfigError),
     /// The GPU backend cannot start.
     #[error(transparent)]
-    Backend(#[from] backends::BackendError),
+    Backend(#[from] carma_gpu::backends::BackendError),
     /// The metrics address cannot be bound.
     #[error("cannot listen on --metrics-addr {addr}: {source}")]
     MetricsBind {
@@ -55,13 +50,8 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The memory-limit hook's CDI spec cannot be written (or a stale one removed).
-    #[error("memory-limit hook CDI spec in {}: {source}", dir.display())]
-    HookSpec {
-        /// The CDI directory.
-        dir: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    HookSpec(#[from] carma_gpu::enforcement::HookSpecError),
     /// The device-plugin directory cannot be created.
     #[error("device-plugin directory {}: {source}", dir.display())]
     PluginDir {

@@ -39,7 +39,8 @@ use prometheus_client::registry::Registry;
 
 use carma_api::MemoryEnforcement;
 
-use crate::telemetry::{GpuView, Snapshot, WriteKind};
+use crate::publish_rule::WriteKind;
+use carma_gpu::telemetry::{GpuView, Snapshot};
 
 /// Label set `{reason}` of `carma_gpunode_status_writes_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -236,7 +237,7 @@ impl Collector for SnapshotCollector {
                 .filter_map(|g| f(g).map(|v| (gpu_labels(node, g), v)))
                 .collect()
         };
-        let with_source = |f: &dyn Fn(&GpuView) -> Option<crate::backends::Activity>| -> Rows {
+        let with_source = |f: &dyn Fn(&GpuView) -> Option<carma_gpu::backends::Activity>| -> Rows {
             gpus.iter()
                 .filter_map(|g| {
                     f(g).map(|a| {

@@ -16,20 +16,19 @@ use tracing::{info, warn};
 
 use crate::Error;
 use crate::allocate::Allocator;
-use crate::backends::dcgm::DcgmBackend;
-use crate::backends::nvml::NvmlBackend;
-use crate::backends::simulated::{SimulatedBackend, SimulatedControl};
-use crate::backends::{BackendError, GpuBackend};
 use crate::coexistence::CoexistenceProbe;
-use crate::config::{BackendKind, Config, SimulatedGpus, SimulatedMetrics};
-use crate::devices::device_list;
+use crate::config::Config;
+use crate::devices::{advertised, device_list};
 use crate::http::{Health, router};
 use crate::metrics::Metrics;
 use crate::pods::{KubePodLookup, PodInfo, PodLookup};
 use crate::proto::Device;
 use crate::publisher::Publisher;
 use crate::registration::KubeletLink;
-use crate::telemetry::{Snapshot, Telemetry, sample_context};
+use carma_gpu::backends::simulated::SimulatedControl;
+use carma_gpu::backends::{BackendError, BackendSpec, Backends, GpuBackend, open_backend};
+use carma_gpu::telemetry::{Snapshot, Telemetry, sample_context};
+use carma_gpu::windows::stale_after;
 
 /// What the plugin gets from outside: the API client, and optional replacements (tests).
 #[derive(Default)]
@@ -112,60 +111,6 @@ impl RunningPlugin {
     }
 }
 
-/// How long a metric that stops arriving still counts: three missed samples, at least 3 s
-/// (dcgm-exporter refreshes its figures less often than carma samples). `carma local` uses it too.
-pub fn stale_after(interval: Duration) -> Duration {
-    (interval * 3).max(Duration::from_secs(3))
-}
-
-/// A backend, and the same backend as simulated one when it is.
-pub type Backends = (Arc<dyn GpuBackend>, Option<Arc<SimulatedBackend>>);
-
-/// What [`open_backend`] opens.
-#[derive(Debug, Clone, Copy)]
-pub struct BackendSpec<'a> {
-    /// Which backend.
-    pub kind: BackendKind,
-    /// Node name (the simulated backend's GPU UUIDs carry it).
-    pub node: &'a str,
-    /// dcgm-exporter's metrics URL (`dcgm` only).
-    pub dcgm_endpoint: Option<&'a str>,
-    /// The simulated GPUs and the metric set they mimic (`simulated` only).
-    pub simulated: (SimulatedGpus, SimulatedMetrics),
-    /// Sampling interval.
-    pub interval: Duration,
-}
-
-/// Open a telemetry backend: the device plugin's and `carma local`'s one way to do it.
-pub fn open_backend(spec: BackendSpec<'_>) -> Result<Backends, BackendError> {
-    match spec.kind {
-        BackendKind::Nvml => Ok((Arc::new(NvmlBackend::new("/proc")?), None)),
-        BackendKind::Dcgm => {
-            let endpoint = spec.dcgm_endpoint.ok_or_else(|| {
-                BackendError::Config("--backend dcgm needs --dcgm-endpoint".into())
-            })?;
-            let nvml = match NvmlBackend::new("/proc") {
-                Ok(n) => Some(n),
-                Err(e) => {
-                    info!(
-                        "NVML not available ({e}); dcgm-exporter supplies inventory and memory too"
-                    );
-                    None
-                }
-            };
-            Ok((Arc::new(DcgmBackend::new(endpoint, nvml)?), None))
-        }
-        BackendKind::Simulated => {
-            let (gpus, metrics) = spec.simulated;
-            let sim = Arc::new(
-                SimulatedBackend::new(spec.node, gpus, spec.interval.as_secs_f64())
-                    .with_metrics(metrics),
-            );
-            Ok((sim.clone(), Some(sim)))
-        }
-    }
-}
-
 /// Build the backend `config` names.
 fn build_backend(config: &Config) -> Result<Backends, BackendError> {
     open_backend(BackendSpec {
@@ -221,13 +166,13 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         );
     }
 
-    let memory_hook = crate::enforcement::prepare(
+    let memory_hook = carma_gpu::enforcement::prepare(
         &config.memory_limits,
         config.cdi_dir.as_deref(),
         backend.cuda_driver_version(),
     )
     .await?;
-    let enforcement = crate::enforcement::enforcement(memory_hook, config.mps.is_some());
+    let enforcement = carma_gpu::enforcement::enforcement(memory_hook, config.mps.is_some());
 
     std::fs::create_dir_all(&config.device_plugin_dir).map_err(|source| Error::PluginDir {
         dir: config.device_plugin_dir.clone(),
@@ -441,7 +386,7 @@ impl Sampler {
             }
         };
         let snapshot = Arc::new(self.telemetry.update(samples, &pods, Utc::now()));
-        let advertised = snapshot.advertised();
+        let advertised = advertised(&snapshot);
         let list = device_list(&advertised, self.replicas);
         self.devices.send_if_modified(|current| {
             if *current == list {

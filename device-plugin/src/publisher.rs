@@ -1,8 +1,8 @@
 //! Publish the node's `GpuNode` (cluster-scoped, name = node name): created when missing (owned by
 //! the Node, so it goes away with it), its status written through the status subresource with a JSON
-//! merge patch — only when [`crate::telemetry::publish_reason`] says so: at the next sample after a
+//! merge patch — only when [`crate::publish_rule::publish_reason`] says so: at the next sample after a
 //! change that can move a placement decision, after a move beyond the deadbands, and otherwise once
-//! per heartbeat (5 min by default, jittered per node by [`crate::telemetry::jittered_heartbeat`]).
+//! per heartbeat (5 min by default, jittered per node by [`crate::publish_rule::jittered_heartbeat`]).
 //! Each successful write is counted in `carma_gpunode_status_writes_total{reason}`.
 
 use std::sync::Arc;
@@ -19,7 +19,8 @@ use tracing::{debug, info, warn};
 use crate::coexistence::CoexistenceProbe;
 use crate::config::PublishConfig;
 use crate::metrics::Metrics;
-use crate::telemetry::{PublishReason, Snapshot, jittered_heartbeat, publish_reason};
+use crate::publish_rule::{PublishReason, jittered_heartbeat, publish_reason};
+use carma_gpu::telemetry::Snapshot;
 
 /// Longest wait for one publication (its API calls together).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(20);

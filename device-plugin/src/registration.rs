@@ -13,13 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use carma_api::names::RESOURCE_GPU;
-use hyper_util::rt::TokioIo;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Endpoint, Server, Uri};
-use tower::service_fn;
+use tonic::transport::Server;
 use tracing::{error, info, warn};
 
 use crate::allocate::Allocator;
@@ -49,16 +47,7 @@ pub enum RegisterError {
     Timeout(Duration),
 }
 
-/// A tonic channel over the Unix socket at `path` (any URI works; the socket is what counts).
-pub async fn uds_channel(path: impl AsRef<Path>) -> Result<Channel, tonic::transport::Error> {
-    let path = path.as_ref().to_path_buf();
-    Endpoint::from_static("http://[::]:50051")
-        .connect_with_connector(service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await
-}
+use carma_gpu::uds::uds_channel;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 

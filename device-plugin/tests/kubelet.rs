@@ -6,13 +6,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use carma_device_plugin::backends::simulated::simulated_uuid;
 use carma_device_plugin::config::SimulatedGpus;
 use carma_device_plugin::proto::{
     AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
     PreferredAllocationRequest,
 };
 use carma_device_plugin::{Dependencies, MpsConfig, start};
+use carma_gpu::backends::simulated::simulated_uuid;
 use common::*;
 use tokio_stream::StreamExt;
 

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use carma_api::GpuNodeSpec;
-use carma_device_plugin::backends::{Activity, ActivitySource, GpuSample};
 use carma_device_plugin::coexistence::{CoexistenceProbe, KUBELET_CHECKPOINT, RECHECK_EVERY};
 use carma_device_plugin::config::PublishConfig;
 use carma_device_plugin::metrics::Metrics;
+use carma_device_plugin::publish_rule::WriteKind;
 use carma_device_plugin::publisher::Publisher;
-use carma_device_plugin::telemetry::{Snapshot, Telemetry, WriteKind};
+use carma_gpu::backends::{Activity, ActivitySource, GpuSample};
+use carma_gpu::telemetry::{Snapshot, Telemetry};
 use chrono::Utc;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;

@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use carma_device_plugin::backends::simulated::simulated_uuid;
 use carma_device_plugin::proto::{AllocateRequest, ContainerAllocateRequest};
 use carma_device_plugin::{Dependencies, start};
+use carma_gpu::backends::simulated::simulated_uuid;
 use common::*;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -445,7 +445,7 @@ async fn every_simulated_metric_set_shows_its_gate_rule() {
 /// `driver`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_the_hook_runs_it_on_every_container() {
-    use carma_device_plugin::enforcement::{HOOK_CDI_NAME, HOOK_SPEC_FILE, MemoryLimitsMode};
+    use carma_gpu::enforcement::{HOOK_CDI_NAME, HOOK_SPEC_FILE, MemoryLimitsMode};
     use std::os::unix::fs::PermissionsExt;
     let g1 = simulated_uuid(NODE, 1);
     let pods = vec![TestPod::new("p2", NODE, &[&g1], "2026-01-01T10:00:05Z", 6000).json()];

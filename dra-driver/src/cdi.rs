@@ -4,11 +4,10 @@
 //! plugin's Allocate), so the environment the device plugin sets — `NVIDIA_VISIBLE_DEVICES`,
 //! `CARMA_ASSIGNED_GPUS`, `CARMA_RESERVED_MIB`, `NVIDIA_GPU_MEMORY_REQUEST` and
 //! `NVIDIA_GPU_MEMORY_LIMIT` (bytes; the limit by [`carma_core::memory_limit`], against the other
-//! prepared claims), and with MPS the memory limit and mounts — is
-//! written into a CDI spec, one file per claim, built by the device plugin's own
-//! `container_response`. One CDI device per allocated device; every device of a request carries
-//! the whole request's environment, so a container that gets several of them sees identical
-//! values. A container should use one request of a carma claim: two requests would set the same
+//! prepared claims), and with MPS the memory limit and mounts — is written into a CDI spec, one
+//! file per claim, built by the GPU layer's `carma_gpu::container::container_env`, the device
+//! plugin's too. One CDI device per allocated device; every device of a request carries the whole
+//! request's environment, so a container that gets several of them sees identical values. A container should use one request of a carma claim: two requests would set the same
 //! variables to different values.
 
 use std::collections::BTreeMap;
@@ -17,12 +16,12 @@ use std::path::{Path, PathBuf};
 
 use carma_api::{Assignment, EstimateAnnotation};
 use carma_core::memory_limit::{GpuMemory, container_memory_limit_mib};
-use carma_device_plugin::allocate::container_response;
-pub use carma_device_plugin::cdi::{
+pub use carma_gpu::cdi::{
     CDI_VERSION, CdiDevice, CdiHook, CdiMount, ContainerEdits, Spec, sync_parent, temp_path,
     write_durably,
 };
-use carma_device_plugin::config::MpsConfig;
+use carma_gpu::config::MpsConfig;
+use carma_gpu::container::container_env;
 use chrono::{DateTime, Utc};
 
 use crate::claims::PreparedDevice;
@@ -30,7 +29,7 @@ use crate::claims::PreparedDevice;
 /// CDI kind (`vendor/class`) of carma's per-claim devices.
 pub const CDI_KIND: &str = "gpu.carma.io/claim";
 /// NVIDIA's CDI kind, as the NVIDIA Container Toolkit names GPUs (`nvidia.com/gpu=<UUID>`).
-pub const NVIDIA_CDI_KIND: &str = carma_device_plugin::allocate::CDI_KIND;
+pub const NVIDIA_CDI_KIND: &str = carma_gpu::container::CDI_KIND;
 
 /// The CDI device name of `dev` in claim `claim_uid`: `<uid>-<request>-<device>` (a subrequest's
 /// `/` becomes `.`, which CDI names allow). The request is part of the name because two requests
@@ -51,7 +50,7 @@ pub fn qualified_name(claim_uid: &str, dev: &PreparedDevice) -> String {
 /// The spec of claim `claim_uid` with its devices on this node. `others_reserved_mib` is what the
 /// other prepared claims book on each GPU (by UUID): with what other requests of this claim book
 /// there, it bounds each request's memory limit ([`carma_core::memory_limit`]). `memory_hook`,
-/// when the node runs NVIDIA's memory-limit hook ([`carma_device_plugin::enforcement`]), goes into
+/// when the node runs NVIDIA's memory-limit hook ([`carma_gpu::enforcement`]), goes into
 /// the spec-wide edits, which the runtime applies once per container whatever number of the
 /// claim's devices it gets; the hook reads the limit from the environment the devices set.
 pub fn claim_spec(
@@ -110,7 +109,7 @@ fn request_reservation_mib(devs: &[&PreparedDevice]) -> u64 {
     devs.iter().map(|d| d.reserved_mib).max().unwrap_or(0)
 }
 
-/// The device plugin's container environment and mounts for one request's GPUs.
+/// The container environment and mounts (the device plugin's) for one request's GPUs.
 fn request_edits(
     devs: &[&PreparedDevice],
     mps: Option<&MpsConfig>,
@@ -129,7 +128,7 @@ fn request_edits(
         exclusive: devs.iter().all(|d| d.whole()),
         allocated: true,
     };
-    let response = container_response(&assignment, &gpus, mps, limit_mib);
+    let response = container_env(&assignment, &gpus, mps, limit_mib);
     let mut env: Vec<String> = response
         .envs
         .into_iter()
@@ -321,7 +320,7 @@ mod tests {
         let json = serde_json::to_value(&plain).unwrap();
         assert!(json.get("containerEdits").is_none(), "{json}");
         assert!(json.to_string().find("hooks").is_none());
-        let hook = carma_device_plugin::enforcement::hook(Path::new("/usr/bin/nvidia-cdi-hook"));
+        let hook = carma_gpu::enforcement::hook(Path::new("/usr/bin/nvidia-cdi-hook"));
         let spec = claim_spec("u", &devs, None, &BTreeMap::new(), Some(&hook));
         let json = serde_json::to_value(&spec).unwrap();
         assert_eq!(

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use carma_device_plugin::config::{BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
+use carma_gpu::config::{BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
 use thiserror::Error;
 
 use crate::DRIVER_NAME;
@@ -32,7 +32,7 @@ pub const DEFAULT_HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 pub struct Config {
     /// This node's name: the ResourceSlice's `nodeName` and its pool's name.
     pub node_name: String,
-    /// GPU backend (the device plugin's).
+    /// GPU backend (the GPU layer's, as for the device plugin).
     pub backend: BackendKind,
     /// Simulated GPUs (backend `simulated`).
     pub simulated_gpus: SimulatedGpus,
@@ -66,14 +66,14 @@ pub struct Config {
     /// Smallest memory share (MiB): `requestPolicy.validRange.min` of `memory`; smaller requests
     /// are rounded up to it.
     pub min_share_mib: u64,
-    /// MPS settings put into the CDI specs (the device plugin's); `None`: off.
+    /// MPS settings put into the CDI specs (as the device plugin's); `None`: off.
     pub mps: Option<MpsConfig>,
     /// Also return NVIDIA's CDI name `nvidia.com/gpu=<UUID>` for each device, for runtimes that
     /// expose GPUs through the NVIDIA Container Toolkit's generated CDI spec.
     pub nvidia_cdi: bool,
     /// NVIDIA's memory-limit CDI hook, added to every per-claim spec when it runs
-    /// ([`carma_device_plugin::enforcement`]). Off here; the command line's default is `auto`.
-    pub memory_limits: carma_device_plugin::enforcement::HookConfig,
+    /// ([`carma_gpu::enforcement`]). Off here; the command line's default is `auto`.
+    pub memory_limits: carma_gpu::enforcement::HookConfig,
     /// ResourceSlice writes are at least this far apart.
     pub slice_min_interval: Duration,
     /// How often carma's CDI specs whose claim is not prepared (left by a crash) are removed,
@@ -111,8 +111,8 @@ impl Config {
             min_share_mib: 1024,
             mps: None,
             nvidia_cdi: false,
-            memory_limits: carma_device_plugin::enforcement::HookConfig {
-                mode: carma_device_plugin::enforcement::MemoryLimitsMode::Off,
+            memory_limits: carma_gpu::enforcement::HookConfig {
+                mode: carma_gpu::enforcement::MemoryLimitsMode::Off,
                 ..Default::default()
             },
             slice_min_interval: Duration::from_secs(2),

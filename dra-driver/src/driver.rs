@@ -1,4 +1,4 @@
-//! Wiring: backend and telemetry (the device plugin's), taints and the ResourceSlice, the
+//! Wiring: backend and telemetry (the GPU layer's, `carma-gpu`), taints and the ResourceSlice, the
 //! registration and DRA sockets, health checks and the HTTP listener.
 //!
 //! Every part runs as a task of one [`Tasks`] set. A task ends only when the driver is told to
@@ -13,10 +13,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use carma_device_plugin::backends::GpuBackend;
-use carma_device_plugin::backends::simulated::SimulatedControl;
-use carma_device_plugin::plugin::{BackendSpec, open_backend, stale_after};
-use carma_device_plugin::telemetry::{Snapshot, Telemetry};
+use carma_gpu::backends::GpuBackend;
+use carma_gpu::backends::simulated::SimulatedControl;
+use carma_gpu::backends::{BackendSpec, open_backend};
+use carma_gpu::telemetry::{Snapshot, Telemetry};
+use carma_gpu::windows::stale_after;
 use chrono::Utc;
 use k8s_openapi::api::resource::v1::Device;
 use tokio::sync::watch;
@@ -228,14 +229,11 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
             interval: config.sample_interval,
         })?,
     };
-    let memory_hook = carma_device_plugin::enforcement::prepare(
-        &config.memory_limits,
-        None,
-        backend.cuda_driver_version(),
-    )
-    .await
-    .map_err(Error::MemoryHook)?
-    .then(|| carma_device_plugin::enforcement::hook(&config.memory_limits.path));
+    let memory_hook =
+        carma_gpu::enforcement::prepare(&config.memory_limits, None, backend.cuda_driver_version())
+            .await
+            .map_err(Error::MemoryHook)?
+            .then(|| carma_gpu::enforcement::hook(&config.memory_limits.path));
     let claims: Arc<dyn ClaimSource> = match (deps.claims, &deps.kube) {
         (Some(c), _) => c,
         (None, Some(client)) => Arc::new(KubeClaims::new(client.clone())),
@@ -268,7 +266,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     sampler.tick().await;
     let published = Published::default();
     let metrics = Arc::new(Metrics::new());
-    metrics.set_memory_enforcement(carma_device_plugin::enforcement::enforcement(
+    metrics.set_memory_enforcement(carma_gpu::enforcement::enforcement(
         memory_hook.is_some(),
         config.mps.is_some(),
     ));

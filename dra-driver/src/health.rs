@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use carma_device_plugin::registration::uds_channel;
-use carma_device_plugin::telemetry::Snapshot;
+use carma_gpu::telemetry::Snapshot;
+use carma_gpu::uds::uds_channel;
 use carma_http::health::{Check, Endpoints};
 use parking_lot::Mutex;
 use tokio::sync::watch;

@@ -3,12 +3,12 @@
 //! * registers with the kubelet's plugin watcher as a `DRAPlugin` ([`registration`]) and serves
 //!   the DRA v1 node service ([`node`]) on Unix sockets ([`server`]);
 //! * prepares a claim by reading its allocation ([`claims`]) and writing a CDI spec with the
-//!   device plugin's container environment ([`cdi`]), recorded in a checkpoint that also tells
-//!   which of carma's specs are orphans ([`checkpoint`]);
+//!   GPU layer's container environment, the device plugin's too ([`cdi`]), recorded in a
+//!   checkpoint that also tells which of carma's specs are orphans ([`checkpoint`]);
 //! * publishes the node's GPUs as one ResourceSlice ([`mod@slice`], [`publisher`]): memory as
 //!   consumable capacity, the utilization gate and health as device taints ([`taints`]);
-//! * samples the GPUs with the device plugin's backends and telemetry windows (shared code in
-//!   `carma-device-plugin`).
+//! * samples the GPUs with the backends and telemetry windows of the GPU layer (`carma-gpu`),
+//!   which the device plugin uses too.
 //!
 //! * serves `grpc.health.v1` on both sockets, checks them itself ([`health`]) and serves
 //!   `/healthz`, `/readyz` and `/metrics` ([`metrics`]) over HTTP;
@@ -51,10 +51,10 @@ pub enum Error {
     Config(ConfigError),
     /// The GPU backend cannot start.
     #[error(transparent)]
-    Backend(#[from] carma_device_plugin::backends::BackendError),
+    Backend(#[from] carma_gpu::backends::BackendError),
     /// The memory-limit hook decision failed (its blocking task did not finish).
     #[error(transparent)]
-    MemoryHook(carma_device_plugin::Error),
+    MemoryHook(carma_gpu::enforcement::HookSpecError),
     /// Claims cannot be read without an API server.
     #[error(
         "no Kubernetes API server: the DRA driver reads each ResourceClaim's allocation from it"

@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use carma_device_plugin::backends::{PodOnGpu, SampleContext};
-use carma_device_plugin::config::MpsConfig;
+use carma_gpu::backends::{PodOnGpu, SampleContext};
+use carma_gpu::config::MpsConfig;
 use parking_lot::RwLock;
 use thiserror::Error;
 use tonic::{Request, Response, Status};

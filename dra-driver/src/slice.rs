@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use carma_device_plugin::telemetry::Snapshot;
+use carma_gpu::telemetry::Snapshot;
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
     DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
@@ -221,10 +221,10 @@ pub fn dropped_fields(sent: &[Device], stored: &[Device]) -> Dropped {
 mod tests {
     use super::*;
     use crate::taints::{TAINT_UTILIZATION_GATE, Tainter};
-    use carma_device_plugin::backends::simulated::SimulatedBackend;
-    use carma_device_plugin::backends::{Activity, ActivitySource, GpuBackend, SampleContext};
-    use carma_device_plugin::config::SimulatedGpus;
-    use carma_device_plugin::telemetry::Telemetry;
+    use carma_gpu::backends::simulated::SimulatedBackend;
+    use carma_gpu::backends::{Activity, ActivitySource, GpuBackend, SampleContext};
+    use carma_gpu::config::SimulatedGpus;
+    use carma_gpu::telemetry::Telemetry;
     use chrono::Utc;
     use std::time::Duration;
 
@@ -233,10 +233,7 @@ mod tests {
         min_share_mib: 1024,
     };
 
-    async fn simulated(
-        count: u32,
-        memory_mib: u64,
-    ) -> Vec<carma_device_plugin::backends::GpuSample> {
+    async fn simulated(count: u32, memory_mib: u64) -> Vec<carma_gpu::backends::GpuSample> {
         let sim = SimulatedBackend::new("gpu-node-1", SimulatedGpus { count, memory_mib }, 1.0);
         sim.sample(&SampleContext::default()).await.unwrap()
     }
@@ -341,7 +338,7 @@ mod tests {
     fn dropped_sharing_fields_and_taints_are_detected() {
         let mut t = Telemetry::new("n", 1);
         let snap = t.update(
-            vec![carma_device_plugin::backends::GpuSample::basic(
+            vec![carma_gpu::backends::GpuSample::basic(
                 0,
                 "GPU-0",
                 "m",

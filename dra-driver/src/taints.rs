@@ -2,7 +2,7 @@
 //! telemetry and GPU health, each a `NoSchedule` taint on the GPU's device.
 //!
 //! The gate is `carma_core::gate_rule_passes`, the extender's own function, on the risk scores of
-//! the device plugin's telemetry windows. `NoSchedule` keeps new claims off a device and leaves the
+//! the GPU layer's telemetry windows. `NoSchedule` keeps new claims off a device and leaves the
 //! running ones alone: a busy GPU must not evict the jobs that make it busy, so `NoExecute` is
 //! never used.
 
@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use carma_core::{GpuRejection, PlacementConfig};
-use carma_device_plugin::telemetry::{GpuView, Snapshot, gate_input};
+use carma_gpu::telemetry::{GpuView, Snapshot, gate_input};
 use chrono::{DateTime, Utc};
 
 pub use carma_api::dra::{
@@ -121,8 +121,8 @@ impl Tainter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use carma_device_plugin::backends::{Activity, ActivitySource, GpuSample};
-    use carma_device_plugin::telemetry::Telemetry;
+    use carma_gpu::backends::{Activity, ActivitySource, GpuSample};
+    use carma_gpu::telemetry::Telemetry;
 
     const MIB: u64 = 1024 * 1024;
 

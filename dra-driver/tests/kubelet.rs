@@ -6,9 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use carma_device_plugin::backends::simulated::simulated_uuid;
-use carma_device_plugin::config::{BackendKind, SimulatedGpus};
-use carma_device_plugin::registration::uds_channel;
 use carma_dra_driver::checkpoint::{self, PreparedClaims};
 use carma_dra_driver::claims::StaticClaims;
 use carma_dra_driver::proto::dra::dra_plugin_client::DraPluginClient;
@@ -19,6 +16,9 @@ use carma_dra_driver::proto::registration::registration_client::RegistrationClie
 use carma_dra_driver::proto::registration::{InfoRequest, RegistrationStatus};
 use carma_dra_driver::registration::RegistrationState;
 use carma_dra_driver::{Config, Dependencies, RunningDriver};
+use carma_gpu::backends::simulated::simulated_uuid;
+use carma_gpu::config::{BackendKind, SimulatedGpus};
+use carma_gpu::uds::uds_channel;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
     ResourceClaimStatus,
@@ -634,25 +634,22 @@ async fn the_driver_offers_one_shareable_device_per_gpu_and_taints_an_unhealthy_
 #[derive(Debug, Default)]
 struct ScriptedBackend {
     load: parking_lot::Mutex<[f64; 2]>,
-    last_context: parking_lot::Mutex<Option<carma_device_plugin::backends::SampleContext>>,
+    last_context: parking_lot::Mutex<Option<carma_gpu::backends::SampleContext>>,
 }
 
-impl carma_device_plugin::backends::GpuBackend for ScriptedBackend {
+impl carma_gpu::backends::GpuBackend for ScriptedBackend {
     fn name(&self) -> &'static str {
         "scripted"
     }
 
     fn sample<'a>(
         &'a self,
-        ctx: &'a carma_device_plugin::backends::SampleContext,
+        ctx: &'a carma_gpu::backends::SampleContext,
     ) -> futures::future::BoxFuture<
         'a,
-        Result<
-            Vec<carma_device_plugin::backends::GpuSample>,
-            carma_device_plugin::backends::BackendError,
-        >,
+        Result<Vec<carma_gpu::backends::GpuSample>, carma_gpu::backends::BackendError>,
     > {
-        use carma_device_plugin::backends::{Activity, ActivitySource, GpuSample};
+        use carma_gpu::backends::{Activity, ActivitySource, GpuSample};
         *self.last_context.lock() = Some(ctx.clone());
         let load = *self.load.lock();
         Box::pin(async move {

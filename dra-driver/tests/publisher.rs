@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use carma_device_plugin::backends::GpuSample;
-use carma_device_plugin::telemetry::Telemetry;
 use carma_dra_driver::metrics::Metrics;
 use carma_dra_driver::publisher::{PublishError, REASON_DEVICES_WITHDRAWN, SlicePublisher};
 use carma_dra_driver::slice::{CapacityPolicy, devices};
 use carma_dra_driver::taints::Tainter;
+use carma_gpu::backends::GpuSample;
+use carma_gpu::telemetry::Telemetry;
 use chrono::Utc;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -133,7 +133,7 @@ fn fake_api_with_store(
 
 /// Two GPUs' devices; with `busy`, the second one's gate is closed.
 fn node_devices(busy: bool) -> Vec<Device> {
-    use carma_device_plugin::backends::{Activity, ActivitySource};
+    use carma_gpu::backends::{Activity, ActivitySource};
     let samples = (0..2)
         .map(|i| {
             let mut s = GpuSample::basic(i, format!("GPU-{i}"), "m", 40 << 30, 0);

@@ -3,7 +3,7 @@
 //!
 //! The hook (NVIDIA Container Toolkit, since September 2026) reads `NVIDIA_GPU_MEMORY_REQUEST` and
 //! `NVIDIA_GPU_MEMORY_LIMIT` (bytes) from the container's environment, which carma already sets
-//! (`container_response`), and applies them to the container's cgroup through NVML
+//! (`container_env`), and applies them to the container's cgroup through NVML
 //! `SetMemoryLimits_v1`; it needs a CUDA 13.4 driver. carma runs it through CDI:
 //!
 //! * the DRA driver adds it to the spec-wide edits of every per-claim spec;
@@ -229,6 +229,17 @@ pub fn sync_hook_spec(dir: &Path, hook_path: &Path, hook: bool) -> io::Result<Pa
     Ok(path)
 }
 
+/// The memory-limit hook's CDI spec cannot be written (or a stale one removed) while the hook is
+/// forced on, or the start-up decision did not finish.
+#[derive(Debug, thiserror::Error)]
+#[error("memory-limit hook CDI spec in {}: {source}", dir.display())]
+pub struct HookSpecError {
+    /// The CDI directory.
+    pub dir: PathBuf,
+    /// Why.
+    pub source: io::Error,
+}
+
 /// Decide at start and, for the device plugin, bring its hook spec in `spec_dir` in line
 /// ([`decide`], [`sync_hook_spec`]), off the async runtime; the DRA driver, which puts the hook in
 /// its per-claim specs, passes no directory. Returns whether the hook runs. A spec that cannot be
@@ -238,7 +249,7 @@ pub async fn prepare(
     config: &HookConfig,
     spec_dir: Option<&Path>,
     cuda_driver_version: Option<u32>,
-) -> Result<bool, crate::Error> {
+) -> Result<bool, HookSpecError> {
     let (config, dir) = (config.clone(), spec_dir.map(Path::to_path_buf));
     let joined = tokio::task::spawn_blocking(move || {
         let decision = decide(&config, cuda_driver_version);
@@ -248,7 +259,7 @@ pub async fn prepare(
         match sync_hook_spec(&dir, &config.path, decision.hook) {
             Ok(_) => Ok(decision),
             Err(source) if config.mode == MemoryLimitsMode::On => {
-                Err(crate::Error::HookSpec { dir, source })
+                Err(HookSpecError { dir, source })
             }
             Err(e) => {
                 warn!(dir = %dir.display(), "memory-limit hook spec not brought in line ({e}): the hook stays off");
@@ -260,7 +271,7 @@ pub async fn prepare(
         }
     })
     .await;
-    let decision = joined.map_err(|e| crate::Error::HookSpec {
+    let decision = joined.map_err(|e| HookSpecError {
         dir: spec_dir.map(Path::to_path_buf).unwrap_or_default(),
         source: io::Error::other(e.to_string()),
     })??;

@@ -128,6 +128,12 @@ impl GpuWindows {
     }
 }
 
+/// How long a metric that stops arriving still counts: three missed samples, at least 3 s
+/// (dcgm-exporter refreshes its figures less often than carma samples). `carma local` uses it too.
+pub fn stale_after(interval: Duration) -> Duration {
+    (interval * 3).max(Duration::from_secs(3))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,7 +46,7 @@ pub enum LocalError {
     },
     /// The GPU backend cannot start or sample.
     #[error(transparent)]
-    Backend(#[from] carma_device_plugin::backends::BackendError),
+    Backend(#[from] carma_gpu::backends::BackendError),
 }
 
 impl LocalError {

@@ -1,7 +1,7 @@
 //! `carma-local`: CARMA on one GPU machine, without Kubernetes (`carma local`).
 //!
 //! * [`daemon::serve`] — the daemon: a recovery queue and a main queue (CARMA's strict
-//!   first-in-first-out), placement by carma-core, telemetry from the device plugin's backends,
+//!   first-in-first-out), placement by carma-core, telemetry from the GPU layer's backends (`carma-gpu`),
 //!   GPU out-of-memory crashes recognised by carma-core's `classify_exit` and requeued per
 //!   carma-core's `decide_next`; state in an fsync'd journal that survives restarts.
 //! * [`spec::submit`] — hand a job to the daemon through the state directory's spool.

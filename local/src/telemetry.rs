@@ -1,5 +1,5 @@
-//! GPU telemetry for the daemon: the device plugin's backends (NVML, DCGM, simulated), its
-//! per-GPU activity windows (`carma_device_plugin::windows`, CARMA's 30-sample risk scores), and
+//! GPU telemetry for the daemon: the GPU layer's backends (NVML, DCGM, simulated), its
+//! per-GPU activity windows (`carma_gpu::windows`, CARMA's 30-sample risk scores), and
 //! the attribution of GPU memory to jobs.
 //!
 //! Attribution: with NVML a GPU process belongs to a job when its process group is the job's
@@ -7,12 +7,12 @@
 //! modelled processes to the job ids it is given. dcgm-exporter alone lists no processes, so no
 //! per-job memory is known there (the warm-up lock then ends by time).
 //!
-//! **The simulated backend** is the device plugin's: on each GPU, each running job uses
+//! **The simulated backend** is the GPU layer's: on each GPU, each running job uses
 //! `300 MiB + (55 % … 90 %) × D` MiB (a slow wave), where `D` is the job's *declared* memory: the
 //! whole number of MiB the job last wrote into `$CARMA_LOCAL_MEMORY_FILE`, or else its reservation
 //! (the whole GPU for a job that reserves whole GPUs).
 //! SM activity, occupancy, DRAM activity, power (`55 W + 300 W × SM activity`) and energy are the
-//! device plugin's scripted model, labelled simulated everywhere they are shown.
+//! GPU layer's scripted model, labelled simulated everywhere they are shown.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -20,12 +20,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use carma_core::{Gpu, Millis};
-use carma_device_plugin::BackendKind;
-use carma_device_plugin::SimulatedGpus;
-use carma_device_plugin::backends::{GpuBackend, GpuSample, PodOnGpu, SampleContext};
-use carma_device_plugin::config::SimulatedMetrics;
-use carma_device_plugin::plugin::{BackendSpec, open_backend, stale_after};
-use carma_device_plugin::windows::GpuWindows;
+use carma_gpu::BackendKind;
+use carma_gpu::SimulatedGpus;
+use carma_gpu::backends::{BackendSpec, open_backend};
+use carma_gpu::backends::{GpuBackend, GpuSample, PodOnGpu, SampleContext};
+use carma_gpu::config::SimulatedMetrics;
+use carma_gpu::windows::GpuWindows;
+use carma_gpu::windows::stale_after;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
@@ -44,7 +45,7 @@ pub enum BackendChoice {
         /// e.g. `http://127.0.0.1:9400/metrics`.
         endpoint: String,
     },
-    /// The device plugin's simulated GPUs, mimicking `metrics`' metric set (`Gpm`: all three
+    /// The GPU layer's simulated GPUs, mimicking `metrics`' metric set (`Gpm`: all three
     /// activity metrics and a process list; `Nvml`: no occupancy; `Dcgm`: no process list).
     Simulated(SimulatedGpus, SimulatedMetrics),
 }

@@ -120,7 +120,7 @@ async fn a_job_asking_for_more_gpus_than_the_machine_has_fails_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_process_list_jobs_still_share_once_their_warm_up_has_passed() {
-    use carma_device_plugin::config::SimulatedMetrics;
+    use carma_gpu::config::SimulatedMetrics;
     let tmp = tempfile::tempdir().unwrap();
     let dir = state_dir(&tmp);
     let first = submit_sh(&dir, "sleep 1.2", Some(4096), 1, None);

@@ -15,7 +15,7 @@ use carma_device_plugin::config::{
     self, BackendKind, Config, DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_METRICS_ADDR,
     DEFAULT_SOCKET_NAME, MpsConfig, SimulatedGpus, SimulatedMetrics,
 };
-use carma_device_plugin::enforcement::{DEFAULT_HOOK_PATH, HookConfig, MemoryLimitsMode};
+use carma_gpu::enforcement::{DEFAULT_HOOK_PATH, HookConfig, MemoryLimitsMode};
 use tracing::{info, warn};
 
 use super::EXIT_BAD_INPUT;
@@ -376,7 +376,7 @@ mod tests {
         // The memory-limit hook: detected at NVIDIA's path, its spec in the runtime's CDI dir.
         assert_eq!(
             c.memory_limits,
-            carma_device_plugin::enforcement::HookConfig::default()
+            carma_gpu::enforcement::HookConfig::default()
         );
         assert_eq!(c.memory_limits.mode, MemoryLimitsMode::Auto);
         assert_eq!(c.cdi_dir, Some(PathBuf::from("/var/run/cdi")));

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use carma_device_plugin::config::{self, BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
 use carma_dra_driver::Config;
 use carma_dra_driver::config::{DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR};
+use carma_gpu::config::{self, BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
 
 use super::EXIT_BAD_INPUT;
 
@@ -197,7 +197,7 @@ mod tests {
         assert!(c.nvidia_cdi && c.mps.is_some());
         assert_eq!(
             c.memory_limits.mode,
-            carma_device_plugin::enforcement::MemoryLimitsMode::On
+            carma_gpu::enforcement::MemoryLimitsMode::On
         );
         assert_eq!(
             c.memory_limits.probe_path,

@@ -17,8 +17,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use carma_core::Policy;
-use carma_device_plugin::SimulatedGpus;
-use carma_device_plugin::config::{SimulatedMetrics, parse_duration, parse_duration_up_to};
+use carma_gpu::SimulatedGpus;
+use carma_gpu::config::{SimulatedMetrics, parse_duration, parse_duration_up_to};
 use carma_local::reservation::{MemorySource, Resolved, resolve_full};
 use carma_local::spec::{JobSpec, new_job_id, now_ms, submit};
 use carma_local::{BackendChoice, LocalError, ServeConfig, StateDir};

@@ -31,11 +31,7 @@ use crate::proto::{
     PreferredAllocationRequest, PreferredAllocationResponse,
 };
 
-pub use response::{
-    CDI_KIND, ENV_GPU_MEMORY_LIMIT, ENV_GPU_MEMORY_REQUEST, ENV_MPS_LOG_DIRECTORY,
-    ENV_MPS_MEM_LIMIT, ENV_MPS_PIPE_DIRECTORY, ENV_MPS_THREAD_PERCENTAGE, MPS_SHM_MOUNT,
-    container_response, preferred_ids, with_memory_hook,
-};
+pub use response::{container_response, preferred_ids, with_memory_hook};
 pub use select::{NoMatch, Progress, Selected, select_container, select_pod};
 
 /// Serves Allocate and GetPreferredAllocation for one node.
@@ -56,7 +52,7 @@ pub struct Allocator {
     /// Total memory of the GPUs (UUID → MiB), for the containers' memory limits.
     gpu_memory: Arc<parking_lot::RwLock<HashMap<String, u64>>>,
     /// Whether every container also gets the memory-limit hook's CDI name
-    /// ([`crate::enforcement::HOOK_CDI_NAME`]).
+    /// ([`carma_gpu::enforcement::HOOK_CDI_NAME`]).
     memory_hook: bool,
 }
 

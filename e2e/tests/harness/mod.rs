@@ -28,18 +28,19 @@ use carma_api::{
 use carma_core::{PlacementConfig, Policy, RecoveryConfig};
 use carma_device_plugin::SimulatedGpus;
 use carma_device_plugin::allocate::Allocator;
-use carma_device_plugin::backends::GpuBackend;
-use carma_device_plugin::backends::simulated::SimulatedBackend;
 use carma_device_plugin::config::PublishConfig;
-use carma_device_plugin::devices::device_list;
+use carma_device_plugin::devices::{advertised, device_list};
 use carma_device_plugin::metrics::Metrics as PluginMetrics;
 use carma_device_plugin::pods::{LookupError, PodInfo, PodLookup};
 use carma_device_plugin::proto::{
     AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
     ContainerPreferredAllocationRequest, PreferredAllocationRequest,
 };
-use carma_device_plugin::telemetry::{Snapshot, Telemetry, publish_reason, sample_context};
+use carma_device_plugin::publish_rule::publish_reason;
 use carma_estimator::Estimator;
+use carma_gpu::backends::GpuBackend;
+use carma_gpu::backends::simulated::SimulatedBackend;
+use carma_gpu::telemetry::{Snapshot, Telemetry, sample_context};
 use carma_operator::attempt::{GpuClaims, is_owned_by, task_label_value};
 use carma_operator::observe::{ObservedAttempt, attempt_index, observe, pod_node, to_jiff};
 use carma_operator::{OomPatterns, Plan, PlanInput, PodProgress, classify, plan};
@@ -438,11 +439,7 @@ impl NodeAgent {
 
     /// Every replica ID advertised to kubelet.
     pub fn device_ids(&self) -> Vec<String> {
-        let advertised = self
-            .snapshot
-            .as_ref()
-            .expect("telemetry has run")
-            .advertised();
+        let advertised = advertised(self.snapshot.as_ref().expect("telemetry has run"));
         device_list(&advertised, REPLICAS)
             .into_iter()
             .map(|d| d.id)

@@ -5,12 +5,15 @@
 
 pub mod dcgm;
 pub mod nvml;
+mod open;
 pub mod simulated;
 
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 use thiserror::Error;
+
+pub use open::{BackendSpec, Backends, open_backend};
 
 /// A backend could not start or sample.
 #[derive(Debug, Clone, Error)]

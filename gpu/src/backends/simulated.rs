@@ -23,7 +23,7 @@ use super::{
     Activity, ActivitySource, BackendError, GpuBackend, GpuProcess, GpuSample, SampleContext,
 };
 use crate::config::{SimulatedGpus, SimulatedMetrics};
-use crate::pods::PodInfo;
+use crate::pod::PodInfo;
 
 const MIB: u64 = 1024 * 1024;
 /// Namespace of synthetic pods.

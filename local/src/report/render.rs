@@ -1,6 +1,6 @@
 //! The report written by `carma simulate`'s own writers (`carma_workload::report`), labelled
 //! ([`Provenance::Run`]) with what this run really is: real processes, and GPU telemetry measured
-//! (NVML, DCGM) or simulated (the device plugin's simulated backend).
+//! (NVML, DCGM) or simulated (the GPU layer's simulated backend).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ impl Report {
         if self.backend == "unknown" {
             "no GPU telemetry recorded (no daemon has served this state directory yet)".to_string()
         } else if self.telemetry_simulated() {
-            "real processes; GPU telemetry SIMULATED (the device plugin's simulated backend: memory from what jobs declare, modelled activity, power and energy)".to_string()
+            "real processes; GPU telemetry SIMULATED (the GPU layer's simulated backend: memory from what jobs declare, modelled activity, power and energy)".to_string()
         } else {
             format!(
                 "MEASURED: real processes, GPU telemetry from {}",

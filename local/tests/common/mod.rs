@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use carma_core::{Policy, Reservation};
-use carma_device_plugin::SimulatedGpus;
+use carma_gpu::SimulatedGpus;
 use carma_local::spec::{JobSpec, new_job_id, now_ms, submit};
 use carma_local::{BackendChoice, ServeConfig, StateDir};
 use serde_json::Value;
