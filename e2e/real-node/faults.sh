@@ -558,7 +558,7 @@ print(f"faults: {len(faults)} faults under load ({ran}): {len(lost)} TrainingTas
       f"{bound} pods bound while the extender hung, {len(oc['findings'])} over-committed GPUs in {oc['checks']} checks, "
       + (f"{two} moments with two leaders in {hang[0].get('leaderSamples')} samples, leader hang demoted in {demoted} s"
          if hang else "leader hang not run")
-      + (f", cut-off GpuNode stale after {cut[0].get('staleAfterS')} s and written again {cut[0].get('writtenAgainS')} s after reconnecting"
+      + (f", cut-off GpuNode stale after {cut[0].get('staleAfterS')} s and written again {cut[0].get('writtenAgainS')} s after reconnecting, probe bound {cut[0].get('probeBoundAfterS')} s after reconnecting"
          if cut else ", device plugin cut-off not run")
       + (f", previous release {prev[0]['previous']}" if prev else "")
       + f"; failed: {', '.join(failed) or 'none'}; not run here: {', '.join(not_run) or 'none'}")

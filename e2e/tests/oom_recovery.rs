@@ -590,7 +590,8 @@ async fn repeated_ooms_escalate_to_an_exclusive_gpu() {
     );
 
     // Another user's pod that only GPU 0 could hold by memory is refused: GPU 0
-    // is held exclusively, the others have too much reserved.
+    // is held exclusively, the others have too little free memory. Free memory is
+    // telemetry, which kube-scheduler does not watch, so the refusal is a retry request.
     let probe: Pod = serde_json::from_value(json!({
         "metadata": {"name": "big-probe", "namespace": NS,
                      "annotations": {ANNOTATION_GPU_MEMORY: "37000Mi"}},
@@ -600,9 +601,14 @@ async fn repeated_ooms_escalate_to_an_exclusive_gpu() {
     }))
     .unwrap();
     let probe = w.api.create_pod(probe, w.now);
-    let (filter, _) = w.filter(&probe, &ALL_NODES);
-    assert_eq!(filter.node_names, Some(Vec::new()));
-    let reason = filter.failed_nodes.get(NODE_A).unwrap();
+    let (filter, fj) = w.filter(&probe, &ALL_NODES);
+    assert_eq!(filter.node_names, None, "{fj:#}");
+    assert!(filter.failed_nodes.is_empty(), "{fj:#}");
+    let reason = &filter.error;
+    assert!(
+        reason.starts_with(carma_scheduler_extender::verbs::RETRY_PREFIX),
+        "{reason}"
+    );
     assert!(
         reason.contains(&format!(
             "GPU 0 ({gpu0}) is held exclusively by {}",

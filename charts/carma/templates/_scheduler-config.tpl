@@ -23,6 +23,10 @@ clientConnection:
 {{- with $s.percentageOfNodesToScore }}
 percentageOfNodesToScore: {{ . }}
 {{- end }}
+{{- with $s.podMaxBackoffSeconds }}
+{{- /* The initial backoff (1 s) may not exceed the maximum. */}}
+podMaxBackoffSeconds: {{ . }}
+{{- end }}
 profiles:
   - schedulerName: {{ $s.schedulerName }}
     {{- with $s.plugins }}
