@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use carma_api::GpuNodeSpec;
 use carma_api::names::RESOURCE_GPU;
-use chrono::Utc;
 use parking_lot::RwLock;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -27,8 +26,8 @@ use crate::publisher::Publisher;
 use crate::registration::KubeletLink;
 use carma_gpu::backends::simulated::SimulatedControl;
 use carma_gpu::backends::{BackendError, BackendSpec, Backends, GpuBackend, open_backend};
-use carma_gpu::telemetry::{Snapshot, Telemetry, sample_context};
-use carma_gpu::windows::stale_after;
+use carma_gpu::sampling::{GateCaps, Sampling, ticker};
+use carma_gpu::telemetry::{Snapshot, sample_context};
 
 /// What the plugin gets from outside: the API client, and optional replacements (tests).
 #[derive(Default)]
@@ -199,17 +198,20 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
     let mut sampler = Sampler {
-        backend: backend.clone(),
+        sampling: Sampling::new(
+            backend.clone(),
+            node.clone(),
+            config.window,
+            config.sample_interval,
+            GateCaps {
+                sm_activity: config.sm_activity_cap,
+                sm_occupancy: config.sm_occupancy_cap,
+                dram_activity: config.dram_activity_cap,
+            },
+        ),
         lookup: lookup.clone(),
         synthetic: Arc::new(synthetic),
         last_pods: Arc::new(Vec::new()),
-        telemetry: Telemetry::new(node.clone(), config.window)
-            .with_stale_after(stale_after(config.sample_interval))
-            .with_caps(
-                config.sm_activity_cap,
-                config.sm_occupancy_cap,
-                config.dram_activity_cap,
-            ),
         devices: devices_tx,
         gpus: gpus.clone(),
         gpu_memory: gpu_memory.clone(),
@@ -219,7 +221,6 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         replicas: config.replicas,
         pod_ttl: config.pod_cache_ttl,
         lookup_failing: false,
-        sample_failing: false,
     };
     // One sample before serving, so kubelet's first ListAndWatch already has the GPUs.
     sampler.tick().await;
@@ -228,9 +229,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
     let interval = config.sample_interval;
     let mut stop = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
+        let mut ticker = ticker(interval).await;
         loop {
             tokio::select! {
                 _ = ticker.tick() => sampler.tick().await,
@@ -324,11 +323,10 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
 
 /// One telemetry step: pods, sample, windows, device list, metrics, snapshot.
 struct Sampler {
-    backend: Arc<dyn GpuBackend>,
+    sampling: Sampling,
     lookup: Option<Arc<dyn PodLookup>>,
     synthetic: Arc<Vec<PodInfo>>,
     last_pods: Arc<Vec<PodInfo>>,
-    telemetry: Telemetry,
     devices: watch::Sender<Vec<Device>>,
     gpus: Arc<RwLock<Vec<String>>>,
     /// Total memory of each GPU (UUID → MiB), for the containers' memory limits.
@@ -339,7 +337,6 @@ struct Sampler {
     replicas: u32,
     pod_ttl: Duration,
     lookup_failing: bool,
-    sample_failing: bool,
 }
 
 impl Sampler {
@@ -368,24 +365,10 @@ impl Sampler {
 
     async fn tick(&mut self) {
         let pods = self.pods().await;
-        let ctx = sample_context(&pods);
-        let samples = match self.backend.sample(&ctx).await {
-            Ok(s) => {
-                if self.sample_failing {
-                    info!("GPU sampling works again");
-                    self.sample_failing = false;
-                }
-                s
-            }
-            Err(e) => {
-                if !self.sample_failing {
-                    warn!("GPU sampling failed: {e}");
-                    self.sample_failing = true;
-                }
-                return;
-            }
+        let Some(snapshot) = self.sampling.sample(&sample_context(&pods), &pods).await else {
+            return;
         };
-        let snapshot = Arc::new(self.telemetry.update(samples, &pods, Utc::now()));
+        let snapshot = Arc::new(snapshot);
         let advertised = advertised(&snapshot);
         let list = device_list(&advertised, self.replicas);
         self.devices.send_if_modified(|current| {

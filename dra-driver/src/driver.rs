@@ -16,7 +16,8 @@ use std::time::Duration;
 use carma_gpu::backends::GpuBackend;
 use carma_gpu::backends::simulated::SimulatedControl;
 use carma_gpu::backends::{BackendSpec, open_backend};
-use carma_gpu::telemetry::{Snapshot, Telemetry};
+use carma_gpu::sampling::{GateCaps, Sampling, ticker};
+use carma_gpu::telemetry::Snapshot;
 use carma_gpu::windows::stale_after;
 use chrono::Utc;
 use k8s_openapi::api::resource::v1::Device;
@@ -249,18 +250,20 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
     let mut sampler = Sampler {
-        backend: backend.clone(),
-        telemetry: Telemetry::new(node.clone(), config.window)
-            .with_stale_after(stale)
-            .with_caps(
-                config.sm_activity_cap,
-                config.sm_occupancy_cap,
-                config.dram_activity_cap,
-            ),
+        sampling: Sampling::new(
+            backend.clone(),
+            node.clone(),
+            config.window,
+            config.sample_interval,
+            GateCaps {
+                sm_activity: config.sm_activity_cap,
+                sm_occupancy: config.sm_occupancy_cap,
+                dram_activity: config.dram_activity_cap,
+            },
+        ),
         prepared: prepared.clone(),
         inventory: inventory.clone(),
         snapshots: snap_tx,
-        failing: false,
     };
     // One sample before serving, so the first prepare already knows the GPUs.
     sampler.tick().await;
@@ -312,9 +315,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     let interval = config.sample_interval;
     let mut stop = shutdown_rx.clone();
     tasks.spawn("telemetry", async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
+        let mut ticker = ticker(interval).await;
         loop {
             tokio::select! {
                 _ = ticker.tick() => sampler.tick().await,
@@ -537,36 +538,21 @@ pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 /// One telemetry step: the prepared claims as load context, a sample, the windows, the inventory.
 struct Sampler {
-    backend: Arc<dyn GpuBackend>,
-    telemetry: Telemetry,
+    sampling: Sampling,
     prepared: Prepared,
     inventory: Inventory,
     snapshots: watch::Sender<Option<Arc<Snapshot>>>,
-    failing: bool,
 }
 
 impl Sampler {
     async fn tick(&mut self) {
-        let ctx = self.prepared.sample_context();
-        let samples = match self.backend.sample(&ctx).await {
-            Ok(s) => {
-                if self.failing {
-                    info!("GPU sampling works again");
-                    self.failing = false;
-                }
-                s
-            }
-            Err(e) => {
-                if !self.failing {
-                    warn!("GPU sampling failed: {e}");
-                    self.failing = true;
-                }
-                return;
-            }
-        };
         // Pods are not looked up: on the DRA path the claims, not pod annotations, say what runs
         // where.
-        let snapshot = Arc::new(self.telemetry.update(samples, &[], Utc::now()));
+        let ctx = self.prepared.sample_context();
+        let Some(snapshot) = self.sampling.sample(&ctx, &[]).await else {
+            return;
+        };
+        let snapshot = Arc::new(snapshot);
         self.inventory.set(
             snapshot
                 .gpus

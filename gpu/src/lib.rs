@@ -10,6 +10,7 @@
 //! * says what a GPU container gets ([`container`]: `NVIDIA_VISIBLE_DEVICES`,
 //!   `CARMA_RESERVED_MIB`, the memory request and limit, MPS), as CDI specs where a spec is written
 //!   ([`cdi`]), and whether NVIDIA's memory-limit hook runs ([`enforcement`]);
+//! * runs one telemetry step the way both Kubernetes agents do ([`sampling`]);
 //! * reaches gRPC services over Unix sockets ([`uds`]).
 //!
 //! It writes nothing to Kubernetes: publishing a `GpuNode` (the device plugin) or a ResourceSlice
@@ -25,6 +26,7 @@ pub mod config;
 pub mod container;
 pub mod enforcement;
 pub mod pod;
+pub mod sampling;
 pub mod telemetry;
 pub mod uds;
 pub mod windows;

@@ -15,10 +15,10 @@ use carma_device_plugin::config::{
     self, BackendKind, Config, DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_METRICS_ADDR,
     DEFAULT_SOCKET_NAME, MpsConfig, SimulatedGpus, SimulatedMetrics,
 };
-use carma_gpu::enforcement::{DEFAULT_HOOK_PATH, HookConfig, MemoryLimitsMode};
 use tracing::{info, warn};
 
 use super::EXIT_BAD_INPUT;
+use super::node_agent::{MemoryLimitArgs, parse_interval};
 
 /// Arguments of `carma device-plugin`.
 #[derive(Debug, clap::Args)]
@@ -121,43 +121,6 @@ pub struct DevicePluginArgs {
     pub cdi_dir: PathBuf,
     #[command(flatten)]
     pub memory_limits: MemoryLimitArgs,
-}
-
-/// The memory-limit hook flags, shared by `carma device-plugin` and `carma dra-driver`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct MemoryLimitArgs {
-    /// Enforce each container's NVIDIA_GPU_MEMORY_LIMIT through NVIDIA's CDI hook
-    /// `nvidia-cdi-hook apply-cuda-memory-limits` (NVML SetMemoryLimits_v1, CUDA 13.4 drivers):
-    /// `auto` runs it where the hook is installed and NVML, when there is one, reports a new enough
-    /// driver; `on` always (containers fail to start on a node without the hook); `off` never.
-    #[arg(long, env = "CARMA_MEMORY_LIMIT_ENFORCEMENT", default_value = "auto")]
-    pub memory_limit_enforcement: MemoryLimitsMode,
-    /// The hook's path on the node, as the CDI specs name it (NVIDIA's toolkit installs it at
-    /// /usr/bin/nvidia-cdi-hook).
-    #[arg(long, env = "CARMA_NVIDIA_CDI_HOOK_PATH", default_value = DEFAULT_HOOK_PATH)]
-    pub nvidia_cdi_hook_path: PathBuf,
-    /// Where this process sees that file, when not at the same path (in a pod: a read-only
-    /// mount of the host directory); `auto` looks for it there.
-    #[arg(long, env = "CARMA_NVIDIA_CDI_HOOK_PROBE_PATH")]
-    pub nvidia_cdi_hook_probe_path: Option<PathBuf>,
-}
-
-impl MemoryLimitArgs {
-    /// The hook configuration.
-    pub fn to_config(&self) -> HookConfig {
-        HookConfig {
-            mode: self.memory_limit_enforcement,
-            path: self.nvidia_cdi_hook_path.clone(),
-            probe_path: self
-                .nvidia_cdi_hook_probe_path
-                .clone()
-                .unwrap_or_else(|| self.nvidia_cdi_hook_path.clone()),
-        }
-    }
-}
-
-fn parse_interval(text: &str) -> Result<Duration, config::ConfigError> {
-    config::parse_duration("--sample-interval", text)
 }
 
 fn parse_heartbeat(text: &str) -> Result<Duration, config::ConfigError> {
@@ -282,6 +245,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use carma_gpu::enforcement::MemoryLimitsMode;
     use clap::Parser;
 
     #[derive(Debug, Parser)]

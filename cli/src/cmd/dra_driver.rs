@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use carma_dra_driver::Config;
 use carma_dra_driver::config::{DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR};
-use carma_gpu::config::{self, BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
+use carma_gpu::config::{BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
 
 use super::EXIT_BAD_INPUT;
+use super::node_agent::{MemoryLimitArgs, parse_interval};
 
 /// Arguments of `carma dra-driver`.
 #[derive(Debug, clap::Args)]
@@ -51,7 +52,7 @@ pub struct DraDriverArgs {
     #[arg(long)]
     pub nvidia_cdi: bool,
     #[command(flatten)]
-    pub memory_limits: super::device_plugin::MemoryLimitArgs,
+    pub memory_limits: MemoryLimitArgs,
     /// Most claims sharing one GPU (the `slots` capacity).
     #[arg(long, default_value_t = 8)]
     pub slots: u32,
@@ -80,10 +81,6 @@ pub struct DraDriverArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9403")]
     pub metrics_addr: SocketAddr,
-}
-
-fn parse_interval(text: &str) -> Result<Duration, config::ConfigError> {
-    config::parse_duration("--sample-interval", text)
 }
 
 impl DraDriverArgs {

@@ -26,6 +26,7 @@ pub mod device_plugin;
 pub mod dra_driver;
 pub mod estimate;
 pub mod local;
+pub mod node_agent;
 pub mod operator;
 pub mod queue_classes;
 pub mod scheduler_extender;
