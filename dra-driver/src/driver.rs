@@ -1,12 +1,12 @@
 //! Wiring: backend and telemetry (the GPU layer's, `carma-gpu`), taints and the ResourceSlice, the
 //! registration and DRA sockets, health checks and the HTTP listener.
 //!
-//! Every part runs as a task of one [`Tasks`] set. A task ends only when the driver is told to
-//! stop; when one ends otherwise (a gRPC server failed, a loop returned or panicked)
-//! [`RunningDriver::run_until`] stops the others and returns [`Error::TaskEnded`], so the process
-//! exits and the kubelet restarts the pod instead of keeping a driver that serves nothing.
+//! Every part runs as a task of one [`Tasks`] set ([`crate::tasks`]; the sampling and slice loops
+//! are in `loops.rs`). A task ends only when the driver is told to stop; when one ends otherwise
+//! (a gRPC server failed, a loop returned or panicked) [`RunningDriver::run_until`] stops the
+//! others and returns [`Error::TaskEnded`], so the process exits and the kubelet restarts the pod
+//! instead of keeping a driver that serves nothing.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,30 +19,29 @@ use carma_gpu::backends::{BackendSpec, open_backend};
 use carma_gpu::sampling::{GateCaps, Sampling, ticker};
 use carma_gpu::telemetry::Snapshot;
 use carma_gpu::windows::stale_after;
-use chrono::Utc;
 use k8s_openapi::api::resource::v1::Device;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tonic::server::NamedService;
 use tonic::service::Routes;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::Error;
 use crate::checkpoint::{self, PreparedClaims, checkpoint_path};
-use crate::claims::{ClaimSource, GpuInfo, Inventory, KubeClaims, Published};
+use crate::claims::{ClaimSource, Inventory, KubeClaims, Published};
 use crate::config::Config;
 use crate::health::{self, Health, SOCKET_DRA, SOCKET_REGISTRATION};
+use crate::loops::{Sampler, SliceLoop};
 use crate::metrics::Metrics;
 use crate::node::{DraNodeService, NodeServiceParts, Prepared};
 use crate::proto::dra::dra_plugin_server::DraPluginServer;
 use crate::proto::registration::registration_server::RegistrationServer;
-use crate::publisher::{PublishError, SlicePublisher};
+use crate::publisher::SlicePublisher;
 use crate::registration::{RegistrationService, RegistrationState};
-use crate::server::{ServerEnd, serve_unix, serve_unix_fixing_authority};
-use crate::slice::{CapacityPolicy, devices};
+use crate::server::{serve_unix, serve_unix_fixing_authority};
+use crate::slice::CapacityPolicy;
+use crate::stopped;
 use crate::taints::Tainter;
-
-const MIB: u64 = 1024 * 1024;
+pub use crate::tasks::{Tasks, supervise};
 
 /// What the driver gets from outside: the API client and replacements for tests.
 #[derive(Default)]
@@ -80,66 +79,6 @@ pub struct RunningDriver {
     metrics_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     tasks: Tasks,
-}
-
-/// The driver's tasks, each with its name; each ends with `Ok` only when told to stop.
-#[derive(Debug, Default)]
-pub struct Tasks {
-    set: JoinSet<ServerEnd>,
-    names: HashMap<tokio::task::Id, &'static str>,
-}
-
-impl Tasks {
-    /// Run `task` as the part `name`.
-    pub fn spawn(
-        &mut self,
-        name: &'static str,
-        task: impl Future<Output = ServerEnd> + Send + 'static,
-    ) {
-        let handle = self.set.spawn(task);
-        self.names.insert(handle.id(), name);
-    }
-
-    /// Wait for the first task to end: its name and why (`Ok` if it was told to stop, an error,
-    /// or the panic). `None` when there are no tasks.
-    pub async fn first_end(&mut self) -> Option<(&'static str, ServerEnd)> {
-        let (id, end) = match self.set.join_next_with_id().await? {
-            Ok((id, end)) => (id, end),
-            Err(e) => (e.id(), Err(format!("the task failed: {e}"))),
-        };
-        Some((self.names.remove(&id).unwrap_or("unknown"), end))
-    }
-
-    /// Wait for every task, at most `grace` in all; those still running then are aborted.
-    pub async fn join_all(mut self, grace: Duration) {
-        let all = async { while self.set.join_next().await.is_some() {} };
-        if tokio::time::timeout(grace, all).await.is_err() {
-            warn!("driver tasks still running after {grace:?}: aborted");
-            self.set.abort_all();
-            while self.set.join_next().await.is_some() {}
-        }
-    }
-}
-
-/// Run `tasks` until `signal` resolves (`None`) or a task ends first: `Some` with
-/// [`Error::TaskEnded`] naming it (logged as an error). A task that ends `Ok` before the signal
-/// also counts: nothing told it to stop.
-pub async fn supervise(tasks: &mut Tasks, signal: impl Future<Output = ()>) -> Option<Error> {
-    let ended = tokio::select! {
-        _ = signal => return None,
-        ended = tasks.first_end() => ended,
-    };
-    let (task, why) = match ended {
-        Some((task, Err(why))) => (task, why),
-        Some((task, Ok(()))) => (task, "ended without being told to stop".to_string()),
-        // Nothing to supervise: nothing can end.
-        None => return None,
-    };
-    error!(
-        task,
-        "a part of the DRA driver ended: {why}; stopping the driver"
-    );
-    Some(Error::TaskEnded { task, why })
 }
 
 impl RunningDriver {
@@ -528,180 +467,5 @@ async fn restore_prepared(
 async fn sweep(service: &DraNodeService) {
     if let Err(e) = service.sweep_orphaned_specs().await {
         warn!("sweeping orphaned CDI specs failed: {e}");
-    }
-}
-
-/// Resolves once `stop` turns true (or its sender is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
-/// One telemetry step: the prepared claims as load context, a sample, the windows, the inventory.
-struct Sampler {
-    sampling: Sampling,
-    prepared: Prepared,
-    inventory: Inventory,
-    snapshots: watch::Sender<Option<Arc<Snapshot>>>,
-}
-
-impl Sampler {
-    async fn tick(&mut self) {
-        // Pods are not looked up: on the DRA path the claims, not pod annotations, say what runs
-        // where.
-        let ctx = self.prepared.sample_context();
-        let Some(snapshot) = self.sampling.sample(&ctx, &[]).await else {
-            return;
-        };
-        let snapshot = Arc::new(snapshot);
-        self.inventory.set(
-            snapshot
-                .gpus
-                .iter()
-                .map(|g| GpuInfo {
-                    index: g.sample.index,
-                    uuid: g.sample.uuid.clone(),
-                    memory_mib: g.sample.memory_total_bytes / MIB,
-                })
-                .collect(),
-        );
-        self.snapshots.send_replace(Some(snapshot));
-    }
-}
-
-/// Turns each snapshot (and, without new ones, the passing time: telemetry turns stale) into the
-/// slice's devices and offers them to the publisher.
-struct SliceLoop {
-    tainter: Tainter,
-    policy: CapacityPolicy,
-    snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
-    devices: watch::Sender<Vec<Device>>,
-    publisher: Option<SlicePublisher>,
-    /// Follows what the slice carries: the publisher's last write, or without a publisher the
-    /// devices as offered.
-    published: Published,
-    metrics: Arc<Metrics>,
-    interval: Duration,
-}
-
-impl SliceLoop {
-    async fn run(mut self, mut stop: watch::Receiver<bool>) -> ServerEnd {
-        let mut ticker = tokio::time::interval(self.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = false;
-        loop {
-            let snapshot = self.snapshots.borrow_and_update().clone();
-            if let Some(snap) = snapshot {
-                let taints = self.tainter.taints(&snap, Utc::now());
-                let wanted = devices(&snap, &taints, self.policy);
-                self.devices.send_if_modified(|current| {
-                    let changed = *current != wanted;
-                    if changed {
-                        *current = wanted.clone();
-                    }
-                    changed
-                });
-                if let Some(p) = self.publisher.as_mut() {
-                    let offered = p.offer(&wanted).await;
-                    if let Some(written) = p.published() {
-                        self.published.set_from_devices(written);
-                    }
-                    match &offered {
-                        Ok(Some(_)) => self.metrics.publication("ok"),
-                        Ok(None) => {}
-                        // Counted as withdrawn devices when it happened; later offers write nothing.
-                        Err(PublishError::SharingDropped { .. }) => {}
-                        Err(_) => self.metrics.publication("error"),
-                    }
-                    match offered {
-                        Ok(_) if failing => {
-                            info!("ResourceSlice publishing works again");
-                            failing = false;
-                        }
-                        Ok(_) => {}
-                        Err(e) if !failing => {
-                            warn!("ResourceSlice not written: {e}");
-                            failing = true;
-                        }
-                        Err(_) => {}
-                    }
-                } else {
-                    self.published.set_from_devices(&wanted);
-                    self.metrics.set_slice(&wanted);
-                }
-            }
-            tokio::select! {
-                _ = ticker.tick() => {}
-                changed = self.snapshots.changed() => if changed.is_err() {
-                    return Err("the telemetry snapshots ended".to_string());
-                },
-                _ = stopped(&mut stop) => return Ok(()),
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::server::server;
-    use tokio::io::DuplexStream;
-
-    #[tokio::test]
-    async fn a_server_task_that_ends_ends_supervision_with_an_error_naming_it() {
-        let (stop_tx, stop) = watch::channel(false);
-        let dir = tempfile::tempdir().unwrap();
-        let mut tasks = Tasks::default();
-        let mut told = stop.clone();
-        tasks.spawn("telemetry", async move {
-            stopped(&mut told).await;
-            Ok(())
-        });
-        // A gRPC server whose connections stop coming: its task ends on its own.
-        tasks.spawn(
-            "dra-grpc",
-            server(
-                futures::stream::empty::<std::io::Result<DuplexStream>>(),
-                Routes::default(),
-                "test.Service",
-                stop,
-                dir.path().join("dra.sock"),
-            ),
-        );
-        let ended = tokio::time::timeout(
-            Duration::from_secs(10),
-            supervise(&mut tasks, std::future::pending()),
-        )
-        .await
-        .expect("supervision returns when a task ends");
-        match ended {
-            Some(Error::TaskEnded { task, why }) => {
-                assert_eq!(task, "dra-grpc");
-                assert!(why.contains("ended without being told to stop"), "{why}");
-            }
-            other => panic!("expected TaskEnded, got {other:?}"),
-        }
-        stop_tx.send_replace(true);
-        tasks.join_all(Duration::from_secs(5)).await;
-    }
-
-    #[tokio::test]
-    async fn the_signal_ends_supervision_without_an_error_and_a_panic_is_an_end() {
-        let mut tasks = Tasks::default();
-        tasks.spawn("loop", std::future::pending());
-        assert!(supervise(&mut tasks, async {}).await.is_none());
-        tasks.spawn("sweep", async { panic!("boom") });
-        let ended = tokio::time::timeout(
-            Duration::from_secs(10),
-            supervise(&mut tasks, std::future::pending()),
-        )
-        .await
-        .expect("supervision returns when a task panics");
-        match ended {
-            Some(Error::TaskEnded { task: "sweep", why }) => {
-                assert!(why.contains("panicked"), "{why}")
-            }
-            other => panic!("expected the sweep's end, got {other:?}"),
-        }
-        tasks.join_all(Duration::from_millis(100)).await;
     }
 }

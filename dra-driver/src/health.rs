@@ -26,9 +26,9 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tracing::{info, warn};
 
-use crate::driver::stopped;
 use crate::metrics::Metrics;
 use crate::registration::RegistrationState;
+use crate::stopped;
 
 /// Name of the DRA socket in texts and the `socket` label.
 pub const SOCKET_DRA: &str = "dra";

@@ -24,6 +24,7 @@ pub mod claims;
 pub mod config;
 pub mod driver;
 pub mod health;
+mod loops;
 pub mod metrics;
 pub mod node;
 pub mod proto;
@@ -32,6 +33,7 @@ pub mod registration;
 pub mod server;
 pub mod slice;
 pub mod taints;
+pub mod tasks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -85,4 +87,9 @@ pub enum Error {
         /// Why.
         why: String,
     },
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+pub(crate) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }

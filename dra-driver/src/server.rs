@@ -19,7 +19,7 @@ use tonic_health::ServingStatus;
 use tracing::{debug, error, info, warn};
 
 use crate::authority::forward_fixing_authority;
-use crate::driver::stopped;
+use crate::stopped;
 
 /// Buffer between a connection and its authority fix, each way.
 const DUPLEX_BUFFER: usize = 64 * 1024;
