@@ -335,6 +335,10 @@ def main(argv):
     adm = json.load(open(adm_path)) if os.path.exists(adm_path) else None
     admission = (f"{adm['steered']} pods steered and {adm['refused']} refused at admission, "
                  f"{adm['otherScheduler']} placed by another scheduler" if adm else "admission not run")
+    oc_path = os.path.join(work, "lm-overcommit.json")  # the over-commit watcher's report so far
+    oc = json.load(open(oc_path)) if os.path.exists(oc_path) else None
+    overcommit = (f"{len(oc['findings'])} over-committed GPUs in {oc['checks']} checks" if oc
+                  else "over-commit not judged (no watcher report)")
     per = [f"{r['pod']} on {r['node']}: {','.join(r['assigned'])} -> "
            f"{' '.join(d for d in r['inside'][1] if re.fullmatch(r'/dev/nvidia[0-9]+', d))}"
            for r in good]
@@ -346,7 +350,7 @@ def main(argv):
         ref = f"NO ({refused.get('why', 'the pod was not refused')})"
     print(f"last-metre: {len(good)} of {len(recs)} containers saw exactly their GPUs and reservation "
           f"(CDI via containerd {runtime}), {sum(1 for _, v in hooked if not v)} memory limits applied by the hook, "
-          f"{admission}: "
+          f"{admission}, {overcommit}: "
           f"each had /dev/nvidia<index> of its assigned UUIDs only{example}, "
           f"injected from its node's stand-in nvidia.com/gpu spec by the CDI names of Allocate, and the spec's "
           f"common /dev/nvidiactl, /dev/nvidia-uvm and NVIDIA_VISIBLE_DEVICES=void; CARMA_ASSIGNED_GPUS, "
@@ -363,7 +367,10 @@ def main(argv):
             print(f"  last-metre hook: {r['pod']} on {r['node']}: {v}")
     ok = (len(recs) >= 3 and len(good) == len(recs) and not any(v for _, v in hooked)
           and len(cans) == 3 and all(c for _, c in cans) and refused.get("refused")
-          and (adm is None or (adm["steered"] >= 1 and adm["refused"] >= 1 and adm["otherScheduler"] == 0)))
+          and (adm is None or (adm["steered"] >= 1 and adm["refused"] >= 1 and adm["otherScheduler"] == 0))
+          and oc is not None and oc["checks"] > 0 and not oc["findings"])
+    for f in (oc or {}).get("findings", []):
+        print(f"  last-metre over-commit: {f['id']}: {f['detail']} (first seen {f['first']})")
     return 0 if ok else 1
 
 

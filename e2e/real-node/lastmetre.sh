@@ -192,6 +192,11 @@ PY
   runtime="$(k get node "$(node_name 1)" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
   dra="$([[ -n "${CARMA_RN_DRA:-}" ]] && echo "the 'last-metre DRA' line (dra.sh, later)" || echo "not run (CARMA_RN_DRA unset)")"
   cp "$LM_HOOK_LOG" "$WORK/lm-hook.log"
+  # the over-commit watcher's report so far (chart.sh's watch_start; SIGUSR1: it writes it and goes on)
+  rm -f "$WORK/overcommit.json" "$WORK/lm-overcommit.json"
+  kill -USR1 "$(cat "$WORK/pids/overcommit-watch")" 2>/dev/null || log "last-metre: the over-commit watcher is not running"
+  for _ in $(seq 50); do [[ -s "$WORK/overcommit.json" ]] && break; sleep 0.2; done
+  cp "$WORK/overcommit.json" "$WORK/lm-overcommit.json" 2>/dev/null || log "last-metre: the over-commit watcher wrote no report"
   PYTHONPATH="$HERE" python3 "$HERE/lastmetre.py" "$WORK" "${runtime#containerd://}" "$dra"
 }
 

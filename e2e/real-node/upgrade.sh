@@ -18,6 +18,10 @@
 # After each step: every training pod keeps its container, tt-prev included; a chart pod is replaced
 # only where its workload's pod template changed (its pod-template-hash or controller-revision-hash);
 # the CRDs keep their UIDs (updated in place, never recreated).
+#
+# CARMA_RN_PLANT=upgrade plants a fault for these checks: right after the upgrade to the previous
+# release, the scheduler extender's pods are deleted (their Deployment makes new ones from the same
+# template), so the next step must report a chart pod replaced without a spec change and the run fail.
 
 PREV_IMAGE=localhost/carma-e2e/carma:previous
 
@@ -79,6 +83,11 @@ fault_previous_release() {
   faults_state "$WORK/fault-previous-release-0"
   upgrade_step current0 get all carma -n "$CHART_NS" || return 1
   upgrade_step previous upgrade carma "$tree/charts/carma" "${PREV_ARGS[@]}" || return 1
+  if [[ "${CARMA_RN_PLANT:-}" == upgrade ]]; then
+    log "faults: PLANTED: the scheduler extender's pods deleted after the upgrade to the previous release; the run must fail"
+    k delete pods -n "$CHART_NS" -l app.kubernetes.io/component=scheduler-extender --wait=true >/dev/null
+    chart_rolled || log "faults: the chart did not roll after the planted deletion"
+  fi
   rev="$("$HELM" history carma -n "$CHART_NS" -o json | python3 -c 'import json, sys; print(max(h["revision"] for h in json.load(sys.stdin)))')"
   load_task tt-prev | k apply -f - >/dev/null || return 1
   FAULT_TASKS+=(tt-prev)

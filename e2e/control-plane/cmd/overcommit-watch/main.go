@@ -1,6 +1,7 @@
 // Command overcommit-watch runs the over-commit checker (internal/overcommit) against a live cluster
 // every -interval until it receives SIGTERM or SIGINT, then writes what it saw to -out as JSON and one
-// line to stdout:
+// line to stdout (SIGUSR1 writes the same so far and keeps watching; -out is replaced whole, never
+// half-written):
 //
 //	overcommit-watch: <f> findings in <c> checks (<e> checks failed: API unreachable)
 //
@@ -80,6 +81,8 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	interim := make(chan os.Signal, 1)
+	signal.Notify(interim, syscall.SIGUSR1)
 	r := &Report{seen: map[string]bool{}, Findings: []SeenFinding{}}
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
@@ -89,6 +92,8 @@ func main() {
 		case <-ctx.Done():
 			write(*out, r)
 			return
+		case <-interim:
+			write(*out, r)
 		case <-tick.C:
 		}
 	}
@@ -130,7 +135,12 @@ func check(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface
 
 func write(path string, r *Report) {
 	b, _ := json.MarshalIndent(r, "", "  ")
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "overcommit-watch: %s: %v\n", tmp, err)
+		os.Exit(1)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		fmt.Fprintf(os.Stderr, "overcommit-watch: %s: %v\n", path, err)
 		os.Exit(1)
 	}
