@@ -154,12 +154,22 @@ fn request_edits(
     }
 }
 
+/// The start of every spec file carma writes (see [`spec_path`]): `gpu.carma.io-claim_`.
+pub const SPEC_PREFIX: &str = "gpu.carma.io-claim_";
+
 /// The spec file of claim `claim_uid` in `dir`.
 pub fn spec_path(dir: &Path, claim_uid: &str) -> PathBuf {
-    dir.join(format!(
-        "{}{claim_uid}.json",
-        crate::checkpoint::SPEC_PREFIX
-    ))
+    dir.join(format!("{SPEC_PREFIX}{claim_uid}.json"))
+}
+
+/// The claim UID of one of carma's spec files (or of its temporary file), from its name; `None`
+/// for any other file.
+pub fn spec_claim_uid(file_name: &str) -> Option<&str> {
+    let rest = file_name.strip_prefix(SPEC_PREFIX)?;
+    let uid = rest
+        .strip_suffix(".json.tmp")
+        .or_else(|| rest.strip_suffix(".json"))?;
+    (!uid.is_empty()).then_some(uid)
 }
 
 /// Write `spec` for `claim_uid` into `dir`, atomically and durably ([`write_durably`]): the

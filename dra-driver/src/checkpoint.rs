@@ -8,7 +8,7 @@
 //! A spec of carma's in the CDI directory whose claim is not in that record is an orphan: left by
 //! a crash between writing a spec and recording it (the kubelet, which never got an answer, does
 //! not unprepare such a claim), or by an unprepare that failed half-way. [`remove_orphans`] deletes
-//! those, and only carma's own files: names starting with [`SPEC_PREFIX`] (carma's CDI vendor and
+//! those, and only carma's own files: names starting with [`cdi::SPEC_PREFIX`] (carma's CDI vendor and
 //! class), never NVIDIA's or anybody else's specs in the same directory. The driver sweeps at start
 //! and every `Config::cdi_sweep_interval`.
 
@@ -27,8 +27,6 @@ use crate::claims::PreparedDevice;
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 /// Version of the checkpoint's format.
 pub const CHECKPOINT_VERSION: u32 = 1;
-/// The start of every spec file carma writes (see [`cdi::spec_path`]): `gpu.carma.io-claim_`.
-pub const SPEC_PREFIX: &str = "gpu.carma.io-claim_";
 
 /// Prepared claims by UID, with their devices on this node.
 pub type PreparedClaims = BTreeMap<String, Vec<PreparedDevice>>;
@@ -106,16 +104,6 @@ pub fn save(path: &Path, claims: &PreparedClaims) -> io::Result<()> {
     cdi::write_durably(path, &text)
 }
 
-/// The claim UID of one of carma's spec files (or of its temporary file), from its name; `None`
-/// for any other file.
-pub fn spec_claim_uid(file_name: &str) -> Option<&str> {
-    let rest = file_name.strip_prefix(SPEC_PREFIX)?;
-    let uid = rest
-        .strip_suffix(".json.tmp")
-        .or_else(|| rest.strip_suffix(".json"))?;
-    (!uid.is_empty()).then_some(uid)
-}
-
 /// carma's spec files in `dir` (temporary ones included) with their claim UIDs; none when the
 /// directory does not exist. Blocking.
 pub fn carma_specs(dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
@@ -131,7 +119,7 @@ pub fn carma_specs(dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
             continue;
         }
         let name = entry.file_name();
-        if let Some(uid) = name.to_str().and_then(spec_claim_uid) {
+        if let Some(uid) = name.to_str().and_then(cdi::spec_claim_uid) {
             out.push((entry.path(), uid.to_string()));
         }
     }
@@ -166,9 +154,12 @@ mod tests {
 
     #[test]
     fn only_carmas_spec_names_carry_a_claim() {
-        assert_eq!(spec_claim_uid("gpu.carma.io-claim_u-1.json"), Some("u-1"));
         assert_eq!(
-            spec_claim_uid("gpu.carma.io-claim_u-1.json.tmp"),
+            cdi::spec_claim_uid("gpu.carma.io-claim_u-1.json"),
+            Some("u-1")
+        );
+        assert_eq!(
+            cdi::spec_claim_uid("gpu.carma.io-claim_u-1.json.tmp"),
             Some("u-1")
         );
         for other in [
@@ -179,7 +170,7 @@ mod tests {
             "gpu.carma.io-claim_u-1.yaml",
             "checkpoint.json",
         ] {
-            assert_eq!(spec_claim_uid(other), None, "{other}");
+            assert_eq!(cdi::spec_claim_uid(other), None, "{other}");
         }
     }
 
