@@ -62,6 +62,8 @@
 //! * scores by the block's kind ([`crate::printout_rules`]): none for fused attention, 3.25
 //!   `heads × seq²` tensors per relative-position block (twice with an LM head: two streams),
 //!   2.25 per block with a learned position bias (T5), 3.25 and a caveat for a kind with no rule;
+//!   a chunked delta-rule block (`*Delta*Attention`) none, but its per-channel decays within each
+//!   chunk ([`crate::printout_rules::DELTA_DECAY_TENSORS`]);
 //! * a shared layer group (ALBERT's) counts once per run, its parameters once;
 //! * a module type with no rule, or a container holding a parameter matrix no rule reads, makes
 //!   every value count [`crate::FALLBACK_PERCENT`] %, with a caveat;

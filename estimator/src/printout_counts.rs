@@ -6,7 +6,9 @@
 
 use crate::printout_error::PrintoutError;
 use crate::printout_line::{first_dim, keyword, positional};
-use crate::printout_rules::{AttentionRule, RELATIVE_EXTRA_WIDTHS, RuleState};
+use crate::printout_rules::{
+    AttentionRule, DELTA_CHUNK, DELTA_DECAY_TENSORS, RELATIVE_EXTRA_WIDTHS, RuleState,
+};
 use crate::profile::TORCH_ACTIVATIONS;
 
 /// Head size assumed to infer the number of attention heads from the width.
@@ -138,6 +140,14 @@ pub(crate) fn close_module(
     if open.kind.contains("Attention") && totals.attention == open.before.attention {
         let rule = rules.attention(&open.kind, open.bias_heads.is_some());
         add_attention(totals, width, seq, rule, open.bias_heads);
+        if rule == AttentionRule::DeltaChunked {
+            // the decays between the tokens of each chunk, per channel of the widest projection
+            let decays = DELTA_DECAY_TENSORS
+                .saturating_mul(seq)
+                .saturating_mul(DELTA_CHUNK)
+                .saturating_mul(u128::from(open.max_width.max(width.unwrap_or(0))));
+            totals.saved = totals.saved.saturating_add(decays);
+        }
         // projections held as bare parameters (XLNet's q, k, v, o and r) are not
         // modules: their outputs are counted from the block's own parameters
         if w > 0 {

@@ -13,6 +13,11 @@
 //!   - *with a learned position bias* (an `Embedding(buckets, heads)` inside the block, T5's
 //!     `relative_attention_bias`): eager, [`POSITION_BIAS_SCORE_QUARTERS`] per head in every block
 //!     of that type, and the bias table once per sample. The table gives the head count;
+//!   - *chunked delta rule* (`*Delta*Attention`, Kimi's delta attention and Bailing's hybrid): no
+//!     `seq²` scores, but transformers' reference `chunk_kda` (what runs without the
+//!     flash-linear-attention package) builds a per-channel decay between every two tokens of a
+//!     chunk, [`DELTA_DECAY_TENSORS`] tensors of `seq × DELTA_CHUNK ×` the block's widest
+//!     projection;
 //!   - any other type: eager by assumption, [`EAGER_SCORE_QUARTERS`] per head, and a caveat.
 //! * **Shared layer groups** (a type ending in `LayerGroup`, ALBERT's `AlbertLayerGroup`): printed
 //!   once, run `num_hidden_layers` times with the same parameters. Its activations count that many
@@ -45,6 +50,16 @@ pub const RELATIVE_SCORE_QUARTERS: u128 = 13;
 /// `post_attention` of transformers 5.23; without them the bound held 112 MiB less than
 /// XLNet-large's traced step keeps beyond its state (docs/estimator-evaluation.md).
 pub const RELATIVE_EXTRA_WIDTHS: u128 = 2;
+/// Tokens per chunk of transformers' reference chunked delta rule (`chunk_kda`'s `chunk_size`).
+pub const DELTA_CHUNK: u128 = 64;
+/// Tensors of `seq × DELTA_CHUNK ×` the block's widest projection (its key width, `heads ×
+/// head_dim`) that a chunked delta-rule attention block keeps for backward: the decay
+/// `exp(g_i − g_j)` per channel between every two tokens of a chunk and its products with the
+/// keys and queries. Bailing's hybrid (key width 4,096) keeps 895 MiB per sample of 128 tokens in
+/// its two delta blocks at the end of forward, 3.5 such tensors per block; rounded up. Without
+/// them the bound was under the traced floors of Bailing's hybrid and Kimi Linear at batch 32
+/// by 18 and 19 GiB (docs/estimator-sweep.md).
+pub const DELTA_DECAY_TENSORS: u128 = 4;
 /// Score tensors per head, in quarters, of eager attention with a learned position bias (T5):
 /// the softmax output and the dropout output, saved for backward, and the dropout's one-byte
 /// mask. The raw scores take the bias in place and are freed after the softmax.
@@ -77,6 +92,8 @@ pub(crate) enum AttentionRule {
     Relative,
     /// Eager with a learned position bias (T5).
     PositionBias,
+    /// The chunked delta rule: no score tensor, per-channel decays within each chunk.
+    DeltaChunked,
     /// No rule: eager by assumption.
     Unknown,
 }
@@ -88,6 +105,7 @@ impl AttentionRule {
             AttentionRule::Fused => 0,
             AttentionRule::Relative => RELATIVE_SCORE_QUARTERS,
             AttentionRule::PositionBias => POSITION_BIAS_SCORE_QUARTERS,
+            AttentionRule::DeltaChunked => 0,
             AttentionRule::Unknown => EAGER_SCORE_QUARTERS,
         }
     }
@@ -123,6 +141,8 @@ impl RuleState {
             AttentionRule::Relative
         } else if self.position_bias_kinds.contains(kind) {
             AttentionRule::PositionBias
+        } else if kind.contains("Delta") {
+            AttentionRule::DeltaChunked
         } else if kind == "NonDynamicallyQuantizableLinear"
             || FUSED_ATTENTIONS.contains(&kind)
             || kind.contains("Sdpa")
@@ -240,6 +260,13 @@ mod tests {
             s.attention("T5Attention", false),
             AttentionRule::PositionBias
         );
+        assert!(s.caveats.is_empty());
+        // Kimi's and Bailing's chunked delta rule: a rule, no caveat, no score tensor
+        assert_eq!(
+            s.attention("KimiLinearDeltaAttention", false),
+            AttentionRule::DeltaChunked
+        );
+        assert_eq!(AttentionRule::DeltaChunked.score_quarters(), 0);
         assert!(s.caveats.is_empty());
         assert_eq!(
             s.attention("MysteryAttention", false),

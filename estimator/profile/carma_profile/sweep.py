@@ -147,6 +147,17 @@ def step_kwargs(torch, case: Case) -> dict:
     return kw
 
 
+def without_cache(kw: dict) -> dict:
+    """`kw` with the model called with `use_cache=False`. A hybrid model (Jamba, Zamba, Qwen3-Next:
+    attention and linear-attention or Mamba layers by a per-layer type list) whose two layers left
+    by the cut are both of the linear kind builds a cache that cannot say its length, and its
+    forward asks it. Without a cache the step keeps no more than with one (a cache holds the
+    attention layers' keys and values, which backward saves anyway, and the recurrent states), so
+    the floor traced so stays a lower bound of the GPU run's; only such a step is traced so."""
+    make = kw["make_input"]
+    return dict(kw, make_input=lambda b: dict(make(b), use_cache=False))
+
+
 def describe_case(torch, case: Case) -> str:
     from .describe import printout, torchsummary
 
@@ -204,7 +215,12 @@ def run_case(torch, carma: str, case: Case, out: Path, batches) -> list[dict]:
                    warnings=" | ".join(answer.get("warnings", [])))
         try:
             with time_limit(CASE_SECONDS):
-                t = trace_step(case.factory, b, **step_kwargs(torch, case))
+                try:
+                    t = trace_step(case.factory, b, **step_kwargs(torch, case))
+                except Exception as e:  # noqa: BLE001
+                    if "get_seq_length" not in str(e):
+                        raise
+                    t = trace_step(case.factory, b, **without_cache(step_kwargs(torch, case)))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(row, status=f"not traced: {_why(e)}"))
             continue
