@@ -78,3 +78,12 @@ def test_a_row_that_cannot_run_says_why(tmp_path, carma_bin):
         text = sweep.summarize(list(csv.DictReader(f)))
     assert text.startswith("1 architectures, 2 architecture × batch pairs, 0 compared, 0 under"), text
     assert "not built: 2 pairs" in text
+
+
+def test_a_hybrid_whose_cut_layers_are_all_linear_attention_is_traced_without_a_cache(hf, carma_bin, tmp_path):
+    """Lfm3's two layers left by the cut are both of the linear kind: its cache cannot say its length,
+    and its forward asks it; the step is traced with `use_cache=False`."""
+    import torch
+
+    for r in compared(torch, carma_bin, case("Lfm3ForCausalLM", hf), tmp_path, (2,)):
+        assert r["margin_mib"] >= 0, r
