@@ -55,6 +55,7 @@ mod printout_counts;
 mod printout_error;
 mod printout_line;
 pub mod printout_rules;
+pub mod printout_scan;
 mod profile;
 pub mod reading;
 mod torchinfo;

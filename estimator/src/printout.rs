@@ -64,6 +64,10 @@
 //!   2.25 per block with a learned position bias (T5), 3.25 and a caveat for a kind with no rule;
 //!   a chunked delta-rule block (`*Delta*Attention`) none, but its per-channel decays within each
 //!   chunk ([`crate::printout_rules::DELTA_DECAY_TENSORS`]);
+//! * a Mamba-style mixer (a container of `conv1d`, `in_proj` and `out_proj` with parameters of its
+//!   own) adds its reference scan's states in fp32 ([`crate::printout_scan`]): a selective scan's
+//!   `seq × d_inner × d_state` tensors, a chunked scan's per-head states and intra-chunk scores; one
+//!   whose parts do not size it counts 256 states per channel, with a caveat;
 //! * a shared layer group (ALBERT's) counts once per run, its parameters once;
 //! * a module type with no rule, or a container holding a parameter matrix no rule reads, makes
 //!   every value count [`crate::FALLBACK_PERCENT`] %, with a caveat;
@@ -104,6 +108,7 @@ use crate::printout_counts::{
 pub use crate::printout_error::PrintoutError;
 use crate::printout_line::{is_name_byte, logical_lines, module_line, params_suffix, positional};
 use crate::printout_rules::{RuleState, is_position_bias, known_leaf};
+use crate::printout_scan::MixerParts;
 use crate::profile::{Family, Layers, Profile};
 
 /// Whether `text` looks like a module printout (its first non-blank line is
@@ -217,12 +222,16 @@ pub(crate) fn parse_printout_reading(
                 activation: false,
                 bias_heads: None,
                 leaves_from: leaf_counts.len(),
+                mixer: MixerParts::default(),
             }),
             Some(args) => {
                 let count = m
                     .params
                     .ok_or_else(|| bad("a module must end with `, <n> params`"))?;
                 let before = totals;
+                if let Some(parent) = stack.last_mut() {
+                    parent.mixer.see(m.key, m.kind, args);
+                }
                 if !known_leaf(m.kind) {
                     rules.unknown_module(m.kind, "no rule sizes its output");
                 }

@@ -9,6 +9,7 @@ use crate::printout_line::{first_dim, keyword, positional};
 use crate::printout_rules::{
     AttentionRule, DELTA_CHUNK, DELTA_DECAY_TENSORS, RELATIVE_EXTRA_WIDTHS, RuleState,
 };
+use crate::printout_scan::{MixerParts, Scan, UNSIZED_STATE};
 use crate::profile::TORCH_ACTIVATIONS;
 
 /// Head size assumed to infer the number of attention heads from the width.
@@ -99,6 +100,8 @@ pub(crate) struct Open {
     pub(crate) bias_heads: Option<u64>,
     /// Where its modules closed on their line start in the parser's list of their counts.
     pub(crate) leaves_from: usize,
+    /// Its children that size a Mamba-style mixer's scan ([`crate::printout_scan`]).
+    pub(crate) mixer: MixerParts,
 }
 
 /// Ends a container: checks its count against its children, counts it as an
@@ -160,6 +163,19 @@ pub(crate) fn close_module(
             }
             totals.saved = totals.saved.saturating_add(outputs);
         }
+    }
+    if let Some(scan) = open.mixer.scan(own) {
+        // a Mamba-style mixer's scan keeps its states in fp32 (crate::printout_scan)
+        if let Scan::Unsized { .. } = scan {
+            rules.unknown_module(
+                &open.kind,
+                &format!(
+                    "a state-space mixer whose d_state the printout does not give; its scan \
+                     counted with {UNSIZED_STATE} states per channel"
+                ),
+            );
+        }
+        totals.kept_fp32 = totals.kept_fp32.saturating_add(scan.values(seq));
     } else if w > 0 && own >= w * w && !open.kind.contains("Attention") {
         rules.unknown_module(
             &open.kind,

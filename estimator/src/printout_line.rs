@@ -12,6 +12,8 @@ pub(crate) fn is_name_byte(b: u8) -> bool {
 
 /// One module line: `(key): [N x ]Type(args)[, n params]` or the root `Type(…`.
 pub(crate) struct ModuleLine<'a> {
+    /// The `(key)`: empty for the root.
+    pub key: &'a str,
     pub repeat: u32,
     pub kind: &'a str,
     /// `Some(args)` for a module closed on its line, `None` for an opening one.
@@ -23,6 +25,7 @@ pub(crate) struct ModuleLine<'a> {
 pub(crate) fn module_line(line: &str, is_root: bool) -> Result<ModuleLine<'_>, &'static str> {
     let mut rest = line;
     let mut repeat = 1u32;
+    let mut name = "";
     if !is_root {
         let after = rest
             .strip_prefix('(')
@@ -33,6 +36,7 @@ pub(crate) fn module_line(line: &str, is_root: bool) -> Result<ModuleLine<'_>, &
         if key.is_empty() || key.contains(char::is_whitespace) {
             return Err("module name must be one word");
         }
+        name = key;
         rest = tail;
         if let Some((n, tail)) = rest.split_once(" x ")
             && !n.is_empty()
@@ -53,6 +57,7 @@ pub(crate) fn module_line(line: &str, is_root: bool) -> Result<ModuleLine<'_>, &
     let body = &rest[open + 1..];
     if body.is_empty() {
         return Ok(ModuleLine {
+            key: name,
             repeat,
             kind,
             args: None,
@@ -63,6 +68,7 @@ pub(crate) fn module_line(line: &str, is_root: bool) -> Result<ModuleLine<'_>, &
     let params =
         params_suffix(&body[close + 1..]).ok_or("expected `, <n> params` after the module")?;
     Ok(ModuleLine {
+        key: name,
         repeat,
         kind,
         args: Some(&body[..close]),

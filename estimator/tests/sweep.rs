@@ -141,3 +141,24 @@ fn a_norm_before_any_width_is_sized_by_its_parameters() {
     assert_eq!(r.values, sized.values);
     assert_eq!(r.profile, sized.profile);
 }
+
+/// A Mamba-style mixer's reference scan keeps its states for backward (`printout_scan`): Zamba's
+/// selective scan `seq × d_inner × d_state` per token and mixer, Zamba-2's chunked scan its
+/// repeated `B` and `C` and its intra-chunk scores. Read as plain modules (the `conv1d` renamed, so
+/// no mixer is recognised: the reading the sweep had), both bounds are under their traced floors.
+#[test]
+fn a_mamba_mixer_keeps_its_scan_states() {
+    for (file, batch, floor_mib) in [
+        ("ZambaForSequenceClassification.txt", 8, 232_683 + 770),
+        ("Zamba2ForSequenceClassification.txt", 16, 84_473 + 770),
+    ] {
+        let bound = |text: &str| {
+            let r = printout_reading(text, Family::Transformer, batch, 128, None).unwrap();
+            detailed_bound(&r.profile, &r.values).total_mib
+        };
+        let text = data(file);
+        let plain = text.replace("(conv1d)", "(conv)");
+        assert!(bound(&plain) < floor_mib, "{file}: {}", bound(&plain));
+        assert!(bound(&text) >= floor_mib, "{file}: {}", bound(&text));
+    }
+}
