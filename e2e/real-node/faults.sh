@@ -407,13 +407,6 @@ else:
     print(f"{age:.0f} s ago ({n} in all): {e['message'][:160]}")
 PY
 }
-# probe_tries: how many scheduling attempts of the probe failed (its FailedScheduling events, counted
-# with their series): the cost of the extender's retry requests while the probe waits.
-probe_tries() {
-  k get events -n default --field-selector involvedObject.name=cutoff-probe,reason=FailedScheduling -o json 2>/dev/null |
-    python3 -c 'import json, sys; print(sum((i.get("series") or {}).get("count") or i.get("count") or 1 for i in json.load(sys.stdin)["items"]))' 2>/dev/null ||
-    echo null
-}
 probe_delete() {
   k delete pod cutoff-probe --grace-period 0 --wait=true --timeout 60s >/dev/null 2>&1 || true
   k delete events -n default --field-selector involvedObject.name=cutoff-probe >/dev/null 2>&1 || true
@@ -433,7 +426,7 @@ probe_delete() {
 # name). The running pods keep their containers throughout.
 FAULT_STALE_AFTER_S="$CHART_STALE_AFTER_S"
 fault_device_plugin_cutoff() {
-  local node pod gpus t0 control="" stale_s="" reason="" bound_during="" back_s="" bound_after="" tries=""
+  local node pod gpus t0 control="" stale_s="" reason="" bound_during="" back_s="" bound_after=""
   node="$(load_node tt-load-2)"
   pod="$(k -n "$CHART_NS" get pods -l app.kubernetes.io/component=device-plugin --field-selector "spec.nodeName=$node" -o jsonpath='{.items[0].metadata.name}')"
   gpus="$(k get gpunode "$node" -o jsonpath='{.status.gpuCount}')"
@@ -467,15 +460,14 @@ fault_device_plugin_cutoff() {
     [[ -n "$(probe_node)" ]] && { bound_after=$(( $(date +%s) - t0 )); break; }
     sleep 2
   done
-  tries="$(probe_tries)"
-  log "faults: probe bound ${control:+after $control s }while $node was fresh; GpuNode stale after ${stale_s:-never} s of the cut-off; probe $([[ -n $bound_during ]] && echo "BOUND while stale" || echo "unbound while stale (${reason:-no such reason seen})"); written again ${back_s:-never} s after the API server answered again; $([[ -n $bound_after ]] && echo "probe bound $bound_after s after it, after $tries failed attempts in all" || echo "probe not bound within 30 s of the write; its last scheduling attempt: $(probe_last_attempt)")"
+  log "faults: probe bound ${control:+after $control s }while $node was fresh; GpuNode stale after ${stale_s:-never} s of the cut-off; probe $([[ -n $bound_during ]] && echo "BOUND while stale" || echo "unbound while stale (${reason:-no such reason seen})"); written again ${back_s:-never} s after the API server answered again; $([[ -n $bound_after ]] && echo "probe bound $bound_after s after it" || echo "probe not bound within 30 s of the write; its last scheduling attempt: $(probe_last_attempt)")"
   probe_delete
   faults_after device-plugin-cutoff || log "faults: the TrainingTask after the device plugin cut-off did not succeed"
   faults_state "$WORK/fault-device-plugin-cutoff-1"
   local ok=false
   [[ -n "$control" && -n "$stale_s" && -z "$bound_during" && -n "$reason" && -n "$back_s" && -n "$bound_after" ]] && ok=true
   faults_judge device-plugin-cutoff "$WORK/fault-device-plugin-cutoff-0" "$WORK/fault-device-plugin-cutoff-1" "$node" \
-    "{\"probeBoundWhileFreshS\": ${control:-null}, \"staleAfterS\": ${stale_s:-null}, \"probeBoundWhileStale\": $([[ -n $bound_during ]] && echo true || echo false), \"staleReason\": $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1] or None))' "$reason"), \"writtenAgainS\": ${back_s:-null}, \"probeBoundAfterS\": ${bound_after:-null}, \"probeFailedAttempts\": ${tries:-null}, \"ok\": $ok}"
+    "{\"probeBoundWhileFreshS\": ${control:-null}, \"staleAfterS\": ${stale_s:-null}, \"probeBoundWhileStale\": $([[ -n $bound_during ]] && echo true || echo false), \"staleReason\": $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1] or None))' "$reason"), \"writtenAgainS\": ${back_s:-null}, \"probeBoundAfterS\": ${bound_after:-null}, \"ok\": $ok}"
 }
 
 # fault_control_plane <apiserver|etcd>: SIGKILL, 5 s down, started again.
