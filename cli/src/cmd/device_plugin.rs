@@ -12,25 +12,18 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use carma_device_plugin::config::{
-    self, BackendKind, Config, DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_METRICS_ADDR,
-    DEFAULT_SOCKET_NAME, MpsConfig, SimulatedGpus, SimulatedMetrics,
+    self, Config, DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_METRICS_ADDR, DEFAULT_SOCKET_NAME, MpsConfig,
 };
 use tracing::{info, warn};
 
 use super::EXIT_BAD_INPUT;
-use super::node_agent::{MemoryLimitArgs, parse_interval};
+use super::node_agent::{BackendArgs, GateCapArgs, MemoryLimitArgs, parse_interval};
 
 /// Arguments of `carma device-plugin`.
 #[derive(Debug, clap::Args)]
 pub struct DevicePluginArgs {
-    /// GPU backend: `nvml` (NVML; SM activity from GPM on Hopper and newer, else NVML utilization as a
-    /// labelled fallback), `dcgm` (scrape dcgm-exporter for SM activity, occupancy and DRAM
-    /// activity; NVML for inventory and memory where available) or `simulated` (no GPU needed).
-    #[arg(long, env = "CARMA_BACKEND")]
-    pub backend: BackendKind,
-    /// Simulated GPUs as COUNTxSIZE (backend `simulated`).
-    #[arg(long, default_value = "4x40GiB")]
-    pub simulated_gpus: SimulatedGpus,
+    #[command(flatten)]
+    pub gpus: BackendArgs,
     /// Synthetic pods per simulated GPU (namespace `simulated`, labelled simulated="true" in
     /// metrics) that carry the scripted load, 0..=64; default: 2 without an API server, 0 with one.
     #[arg(long)]
@@ -50,9 +43,6 @@ pub struct DevicePluginArgs {
     /// This node's name (the DaemonSet sets NODE_NAME from spec.nodeName); default: the hostname.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
-    /// dcgm-exporter URL (backend `dcgm`), e.g. http://127.0.0.1:9400/metrics.
-    #[arg(long, env = "CARMA_DCGM_ENDPOINT")]
-    pub dcgm_endpoint: Option<String>,
     /// Enforce reservations with NVIDIA MPS: Allocate sets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
     /// (`0=<MiB>M,1=<MiB>M,…`) and mounts what MPS clients need (pipes, shared memory, logs). SMs
     /// stay unlimited unless --mps-active-thread-percentage is given. Needs an MPS control daemon
@@ -100,21 +90,8 @@ pub struct DevicePluginArgs {
     /// change that opens or closes the utilization gate is written whatever its size).
     #[arg(long, env = "CARMA_PUBLISH_RISK_DELTA", default_value_t = 0.05)]
     pub publish_risk_delta: f64,
-    /// SM activity cap of the utilization gate (the extender's; the chart sets both), for the
-    /// exported verdict carma_gpu_sharing_allowed and carma_gpu_sm_activity_cap_ratio.
-    #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = 0.8)]
-    pub sm_activity_cap: f64,
-    /// SM occupancy cap of the utilization gate (see --sm-activity-cap).
-    #[arg(long, env = "CARMA_SM_OCCUPANCY_CAP", default_value_t = 0.45)]
-    pub sm_occupancy_cap: f64,
-    /// DRAM activity cap of the utilization gate (see --sm-activity-cap).
-    #[arg(long, env = "CARMA_DRAM_ACTIVITY_CAP", default_value_t = 0.4)]
-    pub dram_activity_cap: f64,
-    /// Metric set the simulated backend mimics: nvml (SM and DRAM activity, no occupancy: gate
-    /// rule smact-drama), gpm (all three: smact-smocc-drama) or dcgm (all three, no process list:
-    /// pods are seen through memory use).
-    #[arg(long, default_value = "gpm")]
-    pub simulated_metrics: SimulatedMetrics,
+    #[command(flatten)]
+    pub gate: GateCapArgs,
     /// The container runtime's CDI spec directory: the memory-limit hook's spec
     /// (`carma.io/memory-limits`) is written there while the hook runs.
     #[arg(long, env = "CARMA_CDI_DIR", default_value = "/var/run/cdi")]
@@ -146,14 +123,14 @@ impl DevicePluginArgs {
                 h
             }
         };
-        let mut c = Config::new(node, self.backend);
-        c.simulated_gpus = self.simulated_gpus;
+        let mut c = Config::new(node, self.gpus.backend);
+        c.simulated_gpus = self.gpus.simulated_gpus;
         c.simulated_pods = self.simulated_pods;
         c.replicas = self.replicas;
         c.device_plugin_dir = self.device_plugin_dir.clone();
         c.socket_name = self.socket_name.clone();
         c.metrics_addr = self.metrics_addr;
-        c.dcgm_endpoint = self.dcgm_endpoint.clone();
+        c.dcgm_endpoint = self.gpus.dcgm_endpoint.clone();
         c.mps = self.mps.then(|| MpsConfig {
             pipe_directory: Some(self.mps_pipe_directory.clone()),
             shm_directory: self.mps_shm_directory.clone(),
@@ -161,10 +138,10 @@ impl DevicePluginArgs {
             active_thread_percentage: self.mps_active_thread_percentage,
         });
         c.sample_interval = self.sample_interval;
-        c.sm_activity_cap = self.sm_activity_cap;
-        c.sm_occupancy_cap = self.sm_occupancy_cap;
-        c.dram_activity_cap = self.dram_activity_cap;
-        c.simulated_metrics = self.simulated_metrics;
+        c.sm_activity_cap = self.gate.sm_activity_cap;
+        c.sm_occupancy_cap = self.gate.sm_occupancy_cap;
+        c.dram_activity_cap = self.gate.dram_activity_cap;
+        c.simulated_metrics = self.gpus.simulated_metrics;
         c.publish.heartbeat = self.publish_heartbeat;
         c.publish.free_mib_delta = self.publish_free_mib_delta;
         c.publish.risk_delta = self.publish_risk_delta;
@@ -245,6 +222,7 @@ pub fn run(args: DevicePluginArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use carma_gpu::config::{BackendKind, SimulatedMetrics};
     use carma_gpu::enforcement::MemoryLimitsMode;
     use clap::Parser;
 

@@ -15,26 +15,16 @@ use std::time::Duration;
 
 use carma_dra_driver::Config;
 use carma_dra_driver::config::{DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR};
-use carma_gpu::config::{BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
+use carma_gpu::config::MpsConfig;
 
 use super::EXIT_BAD_INPUT;
-use super::node_agent::{MemoryLimitArgs, parse_interval};
+use super::node_agent::{BackendArgs, GateCapArgs, MemoryLimitArgs, parse_interval};
 
 /// Arguments of `carma dra-driver`.
 #[derive(Debug, clap::Args)]
 pub struct DraDriverArgs {
-    /// GPU backend, as for `carma device-plugin`: nvml, dcgm or simulated.
-    #[arg(long, env = "CARMA_BACKEND")]
-    pub backend: BackendKind,
-    /// Simulated GPUs as COUNTxSIZE (backend `simulated`).
-    #[arg(long, default_value = "4x40GiB")]
-    pub simulated_gpus: SimulatedGpus,
-    /// Metric set the simulated backend mimics: nvml, gpm or dcgm.
-    #[arg(long, default_value = "gpm")]
-    pub simulated_metrics: SimulatedMetrics,
-    /// dcgm-exporter URL (backend `dcgm`).
-    #[arg(long, env = "CARMA_DCGM_ENDPOINT")]
-    pub dcgm_endpoint: Option<String>,
+    #[command(flatten)]
+    pub gpus: BackendArgs,
     /// This node's name (NODE_NAME from spec.nodeName): the slice's node and pool.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
@@ -66,15 +56,8 @@ pub struct DraDriverArgs {
     /// Telemetry sampling interval.
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub sample_interval: Duration,
-    /// SM activity cap of the utilization gate.
-    #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = 0.8)]
-    pub sm_activity_cap: f64,
-    /// SM occupancy cap of the utilization gate.
-    #[arg(long, env = "CARMA_SM_OCCUPANCY_CAP", default_value_t = 0.45)]
-    pub sm_occupancy_cap: f64,
-    /// DRAM activity cap of the utilization gate.
-    #[arg(long, env = "CARMA_DRAM_ACTIVITY_CAP", default_value_t = 0.4)]
-    pub dram_activity_cap: f64,
+    #[command(flatten)]
+    pub gate: GateCapArgs,
     /// A gated GPU's taint is lifted only below every cap minus this margin.
     #[arg(long, default_value_t = 0.05)]
     pub gate_reopen_margin: f64,
@@ -85,10 +68,10 @@ pub struct DraDriverArgs {
 
 impl DraDriverArgs {
     fn to_config(&self) -> Result<Config, String> {
-        let mut c = Config::new(self.node_name.trim(), self.backend);
-        c.simulated_gpus = self.simulated_gpus;
-        c.simulated_metrics = self.simulated_metrics;
-        c.dcgm_endpoint = self.dcgm_endpoint.clone();
+        let mut c = Config::new(self.node_name.trim(), self.gpus.backend);
+        c.simulated_gpus = self.gpus.simulated_gpus;
+        c.simulated_metrics = self.gpus.simulated_metrics;
+        c.dcgm_endpoint = self.gpus.dcgm_endpoint.clone();
         c.registry_dir = self.registry_dir.clone();
         c.plugin_dir = self.plugin_dir.clone();
         c.cdi_dir = self.cdi_dir.clone();
@@ -98,9 +81,9 @@ impl DraDriverArgs {
         c.min_share_mib = self.min_share_mib;
         c.mps = self.mps.then(MpsConfig::with_defaults);
         c.sample_interval = self.sample_interval;
-        c.sm_activity_cap = self.sm_activity_cap;
-        c.sm_occupancy_cap = self.sm_occupancy_cap;
-        c.dram_activity_cap = self.dram_activity_cap;
+        c.sm_activity_cap = self.gate.sm_activity_cap;
+        c.sm_occupancy_cap = self.gate.sm_occupancy_cap;
+        c.dram_activity_cap = self.gate.dram_activity_cap;
         c.gate_reopen_margin = self.gate_reopen_margin;
         c.metrics_addr = Some(self.metrics_addr);
         c.validate().map_err(|e| e.to_string())?;

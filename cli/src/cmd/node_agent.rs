@@ -1,11 +1,49 @@
 //! What the two Kubernetes node agents' commands share: `carma device-plugin` and
-//! `carma dra-driver` take the same memory-limit hook flags and parse `--sample-interval` alike.
+//! `carma dra-driver` take the same GPU backend, utilization-gate and memory-limit hook flags and
+//! parse `--sample-interval` alike.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use carma_gpu::config::{self, ConfigError};
+use carma_gpu::config::{self, BackendKind, ConfigError, SimulatedGpus, SimulatedMetrics};
 use carma_gpu::enforcement::{DEFAULT_HOOK_PATH, HookConfig, MemoryLimitsMode};
+
+/// The GPU backend flags, shared by `carma device-plugin` and `carma dra-driver`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackendArgs {
+    /// GPU backend: `nvml` (NVML; SM activity from GPM on Hopper and newer, else NVML utilization as a
+    /// labelled fallback), `dcgm` (scrape dcgm-exporter for SM activity, occupancy and DRAM
+    /// activity; NVML for inventory and memory where available) or `simulated` (no GPU needed).
+    #[arg(long, env = "CARMA_BACKEND")]
+    pub backend: BackendKind,
+    /// Simulated GPUs as COUNTxSIZE (backend `simulated`).
+    #[arg(long, default_value = "4x40GiB")]
+    pub simulated_gpus: SimulatedGpus,
+    /// Metric set the simulated backend mimics: nvml (SM and DRAM activity, no occupancy: gate
+    /// rule smact-drama), gpm (all three: smact-smocc-drama) or dcgm (all three, no process list:
+    /// pods are seen through memory use).
+    #[arg(long, default_value = "gpm")]
+    pub simulated_metrics: SimulatedMetrics,
+    /// dcgm-exporter URL (backend `dcgm`), e.g. http://127.0.0.1:9400/metrics.
+    #[arg(long, env = "CARMA_DCGM_ENDPOINT")]
+    pub dcgm_endpoint: Option<String>,
+}
+
+/// The utilization gate's caps (the extender's; the chart sets the same values everywhere), shared
+/// by `carma device-plugin` (its exported verdict carma_gpu_sharing_allowed and
+/// carma_gpu_sm_activity_cap_ratio) and `carma dra-driver` (its device taints).
+#[derive(Debug, Clone, clap::Args)]
+pub struct GateCapArgs {
+    /// SM activity cap of the utilization gate.
+    #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = 0.8)]
+    pub sm_activity_cap: f64,
+    /// SM occupancy cap of the utilization gate.
+    #[arg(long, env = "CARMA_SM_OCCUPANCY_CAP", default_value_t = 0.45)]
+    pub sm_occupancy_cap: f64,
+    /// DRAM activity cap of the utilization gate.
+    #[arg(long, env = "CARMA_DRAM_ACTIVITY_CAP", default_value_t = 0.4)]
+    pub dram_activity_cap: f64,
+}
 
 /// The memory-limit hook flags, shared by `carma device-plugin` and `carma dra-driver`.
 #[derive(Debug, Clone, clap::Args)]
