@@ -41,13 +41,9 @@ pub struct Config {
     pub sample_interval: Duration,
     /// Samples per window (CARMA: 30).
     pub window: usize,
-    /// SM activity cap of the exported gate verdict, also exported as
+    /// Caps of the exported gate verdict; the SM activity cap is also exported as
     /// `carma_gpu_sm_activity_cap_ratio`.
-    pub sm_activity_cap: f64,
-    /// SM occupancy cap of the exported gate verdict.
-    pub sm_occupancy_cap: f64,
-    /// DRAM activity cap of the exported gate verdict.
-    pub dram_activity_cap: f64,
+    pub gate: carma_gpu::sampling::GateCaps,
     /// Which real source's metric set the simulated backend mimics.
     pub simulated_metrics: SimulatedMetrics,
     /// Publish thresholds and heartbeat of the GpuNode status.
@@ -129,9 +125,7 @@ impl Config {
             mps: None,
             sample_interval: Duration::from_secs(1),
             window: carma_core::telemetry::DEFAULT_WINDOW,
-            sm_activity_cap: carma_core::PlacementConfig::default().sm_activity_cap,
-            sm_occupancy_cap: carma_core::PlacementConfig::default().sm_occupancy_cap,
-            dram_activity_cap: carma_core::PlacementConfig::default().dram_activity_cap,
+            gate: carma_gpu::sampling::GateCaps::default(),
             simulated_metrics: SimulatedMetrics::default(),
             publish: PublishConfig::default(),
             pod_cache_ttl: Duration::from_secs(10),
@@ -173,16 +167,8 @@ impl Config {
                 self.replicas
             )));
         }
-        for (flag, cap) in [
-            ("--sm-activity-cap", self.sm_activity_cap),
-            ("--sm-occupancy-cap", self.sm_occupancy_cap),
-            ("--dram-activity-cap", self.dram_activity_cap),
-        ] {
-            if !(cap.is_finite() && (0.0..=1.0).contains(&cap)) {
-                return Err(ConfigError::Invalid(format!(
-                    "{flag} {cap}: expected a ratio between 0 and 1"
-                )));
-            }
+        if let Some(problem) = self.gate.problem() {
+            return Err(ConfigError::Invalid(problem));
         }
         if self.socket_name.is_empty()
             || self.socket_name.contains('/')
@@ -238,14 +224,14 @@ mod tests {
         c.replicas = 0;
         assert!(c.validate().unwrap_err().to_string().contains("--replicas"));
         c.replicas = 8;
-        c.sm_activity_cap = 1.5;
+        c.gate.sm_activity = 1.5;
         assert!(
             c.validate()
                 .unwrap_err()
                 .to_string()
                 .contains("--sm-activity-cap")
         );
-        c.sm_activity_cap = 0.8;
+        c.gate.sm_activity = 0.8;
         c.backend = BackendKind::Dcgm;
         assert!(
             c.validate()

@@ -26,7 +26,7 @@ use crate::publisher::Publisher;
 use crate::registration::KubeletLink;
 use carma_gpu::backends::simulated::SimulatedControl;
 use carma_gpu::backends::{BackendError, BackendSpec, Backends, GpuBackend, open_backend};
-use carma_gpu::sampling::{GateCaps, Sampling, ticker};
+use carma_gpu::sampling::{Sampling, ticker};
 use carma_gpu::telemetry::{Snapshot, sample_context};
 
 /// What the plugin gets from outside: the API client, and optional replacements (tests).
@@ -188,7 +188,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         source,
     })?;
 
-    let metrics = Arc::new(Metrics::new(node.clone(), config.sm_activity_cap));
+    let metrics = Arc::new(Metrics::new(node.clone(), config.gate.sm_activity));
     metrics.set_memory_enforcement(enforcement);
     let health = Arc::new(Health::new(config.sample_interval));
     let gpus = Arc::new(RwLock::new(Vec::new()));
@@ -203,11 +203,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
             node.clone(),
             config.window,
             config.sample_interval,
-            GateCaps {
-                sm_activity: config.sm_activity_cap,
-                sm_occupancy: config.sm_occupancy_cap,
-                dram_activity: config.dram_activity_cap,
-            },
+            config.gate,
         ),
         lookup: lookup.clone(),
         synthetic: Arc::new(synthetic),

@@ -51,12 +51,8 @@ pub struct Config {
     pub sample_interval: Duration,
     /// Samples per activity window (CARMA: 30).
     pub window: usize,
-    /// SM activity cap of the utilization gate.
-    pub sm_activity_cap: f64,
-    /// SM occupancy cap of the utilization gate.
-    pub sm_occupancy_cap: f64,
-    /// DRAM activity cap of the utilization gate.
-    pub dram_activity_cap: f64,
+    /// Caps of the utilization gate.
+    pub gate: carma_gpu::sampling::GateCaps,
     /// A gated GPU is reopened only when the gate passes with every cap lowered by this much, so a
     /// GPU hovering at the cap does not rewrite the slice every second.
     pub gate_reopen_margin: f64,
@@ -91,7 +87,6 @@ pub struct Config {
 impl Config {
     /// The defaults for `node_name` and `backend`.
     pub fn new(node_name: impl Into<String>, backend: BackendKind) -> Self {
-        let gate = carma_core::PlacementConfig::default();
         Self {
             node_name: node_name.into(),
             backend,
@@ -103,9 +98,7 @@ impl Config {
             cdi_dir: PathBuf::from(DEFAULT_CDI_DIR),
             sample_interval: Duration::from_secs(1),
             window: carma_core::telemetry::DEFAULT_WINDOW,
-            sm_activity_cap: gate.sm_activity_cap,
-            sm_occupancy_cap: gate.sm_occupancy_cap,
-            dram_activity_cap: gate.dram_activity_cap,
+            gate: carma_gpu::sampling::GateCaps::default(),
             gate_reopen_margin: 0.05,
             slots: 8,
             min_share_mib: 1024,
@@ -140,14 +133,8 @@ impl Config {
                 "--node-name is empty: pass the node's name (NODE_NAME from spec.nodeName)".into(),
             );
         }
-        for (flag, cap) in [
-            ("--sm-activity-cap", self.sm_activity_cap),
-            ("--sm-occupancy-cap", self.sm_occupancy_cap),
-            ("--dram-activity-cap", self.dram_activity_cap),
-        ] {
-            if !(cap.is_finite() && (0.0..=1.0).contains(&cap)) {
-                return bad(format!("{flag} {cap}: expected a ratio between 0 and 1"));
-            }
+        if let Some(problem) = self.gate.problem() {
+            return bad(problem);
         }
         if !(self.gate_reopen_margin.is_finite() && (0.0..0.5).contains(&self.gate_reopen_margin)) {
             return bad(format!(

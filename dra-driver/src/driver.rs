@@ -16,7 +16,7 @@ use std::time::Duration;
 use carma_gpu::backends::GpuBackend;
 use carma_gpu::backends::simulated::SimulatedControl;
 use carma_gpu::backends::{BackendSpec, open_backend};
-use carma_gpu::sampling::{GateCaps, Sampling, ticker};
+use carma_gpu::sampling::{Sampling, ticker};
 use carma_gpu::telemetry::Snapshot;
 use carma_gpu::windows::stale_after;
 use k8s_openapi::api::resource::v1::Device;
@@ -194,11 +194,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
             node.clone(),
             config.window,
             config.sample_interval,
-            GateCaps {
-                sm_activity: config.sm_activity_cap,
-                sm_occupancy: config.sm_occupancy_cap,
-                dram_activity: config.dram_activity_cap,
-            },
+            config.gate,
         ),
         prepared: prepared.clone(),
         inventory: inventory.clone(),
@@ -264,15 +260,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     });
 
     let slices = SliceLoop {
-        tainter: Tainter::new(
-            (
-                config.sm_activity_cap,
-                config.sm_occupancy_cap,
-                config.dram_activity_cap,
-            ),
-            config.gate_reopen_margin,
-            stale,
-        ),
+        tainter: Tainter::new(config.gate, config.gate_reopen_margin, stale),
         policy: CapacityPolicy {
             slots: config.slots,
             min_share_mib: config.min_share_mib,

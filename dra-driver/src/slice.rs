@@ -299,7 +299,11 @@ mod tests {
         }
         let now = Utc::now();
         let snap = Telemetry::new("gpu-node-1", 1).update(samples, &[], now);
-        let mut tainter = Tainter::new((0.8, 0.45, 0.4), 0.05, Duration::from_secs(5));
+        let mut tainter = Tainter::new(
+            carma_gpu::sampling::GateCaps::default(),
+            0.05,
+            Duration::from_secs(5),
+        );
         let taints = tainter.taints(&snap, now);
         let slice = resource_slice(
             "gpu-node-1",

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use carma_core::{GpuRejection, PlacementConfig};
+use carma_gpu::sampling::GateCaps;
 use carma_gpu::telemetry::{GpuView, Snapshot, gate_input};
 use chrono::{DateTime, Utc};
 
@@ -51,11 +52,11 @@ pub struct Tainter {
 impl Tainter {
     /// Gate with the given caps; a gated GPU reopens only below every cap minus `reopen_margin`;
     /// a snapshot older than `stale_after` taints every GPU as stale.
-    pub fn new(caps: (f64, f64, f64), reopen_margin: f64, stale_after: Duration) -> Self {
+    pub fn new(caps: GateCaps, reopen_margin: f64, stale_after: Duration) -> Self {
         let gate = PlacementConfig {
-            sm_activity_cap: caps.0,
-            sm_occupancy_cap: caps.1,
-            dram_activity_cap: caps.2,
+            sm_activity_cap: caps.sm_activity,
+            sm_occupancy_cap: caps.sm_occupancy,
+            dram_activity_cap: caps.dram_activity,
             ..PlacementConfig::default()
         };
         Self {
@@ -135,7 +136,7 @@ mod tests {
     }
 
     fn tainter() -> Tainter {
-        Tainter::new((0.8, 0.45, 0.4), 0.05, Duration::from_secs(5))
+        Tainter::new(GateCaps::default(), 0.05, Duration::from_secs(5))
     }
 
     fn keys(t: &BTreeMap<String, Vec<Taint>>, uuid: &str) -> Vec<(String, Option<String>)> {

@@ -146,7 +146,12 @@ fn node_devices(busy: bool) -> Vec<Device> {
         .collect();
     let now = Utc::now();
     let snap = Telemetry::new(NODE, 1).update(samples, &[], now);
-    let taints = Tainter::new((0.8, 0.45, 0.4), 0.05, Duration::from_secs(5)).taints(&snap, now);
+    let taints = Tainter::new(
+        carma_gpu::sampling::GateCaps::default(),
+        0.05,
+        Duration::from_secs(5),
+    )
+    .taints(&snap, now);
     let policy = CapacityPolicy {
         slots: 8,
         min_share_mib: 1024,

@@ -26,6 +26,32 @@ pub struct GateCaps {
     pub dram_activity: f64,
 }
 
+impl Default for GateCaps {
+    /// CARMA's caps, as the extender's placement defaults have them.
+    fn default() -> Self {
+        let p = carma_core::PlacementConfig::default();
+        Self {
+            sm_activity: p.sm_activity_cap,
+            sm_occupancy: p.sm_occupancy_cap,
+            dram_activity: p.dram_activity_cap,
+        }
+    }
+}
+
+impl GateCaps {
+    /// What is wrong with the caps, naming the flag: each must be a ratio between 0 and 1.
+    pub fn problem(&self) -> Option<String> {
+        [
+            ("--sm-activity-cap", self.sm_activity),
+            ("--sm-occupancy-cap", self.sm_occupancy),
+            ("--dram-activity-cap", self.dram_activity),
+        ]
+        .into_iter()
+        .find(|(_, cap)| !(cap.is_finite() && (0.0..=1.0).contains(cap)))
+        .map(|(flag, cap)| format!("{flag} {cap}: expected a ratio between 0 and 1"))
+    }
+}
+
 /// A backend and the node's telemetry, sampled together.
 #[derive(Debug)]
 pub struct Sampling {

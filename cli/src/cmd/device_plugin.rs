@@ -138,9 +138,7 @@ impl DevicePluginArgs {
             active_thread_percentage: self.mps_active_thread_percentage,
         });
         c.sample_interval = self.sample_interval;
-        c.sm_activity_cap = self.gate.sm_activity_cap;
-        c.sm_occupancy_cap = self.gate.sm_occupancy_cap;
-        c.dram_activity_cap = self.gate.dram_activity_cap;
+        c.gate = self.gate.caps();
         c.simulated_metrics = self.gpus.simulated_metrics;
         c.publish.heartbeat = self.publish_heartbeat;
         c.publish.free_mib_delta = self.publish_free_mib_delta;
@@ -280,8 +278,8 @@ mod tests {
         assert_eq!(c.metrics_addr.port(), 9999);
         assert_eq!(c.node_name, "gpu-7");
         assert_eq!(c.sample_interval, Duration::from_millis(500));
-        assert_eq!(c.sm_activity_cap, 0.7);
-        assert_eq!(c.dram_activity_cap, 0.3);
+        assert_eq!(c.gate.sm_activity, 0.7);
+        assert_eq!(c.gate.dram_activity, 0.3);
         assert_eq!(c.simulated_metrics, SimulatedMetrics::Nvml);
         assert!(c.mps.is_some());
         assert_eq!(c.socket_name, "carma.sock");

@@ -81,9 +81,7 @@ impl DraDriverArgs {
         c.min_share_mib = self.min_share_mib;
         c.mps = self.mps.then(MpsConfig::with_defaults);
         c.sample_interval = self.sample_interval;
-        c.sm_activity_cap = self.gate.sm_activity_cap;
-        c.sm_occupancy_cap = self.gate.sm_occupancy_cap;
-        c.dram_activity_cap = self.gate.dram_activity_cap;
+        c.gate = self.gate.caps();
         c.gate_reopen_margin = self.gate_reopen_margin;
         c.metrics_addr = Some(self.metrics_addr);
         c.validate().map_err(|e| e.to_string())?;
@@ -184,7 +182,7 @@ mod tests {
             PathBuf::from("/opt/nvidia/nvidia-cdi-hook"),
             "looked for where the specs name it unless told otherwise"
         );
-        assert_eq!(c.sm_activity_cap, 0.7);
+        assert_eq!(c.gate.sm_activity, 0.7);
         assert_eq!(
             c.metrics_addr.map(|a| a.to_string()).as_deref(),
             Some("0.0.0.0:9403")

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use carma_gpu::config::{self, BackendKind, ConfigError, SimulatedGpus, SimulatedMetrics};
 use carma_gpu::enforcement::{DEFAULT_HOOK_PATH, HookConfig, MemoryLimitsMode};
+use carma_gpu::sampling::GateCaps;
 
 /// The GPU backend flags, shared by `carma device-plugin` and `carma dra-driver`.
 #[derive(Debug, Clone, clap::Args)]
@@ -35,14 +36,25 @@ pub struct BackendArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct GateCapArgs {
     /// SM activity cap of the utilization gate.
-    #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = 0.8)]
+    #[arg(long, env = "CARMA_SM_ACTIVITY_CAP", default_value_t = GateCaps::default().sm_activity)]
     pub sm_activity_cap: f64,
     /// SM occupancy cap of the utilization gate.
-    #[arg(long, env = "CARMA_SM_OCCUPANCY_CAP", default_value_t = 0.45)]
+    #[arg(long, env = "CARMA_SM_OCCUPANCY_CAP", default_value_t = GateCaps::default().sm_occupancy)]
     pub sm_occupancy_cap: f64,
     /// DRAM activity cap of the utilization gate.
-    #[arg(long, env = "CARMA_DRAM_ACTIVITY_CAP", default_value_t = 0.4)]
+    #[arg(long, env = "CARMA_DRAM_ACTIVITY_CAP", default_value_t = GateCaps::default().dram_activity)]
     pub dram_activity_cap: f64,
+}
+
+impl GateCapArgs {
+    /// The caps.
+    pub fn caps(&self) -> GateCaps {
+        GateCaps {
+            sm_activity: self.sm_activity_cap,
+            sm_occupancy: self.sm_occupancy_cap,
+            dram_activity: self.dram_activity_cap,
+        }
+    }
 }
 
 /// The memory-limit hook flags, shared by `carma device-plugin` and `carma dra-driver`.
