@@ -172,7 +172,8 @@ impl Extender {
             names,
             failed: Vec::new(),
             unresolvable: Vec::new(),
-            lifting_unseen: Vec::new(),
+            lifting_unseen: 0,
+            lifting_shown: Vec::new(),
             needs_gpus: false,
         };
         match decision.as_ref() {
@@ -214,7 +215,10 @@ impl Extender {
                                 None => counts.push((code, 1)),
                             }
                             if lifts_unseen {
-                                judged.lifting_unseen.push(Arc::clone(&reason));
+                                judged.lifting_unseen += 1;
+                                if judged.lifting_shown.len() < RETRY_REASONS_SHOWN {
+                                    judged.lifting_shown.push(Arc::clone(&reason));
+                                }
                             }
                             let entry = (Cow::Borrowed(judged.names[i]), reason);
                             if u {
@@ -358,9 +362,11 @@ struct Judged<'a> {
     failed: Vec<(Cow<'a, str>, Arc<str>)>,
     /// Failing candidates that preemption cannot help, with the reason.
     unresolvable: Vec<(Cow<'a, str>, Arc<str>)>,
-    /// The reasons of the failing candidates that only telemetry or the clock can free
-    /// (`NodeRejection::lifts_unseen`).
-    lifting_unseen: Vec<Arc<str>>,
+    /// Failing candidates that only telemetry or the clock can free (`NodeRejection::lifts_unseen`).
+    lifting_unseen: usize,
+    /// The first [`RETRY_REASONS_SHOWN`] of their reasons (a busy cluster's filter passes some
+    /// node, and then none of them is read).
+    lifting_shown: Vec<Arc<str>>,
     /// Whether the pod asks for carma GPUs (else every candidate passes unscored).
     needs_gpus: bool,
 }
@@ -371,27 +377,18 @@ impl<'a> Judged<'a> {
     /// Answered as failed nodes, such a pod would wait among kube-scheduler's unschedulable pods
     /// until an event its plugins name, at worst five minutes after the GPU freed up.
     fn retry_request(&self, pod: &Pod) -> Option<String> {
-        if !self.needs_gpus || self.lifting_unseen.is_empty() || self.passed.contains(&true) {
+        if !self.needs_gpus || self.lifting_unseen == 0 || self.passed.contains(&true) {
             return None;
         }
-        let shown: Vec<&str> = self
-            .lifting_unseen
-            .iter()
-            .take(RETRY_REASONS_SHOWN)
-            .map(|r| r.as_ref())
-            .collect();
-        let more = self.lifting_unseen.len() - shown.len();
-        let more = if more > 0 {
-            format!(" (and {more} more node(s))")
-        } else {
-            String::new()
-        };
+        // The counts come before the quoted reasons: the answer is cut to 512 bytes.
+        let shown: Vec<&str> = self.lifting_shown.iter().map(|r| r.as_ref()).collect();
         Some(format!(
             "{RETRY_PREFIX} no node takes pod {} yet (0 of {}); on {} only GPU telemetry or time, \
-             which kube-scheduler does not watch, can lift the refusal: {}{more}",
+             which kube-scheduler does not watch, can lift the refusal ({} quoted): {}",
             pod_key(pod),
             self.names.len(),
-            self.lifting_unseen.len(),
+            self.lifting_unseen,
+            shown.len(),
             shown.join("; "),
         ))
     }
