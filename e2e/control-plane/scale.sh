@@ -28,6 +28,10 @@
 #                                   [--repeats N]        # each phase N times, alternating (default 1)
 #                                   [--quiet 60s]        # window for carma's API writes at rest (0: none)
 #                                   [--churn [ROUNDS]] [--phases plain,carma] [--stall 90s]
+#                                   # --phases dra-carma,dra-whole,dra-tainted: the DRA path (claims
+#                                   # on ResourceSlices; adds kube-controller-manager and a scale-dra line)
+#                                   [--plant-dra-overcommit]   # planted fault: a claim written past the
+#                                   # allocator over-commits a device; the run must fail
 #                                   [--set chart.value=x ...]   # more chart values for the carma phase
 #        CARMA_E2E_KEEP=1 scale.sh ...        # keep the work directory (logs, kubeconfig)
 #        scale.sh ctl <verb>                  # used by cmd/scale to start and stop the schedulers
@@ -97,7 +101,7 @@ if [[ "${1:-}" == ctl ]]; then shift; ctl "$@"; exit; fi
 # ---- arguments ---------------------------------------------------------------------------------------
 
 NODES=100; GPUS=8; PODS=200; LATENCY_PODS=0; LATENCY_RATE=0; CHURN=0; PHASES=plain,carma; STALL=90s; CHART_SETS=()
-CLIENT_QPS=1000; CLIENT_BURST=""; FILLER=10; FILLER_NOTE=""; REPEATS=1; QUIET=60s
+CLIENT_QPS=1000; CLIENT_BURST=""; FILLER=10; FILLER_NOTE=""; REPEATS=1; QUIET=60s; PLANT_DRA=false
 command_line="bash e2e/control-plane/scale.sh $*"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -116,6 +120,7 @@ while [[ $# -gt 0 ]]; do
     --filler-note) FILLER_NOTE="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
     --quiet) QUIET="$2"; shift 2 ;;
+    --plant-dra-overcommit) PLANT_DRA=true; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -198,6 +203,19 @@ profiles:
   - schedulerName: $PLAIN
 EOF
 
+# The DRA phases need kube-controller-manager's resourceclaim controller, which makes each pod's
+# ResourceClaim from its template (only that controller; the benchmark deletes the claims itself).
+# Built as the real-node run builds it; its client gets the same limits as both kube-schedulers.
+if [[ "$PHASES" == *dra* ]]; then
+  kcm_bin="$(bash "$ROOT/e2e/real-node/build.sh" | tail -1)/kube-controller-manager"
+  kcm_client=()
+  (( CLIENT_QPS > 0 )) && kcm_client=(--kube-api-qps "$CLIENT_QPS" --kube-api-burst "$CLIENT_BURST")
+  "$kcm_bin" --kubeconfig "$WORK/kubeconfig" --controllers resourceclaim-controller --leader-elect=false \
+    --secure-port 0 "${kcm_client[@]}" --v=2 >>"$WORK/logs/controller-manager.log" 2>&1 &
+  echo $! >"$WORK/pids/controller-manager"
+  log "kube-controller-manager (resourceclaim-controller only${kcm_client[*]:+, ${kcm_client[*]}}) started"
+fi
+
 replicas="$(awk -F= '/- --replicas=/{print $2; exit}' "$WORK/rendered.yaml")"
 [[ -n "$replicas" ]] || die "no --replicas in the rendered device plugin"
 log "setup done after $(( $(date +%s) - t_start )) s; benchmark: $NODES nodes × $GPUS GPUs, $PODS pods per batch"
@@ -205,7 +223,7 @@ rc=0
 "$BIN/scale" --kubeconfig "$WORK/kubeconfig" --work "$WORK" --ctl "$HERE/scale.sh ctl" \
   --examples "$ROOT/deploy/examples" --nodes "$NODES" --gpus-per-node "$GPUS" --replicas "$replicas" \
   --pods "$PODS" --latency-pods "$LATENCY_PODS" --latency-rate "$LATENCY_RATE" --churn "$CHURN" --phases "$PHASES" --stall "$STALL" \
-  --filler-per-node "$FILLER" --filler-note "$FILLER_NOTE" --repeats "$REPEATS" --quiet "$QUIET" \
+  --filler-per-node "$FILLER" --filler-note "$FILLER_NOTE" --repeats "$REPEATS" --quiet "$QUIET" --plant-dra-overcommit="$PLANT_DRA" \
   --carma-scheduler "$(awk '/schedulerName:/{print $2; exit}' "$HERE/values.yaml")" \
   --plain-scheduler-url "https://127.0.0.1:$PLAIN_PORT" --carma-scheduler-url "https://127.0.0.1:$SCHED_PORT" \
   --extender-metrics-url "http://127.0.0.1:$EXT_METRICS_PORT" || rc=$?

@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -94,6 +95,8 @@ type config struct {
 	extenderPidFile  string
 	apiserverPidFile string
 	etcdPidFile      string
+	kcmPidFile       string
+	plantDRA         bool
 	fillerPerNode    int
 	fillerNote       string
 	repeats          int
@@ -146,7 +149,7 @@ func main() {
 	flag.IntVar(&c.latencyPods, "latency-pods", 0, "pods of the half-rate batch (default: pods/2, at least 100)")
 	flag.Float64Var(&c.latencyRate, "latency-rate", 0, "offered rate of the latency batch in both phases (pods/s; default: half of the phase's saturated rate)")
 	flag.IntVar(&c.churn, "churn", 0, "churn rounds after the carma batches: each creates and deletes pods")
-	flag.StringVar(&c.phases, "phases", "plain,carma", "phases to run: plain (kube-scheduler alone), carma")
+	flag.StringVar(&c.phases, "phases", "plain,carma", "phases to run: plain (kube-scheduler alone), carma, and on the DRA path dra-carma, dra-whole, dra-tainted")
 	flag.StringVar(&c.carmaScheduler, "carma-scheduler", "carma-scheduler", "the chart's scheduler profile name")
 	flag.StringVar(&c.plainURL, "plain-scheduler-url", "", "the plain kube-scheduler's secure port (https://127.0.0.1:PORT)")
 	flag.StringVar(&c.carmaURL, "carma-scheduler-url", "", "the chart's kube-scheduler's secure port (https://127.0.0.1:PORT)")
@@ -159,6 +162,8 @@ func main() {
 	flag.StringVar(&c.extenderPidFile, "extender-pid", "carma-scheduler-extender-0", "pid file of the extender")
 	flag.StringVar(&c.apiserverPidFile, "apiserver-pid", "apiserver", "pid file of kube-apiserver")
 	flag.StringVar(&c.etcdPidFile, "etcd-pid", "etcd", "pid file of etcd")
+	flag.BoolVar(&c.plantDRA, "plant-dra-overcommit", false, "planted fault: a claim past the allocator over-commits a device in the first dra-carma run (the run must fail)")
+	flag.StringVar(&c.kcmPidFile, "kcm-pid", "controller-manager", "pid file of kube-controller-manager (the DRA phases' resourceclaim controller)")
 	flag.IntVar(&c.fillerPerNode, "filler-per-node", 10, "other (non-GPU) pods bound to every hollow node before the batches, as in a shared cluster")
 	flag.StringVar(&c.fillerNote, "filler-note", "", "a note printed beside the filler count (e.g. why it is smaller than the default)")
 	flag.IntVar(&c.repeats, "repeats", 1, "run each phase this many times (alternating), and print min / median / max")
@@ -233,9 +238,28 @@ func main() {
 	for _, p := range strings.Split(c.phases, ",") {
 		want[strings.TrimSpace(p)] = true
 	}
+	anyDRA := false
+	for _, m := range draModes {
+		anyDRA = anyDRA || want[m.name]
+	}
+	for p := range want {
+		if p != "plain" && p != "carma" && !slices.ContainsFunc(draModes, func(m draMode) bool { return m.name == p }) {
+			fatal("--phases: unknown phase %q (plain, carma, dra-carma, dra-whole, dra-tainted)", p)
+		}
+	}
+	if anyDRA {
+		t := time.Now()
+		if err := b.setupDRA(ctx); err != nil {
+			fatal("DRA setup: %v", err)
+		}
+		fmt.Printf("  DRA: DeviceClasses %s and %s, %d claim templates, 2 ResourceSlices on each of %d nodes (%.1f s)\n",
+			draCarmaClass, draWholeClass, len(draBookings)+1, c.nodes, time.Since(t).Seconds())
+	}
 	var plains, carmas []phaseResult
+	var dras []draResult
 	failed := false
 	latencyRate := c.latencyRate
+	draLatencyRate := c.latencyRate
 	// carma first in each run: its first saturated rate sets the latency batches' offered rate (half of
 	// it, unless --latency-rate), which both sides then get. With both clients unthrottled carma is the
 	// slower scheduler, and half of kube-scheduler's own rate would offer carma more than it sustains.
@@ -250,6 +274,13 @@ func main() {
 			plains = append(plains, r)
 			failed = failed || r.failed
 		}
+		for _, m := range draModes {
+			if want[m.name] {
+				r := b.runDRAPhase(ctx, m, rep, &draLatencyRate)
+				dras = append(dras, r)
+				failed = failed || r.failed
+			}
+		}
 	}
 	nodes, gpus := b.clusterShape(ctx)
 	if filler, err = b.countFiller(ctx); err != nil {
@@ -261,20 +292,27 @@ func main() {
 	for _, r := range plains {
 		r.report(runTitle("kube-scheduler alone", r.rep, c.repeats), false)
 	}
-	if len(plains) == 0 {
+	if len(plains) == 0 && want["carma"] {
 		phaseResult{}.report("kube-scheduler alone", false)
 	}
 	for _, r := range carmas {
 		r.report(runTitle("with carma", r.rep, c.repeats), true)
 	}
-	if len(carmas) == 0 {
+	if len(carmas) == 0 && want["plain"] {
 		phaseResult{}.report("with carma", true)
 	}
 	fmt.Println()
-	s := summarize(plains, carmas)
-	fmt.Println(s.line(nodes, gpus, latencyRate, filler))
-	for _, l := range s.details(nodes, c.repeats) {
-		fmt.Println(l)
+	if want["plain"] || want["carma"] {
+		s := summarize(plains, carmas)
+		fmt.Println(s.line(nodes, gpus, latencyRate, filler))
+		for _, l := range s.details(nodes, c.repeats) {
+			fmt.Println(l)
+		}
+	}
+	if anyDRA {
+		for _, l := range draLines(nodes, gpus, dras, draLatencyRate) {
+			fmt.Println(l)
+		}
 	}
 	if failed {
 		os.Exit(1)
@@ -471,9 +509,14 @@ func (b *bench) pod(batch string, i int, carma bool) *v1.Pod {
 	return p
 }
 
-// runBatch creates n pods of batch (as fast as possible when rate is 0, else paced at rate pods/s)
+// devicePod makes the pods of a device-plugin phase: carma.io/gpu with carma, else nvidia.com/gpu.
+func (b *bench) devicePod(carma bool) func(string, int) *v1.Pod {
+	return func(batch string, i int) *v1.Pod { return b.pod(batch, i, carma) }
+}
+
+// runBatch creates n pods of batch (made by mk) (as fast as possible when rate is 0, else paced at rate pods/s)
 // and waits until every created pod is bound or none was bound for cfg.stall.
-func (b *bench) runBatch(ctx context.Context, batch string, n int, carma bool, rate float64) batchResult {
+func (b *bench) runBatch(ctx context.Context, batch string, n int, mk func(batch string, i int) *v1.Pod, rate float64) batchResult {
 	r := batchResult{name: batch, ran: true, want: n, rate: rate}
 	var errs atomic.Int64
 	var wg sync.WaitGroup
@@ -482,7 +525,7 @@ func (b *bench) runBatch(ctx context.Context, batch string, n int, carma bool, r
 	create := func(i int) {
 		defer wg.Done()
 		defer func() { <-sem }()
-		if _, err := b.kube.CoreV1().Pods(benchNS).Create(ctx, b.pod(batch, i, carma), metav1.CreateOptions{}); err != nil {
+		if _, err := b.kube.CoreV1().Pods(benchNS).Create(ctx, mk(batch, i), metav1.CreateOptions{}); err != nil {
 			if errs.Add(1) <= 3 {
 				fmt.Printf("    create %s-%06d: %v\n", batch, i, err)
 			}
@@ -826,7 +869,7 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 	procs := b.cpuProcs(schedPID, extPID)
 	a0, errA0 := b.apiScrape(ctx)
 	c0, tSat := procs.now(), time.Now()
-	r.sat = b.runBatch(ctx, name+"-sat", b.cfg.pods, carma, 0)
+	r.sat = b.runBatch(ctx, name+"-sat", b.cfg.pods, b.devicePod(carma), 0)
 	c1 := procs.now()
 	a1, errA1 := b.apiScrape(ctx)
 	if errA0 == nil && errA1 == nil {
@@ -844,7 +887,7 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 	}
 	if half > 0 {
 		c0 := procs.now()
-		r.half = b.runBatch(ctx, name+"-half", b.cfg.latencyPods, carma, half)
+		r.half = b.runBatch(ctx, name+"-half", b.cfg.latencyPods, b.devicePod(carma), half)
 		r.cpuHalf = cpuPer1000(c0, procs.now(), r.half.bound)
 		fmt.Printf("  latency batch (%.1f pods/s offered): %d of %d bound, creation → bind p50 %.0f ms, p99 %.0f ms\n",
 			half, r.half.bound, r.half.want, percentile(r.half.lat, 0.5), percentile(r.half.lat, 0.99))
@@ -855,7 +898,7 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 	if carma && rep == b.cfg.repeats {
 		for i := 1; i <= b.cfg.churn; i++ {
 			batch := fmt.Sprintf("carma-churn-%02d", i)
-			res := b.runBatch(ctx, batch, b.cfg.pods, true, 0)
+			res := b.runBatch(ctx, batch, b.cfg.pods, b.devicePod(true), 0)
 			check()
 			b.deleteBatch(ctx, batch)
 			var rss float64
