@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use carma_gpu::config::{
-    BackendKind, ConfigError, MpsConfig, SimulatedGpus, SimulatedMetrics, parse_duration,
-    parse_duration_up_to,
+    BackendKind, BackendSettings, ConfigError, MpsConfig, SimulatedGpus, SimulatedMetrics,
+    parse_duration, parse_duration_up_to,
 };
 
 /// Most synthetic pods per simulated GPU (`--simulated-pods`): each carries a
@@ -16,10 +16,8 @@ pub const MAX_SIMULATED_PODS: u32 = 64;
 /// Everything the device plugin needs to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// GPU backend.
-    pub backend: BackendKind,
-    /// Simulated GPUs (backend `simulated`).
-    pub simulated_gpus: SimulatedGpus,
+    /// The GPU backend and how it is sampled.
+    pub backend: BackendSettings,
     /// Synthetic pods per simulated GPU; `None`: 2 when no API server is reachable, else 0.
     /// At most [`MAX_SIMULATED_PODS`].
     pub simulated_pods: Option<u32>,
@@ -33,19 +31,11 @@ pub struct Config {
     pub metrics_addr: SocketAddr,
     /// This node's name (GpuNode name, pod lookup).
     pub node_name: String,
-    /// dcgm-exporter URL (backend `dcgm`).
-    pub dcgm_endpoint: Option<String>,
     /// MPS limits in Allocate responses; `None`: off (memory limits are advisory).
     pub mps: Option<MpsConfig>,
-    /// Telemetry sampling interval.
-    pub sample_interval: Duration,
-    /// Samples per window (CARMA: 30).
-    pub window: usize,
     /// Caps of the exported gate verdict; the SM activity cap is also exported as
     /// `carma_gpu_sm_activity_cap_ratio`.
     pub gate: carma_gpu::sampling::GateCaps,
-    /// Which real source's metric set the simulated backend mimics.
-    pub simulated_metrics: SimulatedMetrics,
     /// Publish thresholds and heartbeat of the GpuNode status.
     pub publish: PublishConfig,
     /// How long a pod list serves the telemetry loop before it is refreshed.
@@ -111,8 +101,7 @@ impl Config {
     /// A configuration with the documented defaults for `node_name` and `backend`.
     pub fn new(node_name: impl Into<String>, backend: BackendKind) -> Self {
         Self {
-            backend,
-            simulated_gpus: SimulatedGpus::default(),
+            backend: BackendSettings::new(backend),
             simulated_pods: None,
             replicas: 8,
             device_plugin_dir: PathBuf::from(DEFAULT_DEVICE_PLUGIN_DIR),
@@ -121,12 +110,8 @@ impl Config {
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 9402))),
             node_name: node_name.into(),
-            dcgm_endpoint: None,
             mps: None,
-            sample_interval: Duration::from_secs(1),
-            window: carma_core::telemetry::DEFAULT_WINDOW,
             gate: carma_gpu::sampling::GateCaps::default(),
-            simulated_metrics: SimulatedMetrics::default(),
             publish: PublishConfig::default(),
             pod_cache_ttl: Duration::from_secs(10),
             watch_interval: Duration::from_secs(1),
@@ -179,22 +164,13 @@ impl Config {
                 self.socket_name
             )));
         }
-        if self.backend == BackendKind::Dcgm && self.dcgm_endpoint.is_none() {
-            return Err(ConfigError::Invalid(
-                "--backend dcgm needs --dcgm-endpoint (the dcgm-exporter URL, e.g. http://127.0.0.1:9400/metrics)"
-                    .to_string(),
-            ));
-        }
-        if self.window == 0 {
-            return Err(ConfigError::Invalid(
-                "window must hold at least one sample".into(),
-            ));
-        }
+        self.backend.validate()?;
         let p = &self.publish;
-        if p.heartbeat < p.min_interval.max(self.sample_interval) {
+        let interval = self.backend.sample_interval;
+        if p.heartbeat < p.min_interval.max(interval) {
             return Err(ConfigError::Invalid(format!(
-                "--publish-heartbeat {:?}: expected at least the sample interval ({:?})",
-                p.heartbeat, self.sample_interval
+                "--publish-heartbeat {:?}: expected at least the sample interval ({interval:?})",
+                p.heartbeat
             )));
         }
         if !(p.risk_delta.is_finite() && p.risk_delta > 0.0 && p.risk_delta <= 1.0) {
@@ -232,14 +208,14 @@ mod tests {
                 .contains("--sm-activity-cap")
         );
         c.gate.sm_activity = 0.8;
-        c.backend = BackendKind::Dcgm;
+        c.backend.kind = BackendKind::Dcgm;
         assert!(
             c.validate()
                 .unwrap_err()
                 .to_string()
                 .contains("--dcgm-endpoint")
         );
-        c.backend = BackendKind::Simulated;
+        c.backend.kind = BackendKind::Simulated;
         c.node_name = " ".into();
         assert!(
             c.validate()

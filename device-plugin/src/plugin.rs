@@ -25,7 +25,7 @@ use crate::proto::Device;
 use crate::publisher::Publisher;
 use crate::registration::KubeletLink;
 use carma_gpu::backends::simulated::SimulatedControl;
-use carma_gpu::backends::{BackendError, BackendSpec, Backends, GpuBackend, open_backend};
+use carma_gpu::backends::{BackendError, Backends, GpuBackend, open_backend};
 use carma_gpu::sampling::{Sampling, ticker};
 use carma_gpu::telemetry::{Snapshot, sample_context};
 
@@ -112,13 +112,7 @@ impl RunningPlugin {
 
 /// Build the backend `config` names.
 fn build_backend(config: &Config) -> Result<Backends, BackendError> {
-    open_backend(BackendSpec {
-        kind: config.backend,
-        node: &config.node_name,
-        dcgm_endpoint: config.dcgm_endpoint.as_deref(),
-        simulated: (config.simulated_gpus, config.simulated_metrics),
-        interval: config.sample_interval,
-    })
+    open_backend(&config.backend, &config.node_name)
 }
 
 /// Start the device plugin: sample once, then serve kubelet, sample, publish and serve HTTP until
@@ -190,7 +184,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
 
     let metrics = Arc::new(Metrics::new(node.clone(), config.gate.sm_activity));
     metrics.set_memory_enforcement(enforcement);
-    let health = Arc::new(Health::new(config.sample_interval));
+    let health = Arc::new(Health::new(config.backend.sample_interval));
     let gpus = Arc::new(RwLock::new(Vec::new()));
     let gpu_memory = Arc::new(RwLock::new(HashMap::new()));
     let (devices_tx, devices_rx) = watch::channel(Vec::<Device>::new());
@@ -201,8 +195,8 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
         sampling: Sampling::new(
             backend.clone(),
             node.clone(),
-            config.window,
-            config.sample_interval,
+            config.backend.window,
+            config.backend.sample_interval,
             config.gate,
         ),
         lookup: lookup.clone(),
@@ -222,7 +216,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningPlugin, 
     sampler.tick().await;
 
     let mut tasks = Vec::new();
-    let interval = config.sample_interval;
+    let interval = config.backend.sample_interval;
     let mut stop = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
         let mut ticker = ticker(interval).await;

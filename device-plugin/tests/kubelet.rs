@@ -343,7 +343,7 @@ async fn allocate_limits_memory_so_the_limits_on_a_gpu_fit_in_it() {
         TestPod::new("late", NODE, &[&g[0]], "2026-01-01T10:00:00Z", 8000).info(),
     ];
     let mut config = test_config(NODE, dir.path());
-    config.simulated_gpus = SimulatedGpus {
+    config.backend.simulated_gpus = SimulatedGpus {
         count: 2,
         memory_mib: 16384,
     };

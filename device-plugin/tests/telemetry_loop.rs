@@ -408,7 +408,7 @@ async fn every_simulated_metric_set_shows_its_gate_rule() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let mut config = test_config(NODE, dir.path());
-        config.simulated_metrics = metrics;
+        config.backend.simulated_metrics = metrics;
         let running = start(config, Dependencies::default()).await.unwrap();
         let addr = running.metrics_addr();
         let body = eventually(WAIT, || async move {

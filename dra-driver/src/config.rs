@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use carma_gpu::config::{BackendKind, MpsConfig, SimulatedGpus, SimulatedMetrics};
+use carma_gpu::config::{BackendKind, BackendSettings, MpsConfig};
 use thiserror::Error;
 
 use crate::DRIVER_NAME;
@@ -32,14 +32,8 @@ pub const DEFAULT_HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 pub struct Config {
     /// This node's name: the ResourceSlice's `nodeName` and its pool's name.
     pub node_name: String,
-    /// GPU backend (the GPU layer's, as for the device plugin).
-    pub backend: BackendKind,
-    /// Simulated GPUs (backend `simulated`).
-    pub simulated_gpus: SimulatedGpus,
-    /// Which source's metric set the simulated backend mimics.
-    pub simulated_metrics: SimulatedMetrics,
-    /// dcgm-exporter URL (backend `dcgm`).
-    pub dcgm_endpoint: Option<String>,
+    /// The GPU backend and how it is sampled (as for the device plugin).
+    pub backend: BackendSettings,
     /// The kubelet's plugin-watcher directory; the registration socket `gpu.carma.io-reg.sock` is
     /// created in it.
     pub registry_dir: PathBuf,
@@ -47,10 +41,6 @@ pub struct Config {
     pub plugin_dir: PathBuf,
     /// Where per-claim CDI specs are written.
     pub cdi_dir: PathBuf,
-    /// Telemetry sampling interval.
-    pub sample_interval: Duration,
-    /// Samples per activity window (CARMA: 30).
-    pub window: usize,
     /// Caps of the utilization gate.
     pub gate: carma_gpu::sampling::GateCaps,
     /// A gated GPU is reopened only when the gate passes with every cap lowered by this much, so a
@@ -89,15 +79,10 @@ impl Config {
     pub fn new(node_name: impl Into<String>, backend: BackendKind) -> Self {
         Self {
             node_name: node_name.into(),
-            backend,
-            simulated_gpus: SimulatedGpus::default(),
-            simulated_metrics: SimulatedMetrics::default(),
-            dcgm_endpoint: None,
+            backend: BackendSettings::new(backend),
             registry_dir: PathBuf::from(DEFAULT_REGISTRY_DIR),
             plugin_dir: PathBuf::from(DEFAULT_PLUGIN_DIR),
             cdi_dir: PathBuf::from(DEFAULT_CDI_DIR),
-            sample_interval: Duration::from_secs(1),
-            window: carma_core::telemetry::DEFAULT_WINDOW,
             gate: carma_gpu::sampling::GateCaps::default(),
             gate_reopen_margin: 0.05,
             slots: 8,
@@ -171,13 +156,9 @@ impl Config {
         if self.health_check_interval.is_zero() {
             return bad("the health check interval must be longer than zero".into());
         }
-        if self.window == 0 {
-            return bad("the activity window must hold at least one sample".into());
-        }
-        if self.backend == BackendKind::Dcgm && self.dcgm_endpoint.is_none() {
-            return bad("--backend dcgm needs --dcgm-endpoint (the dcgm-exporter URL)".into());
-        }
-        Ok(())
+        self.backend
+            .validate()
+            .map_err(|e| ConfigError(e.to_string()))
     }
 }
 
@@ -214,7 +195,7 @@ mod tests {
         c.plugin_dir = PathBuf::from("plugins/gpu.carma.io");
         assert!(c.validate().unwrap_err().0.contains("--plugin-dir"));
         c.plugin_dir = PathBuf::from(DEFAULT_PLUGIN_DIR);
-        c.backend = BackendKind::Dcgm;
+        c.backend.kind = BackendKind::Dcgm;
         assert!(c.validate().unwrap_err().0.contains("--dcgm-endpoint"));
     }
 }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use carma_gpu::backends::GpuBackend;
+use carma_gpu::backends::open_backend;
 use carma_gpu::backends::simulated::SimulatedControl;
-use carma_gpu::backends::{BackendSpec, open_backend};
 use carma_gpu::sampling::{Sampling, ticker};
 use carma_gpu::telemetry::Snapshot;
 use carma_gpu::windows::stale_after;
@@ -161,13 +161,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     let node = config.node_name.clone();
     let (backend, sim) = match deps.backend {
         Some(b) => (b, None),
-        None => open_backend(BackendSpec {
-            kind: config.backend,
-            node: &node,
-            dcgm_endpoint: config.dcgm_endpoint.as_deref(),
-            simulated: (config.simulated_gpus, config.simulated_metrics),
-            interval: config.sample_interval,
-        })?,
+        None => open_backend(&config.backend, &node)?,
     };
     let memory_hook =
         carma_gpu::enforcement::prepare(&config.memory_limits, None, backend.cuda_driver_version())
@@ -179,7 +173,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         (None, Some(client)) => Arc::new(KubeClaims::new(client.clone())),
         (None, None) => return Err(Error::NoApiServer),
     };
-    let stale = stale_after(config.sample_interval);
+    let stale = stale_after(config.backend.sample_interval);
     let inventory = Inventory::default();
     let prepared = Prepared::default();
     let checkpoint_file = checkpoint_path(&config.plugin_dir);
@@ -192,8 +186,8 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
         sampling: Sampling::new(
             backend.clone(),
             node.clone(),
-            config.window,
-            config.sample_interval,
+            config.backend.window,
+            config.backend.sample_interval,
             config.gate,
         ),
         prepared: prepared.clone(),
@@ -247,7 +241,7 @@ pub async fn start(config: Config, deps: Dependencies) -> Result<RunningDriver, 
     };
 
     let mut tasks = Tasks::default();
-    let interval = config.sample_interval;
+    let interval = config.backend.sample_interval;
     let mut stop = shutdown_rx.clone();
     tasks.spawn("telemetry", async move {
         let mut ticker = ticker(interval).await;

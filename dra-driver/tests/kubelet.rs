@@ -98,14 +98,14 @@ async fn start_with(
     tweak: impl FnOnce(&mut Config),
 ) -> RunningDriver {
     let mut config = Config::new(NODE, BackendKind::Simulated);
-    config.simulated_gpus = SimulatedGpus {
+    config.backend.simulated_gpus = SimulatedGpus {
         count: 4,
         memory_mib: 40960,
     };
     config.registry_dir = dir.join("plugins_registry");
     config.plugin_dir = dir.join("plugins/gpu.carma.io");
     config.cdi_dir = dir.join("cdi");
-    config.sample_interval = Duration::from_millis(100);
+    config.backend.sample_interval = Duration::from_millis(100);
     tweak(&mut config);
     let deps = Dependencies {
         claims: Some(Arc::new(claims.clone())),
@@ -681,8 +681,8 @@ async fn the_gate_taint_follows_the_measured_sm_activity_and_prepared_claims_rea
     config.registry_dir = dir.path().join("registry");
     config.plugin_dir = dir.path().join("plugin");
     config.cdi_dir = dir.path().join("cdi");
-    config.sample_interval = Duration::from_millis(50);
-    config.window = 1;
+    config.backend.sample_interval = Duration::from_millis(50);
+    config.backend.window = 1;
     let driver = carma_dra_driver::start(
         config,
         Dependencies {

@@ -27,6 +27,14 @@ pub enum ConfigError {
     /// `--backend` is unknown.
     #[error("--backend {0:?}: expected nvml, dcgm or simulated")]
     Backend(String),
+    /// `--backend dcgm` without `--dcgm-endpoint`.
+    #[error(
+        "--backend dcgm needs --dcgm-endpoint (the dcgm-exporter URL, e.g. http://127.0.0.1:9400/metrics)"
+    )]
+    NoDcgmEndpoint,
+    /// An activity window of no samples.
+    #[error("the activity window must hold at least one sample")]
+    EmptyWindow,
     /// Another flag is out of range.
     #[error("{0}")]
     Invalid(String),
@@ -104,6 +112,51 @@ impl FromStr for SimulatedMetrics {
                 "--simulated-metrics {s:?}: expected nvml (no occupancy), gpm or dcgm (no process list)"
             ))),
         }
+    }
+}
+
+/// How a node agent samples its GPUs: the backend, what it scrapes or simulates, and the
+/// sampling interval and window. The device plugin, the DRA driver and `carma local` open their
+/// backend from it ([`crate::backends::open_backend`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendSettings {
+    /// Which backend.
+    pub kind: BackendKind,
+    /// The simulated GPUs (backend `simulated`).
+    pub simulated_gpus: SimulatedGpus,
+    /// The metric set the simulated GPUs mimic (backend `simulated`).
+    pub simulated_metrics: SimulatedMetrics,
+    /// dcgm-exporter's metrics URL (backend `dcgm`).
+    pub dcgm_endpoint: Option<String>,
+    /// Telemetry sampling interval.
+    pub sample_interval: Duration,
+    /// Samples per activity window (CARMA: 30).
+    pub window: usize,
+}
+
+impl BackendSettings {
+    /// `kind` with the defaults: four simulated 40 GiB GPUs mimicking GPM, no dcgm-exporter, a
+    /// sample a second into CARMA's window.
+    pub fn new(kind: BackendKind) -> Self {
+        Self {
+            kind,
+            simulated_gpus: SimulatedGpus::default(),
+            simulated_metrics: SimulatedMetrics::default(),
+            dcgm_endpoint: None,
+            sample_interval: Duration::from_secs(1),
+            window: carma_core::telemetry::DEFAULT_WINDOW,
+        }
+    }
+
+    /// Check what the flag parsers cannot check alone.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.kind == BackendKind::Dcgm && self.dcgm_endpoint.is_none() {
+            return Err(ConfigError::NoDcgmEndpoint);
+        }
+        if self.window == 0 {
+            return Err(ConfigError::EmptyWindow);
+        }
+        Ok(())
     }
 }
 
@@ -268,6 +321,21 @@ mod tests {
             Duration::from_secs(172_800)
         );
         assert!(parse_duration_up_to("f", "366d", year).is_err());
+    }
+
+    #[test]
+    fn backend_settings_validation_names_the_flag() {
+        let mut s = BackendSettings::new(BackendKind::Simulated);
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(s.sample_interval, Duration::from_secs(1));
+        assert_eq!(s.window, carma_core::telemetry::DEFAULT_WINDOW);
+        s.kind = BackendKind::Dcgm;
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("--dcgm-endpoint"), "{err}");
+        s.dcgm_endpoint = Some("http://127.0.0.1:9400/metrics".into());
+        assert_eq!(s.validate(), Ok(()));
+        s.window = 0;
+        assert_eq!(s.validate(), Err(ConfigError::EmptyWindow));
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! (`carma-device-plugin`), the DRA driver (`carma-dra-driver`) and `carma local`.
 //!
 //! * samples the GPUs through one of three [`backends`] (NVML, DCGM via dcgm-exporter,
-//!   simulated), opened from the agents' flags by [`backends::open_backend`] ([`config`] holds
-//!   the flag values' types and parsers, [`parse_duration`] among them);
+//!   simulated), opened from the agents' [`BackendSettings`] by [`backends::open_backend`]
+//!   ([`config`] holds the flag values' types and parsers, [`parse_duration`] among them);
 //! * keeps CARMA's telemetry windows per GPU and metric ([`windows`]) and reduces them to risk
 //!   scores, the utilization gate's verdict and a node [`telemetry::Snapshot`] ([`telemetry`],
 //!   using `carma-core`), attributing GPU memory to the pods on the node ([`pod`], [`cgroup`]);
@@ -32,6 +32,6 @@ pub mod uds;
 pub mod windows;
 
 pub use config::{
-    BackendKind, ConfigError, MpsConfig, SimulatedGpus, SimulatedMetrics, parse_duration,
-    parse_duration_up_to,
+    BackendKind, BackendSettings, ConfigError, MpsConfig, SimulatedGpus, SimulatedMetrics,
+    parse_duration, parse_duration_up_to,
 };

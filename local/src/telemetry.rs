@@ -20,13 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use carma_core::{Gpu, Millis};
-use carma_gpu::BackendKind;
-use carma_gpu::SimulatedGpus;
-use carma_gpu::backends::{BackendSpec, open_backend};
+use carma_gpu::backends::open_backend;
 use carma_gpu::backends::{GpuBackend, GpuSample, PodOnGpu, SampleContext};
 use carma_gpu::config::SimulatedMetrics;
 use carma_gpu::windows::GpuWindows;
 use carma_gpu::windows::stale_after;
+use carma_gpu::{BackendKind, BackendSettings, SimulatedGpus};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
@@ -113,28 +112,30 @@ pub struct Telemetry {
 impl Telemetry {
     /// Start `choice`, sampled every `interval`, with `window` samples per activity metric.
     pub fn start(choice: &BackendChoice, interval: Duration, window: usize) -> Result<Self> {
-        let (kind, dcgm_endpoint, simulated) = match choice {
+        let (kind, dcgm_endpoint, (simulated_gpus, simulated_metrics)) = match choice {
             BackendChoice::Nvml => (BackendKind::Nvml, None, Default::default()),
             BackendChoice::Dcgm { endpoint } => (
                 BackendKind::Dcgm,
-                Some(endpoint.as_str()),
+                Some(endpoint.clone()),
                 Default::default(),
             ),
             BackendChoice::Simulated(spec, metrics) => {
                 (BackendKind::Simulated, None, (*spec, *metrics))
             }
         };
-        let (backend, _) = open_backend(BackendSpec {
+        let settings = BackendSettings {
             kind,
-            node: "local",
+            simulated_gpus,
+            simulated_metrics,
             dcgm_endpoint,
-            simulated,
-            interval,
-        })?;
+            sample_interval: interval,
+            window: window.max(1),
+        };
+        let (backend, _) = open_backend(&settings, "local")?;
         Ok(Self {
             backend,
             simulated: matches!(choice, BackendChoice::Simulated(..)),
-            window: window.max(1),
+            window: settings.window,
             stale_after: stale_after(interval),
             windows: BTreeMap::new(),
         })

@@ -124,22 +124,19 @@ impl DevicePluginArgs {
             }
         };
         let mut c = Config::new(node, self.gpus.backend);
-        c.simulated_gpus = self.gpus.simulated_gpus;
+        c.backend = self.gpus.settings(self.sample_interval);
         c.simulated_pods = self.simulated_pods;
         c.replicas = self.replicas;
         c.device_plugin_dir = self.device_plugin_dir.clone();
         c.socket_name = self.socket_name.clone();
         c.metrics_addr = self.metrics_addr;
-        c.dcgm_endpoint = self.gpus.dcgm_endpoint.clone();
         c.mps = self.mps.then(|| MpsConfig {
             pipe_directory: Some(self.mps_pipe_directory.clone()),
             shm_directory: self.mps_shm_directory.clone(),
             log_directory: self.mps_log_directory.clone(),
             active_thread_percentage: self.mps_active_thread_percentage,
         });
-        c.sample_interval = self.sample_interval;
         c.gate = self.gate.caps();
-        c.simulated_metrics = self.gpus.simulated_metrics;
         c.publish.heartbeat = self.publish_heartbeat;
         c.publish.free_mib_delta = self.publish_free_mib_delta;
         c.publish.risk_delta = self.publish_risk_delta;
@@ -268,19 +265,22 @@ mod tests {
         ])
         .unwrap();
         let c = args.to_config().unwrap();
-        assert_eq!(c.backend, BackendKind::Simulated);
+        assert_eq!(c.backend.kind, BackendKind::Simulated);
         assert_eq!(
-            (c.simulated_gpus.count, c.simulated_gpus.memory_mib),
+            (
+                c.backend.simulated_gpus.count,
+                c.backend.simulated_gpus.memory_mib
+            ),
             (8, 81920)
         );
         assert_eq!(c.replicas, 4);
         assert_eq!(c.device_plugin_dir, PathBuf::from("/tmp/dp"));
         assert_eq!(c.metrics_addr.port(), 9999);
         assert_eq!(c.node_name, "gpu-7");
-        assert_eq!(c.sample_interval, Duration::from_millis(500));
+        assert_eq!(c.backend.sample_interval, Duration::from_millis(500));
         assert_eq!(c.gate.sm_activity, 0.7);
         assert_eq!(c.gate.dram_activity, 0.3);
-        assert_eq!(c.simulated_metrics, SimulatedMetrics::Nvml);
+        assert_eq!(c.backend.simulated_metrics, SimulatedMetrics::Nvml);
         assert!(c.mps.is_some());
         assert_eq!(c.socket_name, "carma.sock");
         assert_eq!(c.memory_limits.mode, MemoryLimitsMode::Off);
@@ -307,7 +307,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.replicas, 8);
         assert_eq!(c.metrics_addr.to_string(), "0.0.0.0:9402");
-        assert_eq!(c.sample_interval, Duration::from_secs(1));
+        assert_eq!(c.backend.sample_interval, Duration::from_secs(1));
         assert_eq!(
             c.device_plugin_dir,
             PathBuf::from("/var/lib/kubelet/device-plugins")

@@ -69,9 +69,7 @@ pub struct DraDriverArgs {
 impl DraDriverArgs {
     fn to_config(&self) -> Result<Config, String> {
         let mut c = Config::new(self.node_name.trim(), self.gpus.backend);
-        c.simulated_gpus = self.gpus.simulated_gpus;
-        c.simulated_metrics = self.gpus.simulated_metrics;
-        c.dcgm_endpoint = self.gpus.dcgm_endpoint.clone();
+        c.backend = self.gpus.settings(self.sample_interval);
         c.registry_dir = self.registry_dir.clone();
         c.plugin_dir = self.plugin_dir.clone();
         c.cdi_dir = self.cdi_dir.clone();
@@ -80,7 +78,6 @@ impl DraDriverArgs {
         c.slots = self.slots;
         c.min_share_mib = self.min_share_mib;
         c.mps = self.mps.then(MpsConfig::with_defaults);
-        c.sample_interval = self.sample_interval;
         c.gate = self.gate.caps();
         c.gate_reopen_margin = self.gate_reopen_margin;
         c.metrics_addr = Some(self.metrics_addr);
@@ -167,7 +164,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.node_name, "gpu-7");
         assert_eq!(
-            (c.simulated_gpus.count, c.simulated_gpus.memory_mib),
+            (
+                c.backend.simulated_gpus.count,
+                c.backend.simulated_gpus.memory_mib
+            ),
             (2, 81920)
         );
         assert_eq!(c.slots, 4);

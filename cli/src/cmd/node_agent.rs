@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use carma_gpu::config::{self, BackendKind, ConfigError, SimulatedGpus, SimulatedMetrics};
+use carma_gpu::config::{
+    self, BackendKind, BackendSettings, ConfigError, SimulatedGpus, SimulatedMetrics,
+};
 use carma_gpu::enforcement::{DEFAULT_HOOK_PATH, HookConfig, MemoryLimitsMode};
 use carma_gpu::sampling::GateCaps;
 
@@ -28,6 +30,20 @@ pub struct BackendArgs {
     /// dcgm-exporter URL (backend `dcgm`), e.g. http://127.0.0.1:9400/metrics.
     #[arg(long, env = "CARMA_DCGM_ENDPOINT")]
     pub dcgm_endpoint: Option<String>,
+}
+
+impl BackendArgs {
+    /// The backend settings, sampled every `sample_interval` (each agent documents that flag its
+    /// own way) into CARMA's window.
+    pub fn settings(&self, sample_interval: Duration) -> BackendSettings {
+        BackendSettings {
+            simulated_gpus: self.simulated_gpus,
+            simulated_metrics: self.simulated_metrics,
+            dcgm_endpoint: self.dcgm_endpoint.clone(),
+            sample_interval,
+            ..BackendSettings::new(self.backend)
+        }
+    }
 }
 
 /// The utilization gate's caps (the extender's; the chart sets the same values everywhere), shared

@@ -249,7 +249,7 @@ pub fn test_config(node: &str, dir: &Path) -> Config {
     let mut c = Config::new(node, BackendKind::Simulated);
     c.device_plugin_dir = PathBuf::from(dir);
     c.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    c.sample_interval = Duration::from_millis(20);
+    c.backend.sample_interval = Duration::from_millis(20);
     c.watch_interval = Duration::from_millis(50);
     c.replicas = 4;
     c

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use futures::future::BoxFuture;
 use thiserror::Error;
 
-pub use open::{BackendSpec, Backends, open_backend};
+pub use open::{Backends, open_backend};
 
 /// A backend could not start or sample.
 #[derive(Debug, Clone, Error)]
