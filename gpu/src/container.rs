@@ -133,34 +133,11 @@ const MIB: u64 = 1024 * 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use carma_api::EstimateAnnotation;
-    use chrono::{DateTime, Utc};
-
-    fn ids(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    /// A shared assignment of `GPU-a` and `GPU-b`, 6000 MiB reserved on each.
-    fn assignment() -> Assignment {
-        Assignment {
-            gpus: ids(&["GPU-a", "GPU-b"]),
-            assigned_at: DateTime::parse_from_rfc3339("2026-01-01T00:00:01Z")
-                .unwrap()
-                .with_timezone(&Utc),
-            estimate: EstimateAnnotation {
-                mib: 6000,
-                source: "override".into(),
-                class: None,
-                samples: None,
-            },
-            exclusive: false,
-            allocated: false,
-        }
-    }
+    use crate::fixtures::shared_assignment;
 
     #[test]
     fn response_exposes_exactly_the_assigned_gpus() {
-        let a = &assignment();
+        let a = &shared_assignment();
         let r = container_env(a, &a.gpus, None, 6000);
         assert_eq!(r.envs[ENV_VISIBLE_DEVICES], "GPU-a,GPU-b");
         assert_eq!(r.envs[ENV_ASSIGNED_GPUS], "GPU-a,GPU-b");

@@ -25,6 +25,8 @@ pub mod cgroup;
 pub mod config;
 pub mod container;
 pub mod enforcement;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fixtures;
 pub mod pod;
 pub mod sampling;
 pub mod telemetry;

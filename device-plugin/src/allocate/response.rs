@@ -99,34 +99,11 @@ pub fn preferred_ids(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use carma_api::EstimateAnnotation;
-    use chrono::{DateTime, Utc};
-
-    fn ids(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    /// A shared assignment of `GPU-a` and `GPU-b`, 6000 MiB reserved on each.
-    fn assignment() -> Assignment {
-        Assignment {
-            gpus: ids(&["GPU-a", "GPU-b"]),
-            assigned_at: DateTime::parse_from_rfc3339("2026-01-01T00:00:01Z")
-                .unwrap()
-                .with_timezone(&Utc),
-            estimate: EstimateAnnotation {
-                mib: 6000,
-                source: "override".into(),
-                class: None,
-                samples: None,
-            },
-            exclusive: false,
-            allocated: false,
-        }
-    }
+    use carma_gpu::fixtures::{ids, shared_assignment};
 
     #[test]
     fn the_hook_name_follows_the_gpus_only_when_asked_for() {
-        let a = &assignment();
+        let a = &shared_assignment();
         let plain = container_response(a, &a.gpus, None, 6000);
         assert!(
             plain

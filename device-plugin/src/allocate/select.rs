@@ -205,6 +205,7 @@ mod tests {
     use super::*;
     use carma_api::names::SCHEDULER_NAME;
     use carma_api::{Assignment, EstimateAnnotation};
+    use carma_gpu::fixtures::ids;
     use chrono::{DateTime, Utc};
 
     fn at(s: &str) -> DateTime<Utc> {
@@ -238,10 +239,6 @@ mod tests {
             task: None,
             simulated: false,
         }
-    }
-
-    fn ids(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
     }
 
     #[test]
