@@ -1,5 +1,6 @@
 //! The `GpuNode` custom resource: one per GPU node, written by its device plugin.
 
+#[cfg(feature = "kube")]
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -9,44 +10,48 @@ use crate::condition::Condition;
 /// Per-GPU inventory and telemetry of one node, published by carma's device plugin.
 // Each `printcolumn(...)` repeats the keys `name`, `type_`, …; clippy reads them as duplicates.
 #[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
-#[kube(
-    group = "carma.io",
-    version = "v1alpha1",
-    kind = "GpuNode",
-    status = "GpuNodeStatus",
-    shortname = "gn",
-    category = "carma",
-    doc = "Per-GPU inventory and telemetry of one node, published by carma's device plugin.",
-    printcolumn(
-        name = "GPUs",
-        type_ = "integer",
-        json_path = ".status.gpuCount",
-        description = "GPUs on the node"
-    ),
-    printcolumn(
-        name = "Pods",
-        type_ = "integer",
-        json_path = ".status.podCount",
-        description = "carma pods on the node's GPUs"
-    ),
-    printcolumn(
-        name = "Summary",
-        type_ = "string",
-        json_path = ".status.summary",
-        description = "Per-GPU memory use and SM activity"
-    ),
-    printcolumn(
-        name = "Backend",
-        type_ = "string",
-        json_path = ".spec.backend",
-        description = "Telemetry backend"
-    ),
-    printcolumn(
-        name = "Updated",
-        type_ = "date",
-        json_path = ".status.updatedAt",
-        description = "Last publication"
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[cfg_attr(
+    feature = "kube",
+    derive(CustomResource),
+    kube(
+        group = "carma.io",
+        version = "v1alpha1",
+        kind = "GpuNode",
+        status = "GpuNodeStatus",
+        shortname = "gn",
+        category = "carma",
+        doc = "Per-GPU inventory and telemetry of one node, published by carma's device plugin.",
+        printcolumn(
+            name = "GPUs",
+            type_ = "integer",
+            json_path = ".status.gpuCount",
+            description = "GPUs on the node"
+        ),
+        printcolumn(
+            name = "Pods",
+            type_ = "integer",
+            json_path = ".status.podCount",
+            description = "carma pods on the node's GPUs"
+        ),
+        printcolumn(
+            name = "Summary",
+            type_ = "string",
+            json_path = ".status.summary",
+            description = "Per-GPU memory use and SM activity"
+        ),
+        printcolumn(
+            name = "Backend",
+            type_ = "string",
+            json_path = ".spec.backend",
+            description = "Telemetry backend"
+        ),
+        printcolumn(
+            name = "Updated",
+            type_ = "date",
+            json_path = ".status.updatedAt",
+            description = "Last publication"
+        )
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -267,6 +272,7 @@ impl GpuStatus {
     }
 }
 
+#[cfg(feature = "kube")]
 impl GpuNode {
     /// The scheduler's view of this node.
     pub fn to_core(&self) -> carma_core::Node {

@@ -14,10 +14,11 @@
 //! * reaches gRPC services over Unix sockets ([`uds`]).
 //!
 //! It writes nothing to Kubernetes: publishing a `GpuNode` (the device plugin) or a ResourceSlice
-//! (the DRA driver) stays with the agent. It does depend on `carma-api`, and through it on
-//! kube-rs: the types it reads and builds are the API's (the extender's `Assignment` annotation on
-//! a pod, the `GpuNode` status a snapshot turns into, the environment variable names) and a pod is
-//! read from a `k8s-openapi` `Pod`; `carma-api` derives its CRDs with kube-rs.
+//! (the DRA driver) stays with the agent. The types it reads and builds are `carma-api`'s (the
+//! extender's `Assignment` annotation on a pod, the `GpuNode` status a snapshot turns into, the
+//! environment variable names). Only the `kube` feature (on by default) brings in kube-rs and
+//! `k8s-openapi`, to read a pod from a `k8s-openapi` `Pod` ([`pod::PodInfo::from_pod`]);
+//! `carma local` builds without it.
 
 pub mod backends;
 pub mod cdi;

@@ -1,12 +1,8 @@
 //! What a node agent knows of one pod bound to its node: read from the Pod once, then used by
 //! the telemetry (which pod's memory is on which GPU), the simulated backend's synthetic pods and
-//! the device plugin's Allocate.
+//! the device plugin's Allocate. Reading it from a `k8s-openapi` Pod takes the `kube` feature.
 
-use std::collections::BTreeMap;
-
-use carma_api::names::LABEL_TASK;
 use carma_api::{AnnotationError, Assignment};
-use k8s_openapi::api::core::v1::Pod;
 
 /// What a node agent needs to know about one pod bound to this node.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,7 +38,12 @@ pub struct PodInfo {
 
 impl PodInfo {
     /// Read the fields carma needs from a pod.
-    pub fn from_pod(pod: &Pod) -> Self {
+    #[cfg(feature = "kube")]
+    pub fn from_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
+        use std::collections::BTreeMap;
+
+        use carma_api::names::LABEL_TASK;
+
         let meta = &pod.metadata;
         let empty = BTreeMap::new();
         let annotations = meta.annotations.as_ref().unwrap_or(&empty);
