@@ -295,6 +295,8 @@ type draResult struct {
 	findings  []string
 	checks    int
 	attempts  map[string]float64
+	points    map[string]hist // kube-scheduler's extension points over the phase
+	algo      hist
 	seconds   float64
 	machine   string
 }
@@ -392,6 +394,14 @@ func (b *bench) runDRAPhase(ctx context.Context, m draMode, rep int, latencyRate
 		for k, v := range after.by("scheduler_schedule_attempts_total", prof, "result") {
 			r.attempts[k] = v - bb[k]
 		}
+		r.points = map[string]hist{}
+		for _, p := range draPoints {
+			m := map[string]string{"extension_point": p, "profile": profile}
+			r.points[p] = after.histogram("scheduler_framework_extension_point_duration_seconds", m).minus(
+				before.histogram("scheduler_framework_extension_point_duration_seconds", m))
+		}
+		r.algo = after.histogram("scheduler_scheduling_algorithm_duration_seconds", nil).minus(
+			before.histogram("scheduler_scheduling_algorithm_duration_seconds", nil))
 	} else {
 		fmt.Printf("  FAIL kube-scheduler /metrics: %v %v\n", errB, errA)
 		r.failed = true
@@ -405,6 +415,10 @@ func (b *bench) runDRAPhase(ctx context.Context, m draMode, rep int, latencyRate
 	return r
 }
 
+// draPoints are the extension points where DRA's plugin works: the allocator runs in Filter,
+// the claim's status is written in PreBind.
+var draPoints = []string{"PreFilter", "Filter", "Score", "Reserve", "PreBind"}
+
 func (r draResult) detail() string {
 	cpu := []string{}
 	for _, k := range []string{"kube-scheduler", "kube-apiserver", "kube-controller-manager", "etcd", "benchmark"} {
@@ -417,8 +431,19 @@ func (r draResult) detail() string {
 		att = append(att, fmt.Sprintf("%s %.0f", k, v))
 	}
 	sort.Strings(att)
-	return fmt.Sprintf("client QPS %g, burst %d; CPU s per 1,000 pods, saturated: %s; schedule attempts: %s; %d over-commit checks; machine: %s",
-		r.qps, r.burst, strings.Join(cpu, ", "), strings.Join(att, ", "), r.checks, r.machine)
+	pts := []string{}
+	for _, p := range draPoints {
+		if h := r.points[p]; h.count > 0 {
+			pts = append(pts, fmt.Sprintf("%s %s", p, ms(h.sum/h.count)))
+		}
+	}
+	algo := "no observations"
+	if r.algo.count > 0 {
+		algo = ms(r.algo.sum / r.algo.count)
+	}
+	return fmt.Sprintf("client QPS %g, burst %d; CPU s per 1,000 pods, saturated: %s; schedule attempts: %s; "+
+		"per pod, mean: scheduling algorithm %s, %s; %d over-commit checks; machine: %s",
+		r.qps, r.burst, strings.Join(cpu, ", "), strings.Join(att, ", "), algo, strings.Join(pts, ", "), r.checks, r.machine)
 }
 
 // draLines is the summary of the DRA phases (medians over the runs):
@@ -471,6 +496,21 @@ func draLines(nodes, gpus string, rs []draResult, latencyRate float64) []string 
 	}
 	out := []string{fmt.Sprintf("scale-dra %sx%s: kube-scheduler alone %s (whole GPUs), with carma's slices %s (%s), p99 at %.1f pods/s %s / %s, %s",
 		nodes, gpus, fig("dra-whole"), fig("dra-carma"), ratio, latencyRate, p99("dra-whole"), p99("dra-carma"), over)}
+	var repeats []string
+	for _, m := range draModes {
+		if len(by[m.name]) < 2 {
+			continue
+		}
+		var t, p []float64
+		for _, r := range by[m.name] {
+			t = append(t, r.sat.throughput())
+			if r.half.ran {
+				p = append(p, percentile(r.half.lat, 0.99))
+			}
+		}
+		repeats = append(repeats, fmt.Sprintf("repeats %s (min / median / max of %d): %s pods/s, p99 %s ms",
+			m.name, len(by[m.name]), spreadOf(t).fmt("%.1f"), spreadOf(p).fmt("%.0f")))
+	}
 	if _, ok := tput("dra-tainted"); ok {
 		cost := "not comparable"
 		if c, ok := tput("dra-carma"); ok && c > 0 {
@@ -480,5 +520,5 @@ func draLines(nodes, gpus string, rs []draResult, latencyRate float64) []string 
 		out = append(out, fmt.Sprintf("scale-dra %sx%s, a tenth of carma's GPUs tainted: %s (%s), p99 %s",
 			nodes, gpus, fig("dra-tainted"), cost, p99("dra-tainted")))
 	}
-	return out
+	return append(out, repeats...)
 }
