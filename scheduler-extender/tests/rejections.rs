@@ -361,25 +361,30 @@ async fn only_what_kube_scheduler_cannot_see_lift_asks_for_a_retry() {
         assert!(error.contains("(0 of 4); on 1 only"), "{error}");
         assert!(!error.contains("node reserved:"), "{error}");
     }
-    // Every lifting node is counted, before the reasons (the answer is cut to 512 bytes); the first
-    // two reasons are quoted.
-    let (_, out) = post(
-        &r,
-        "/filter",
-        &args_names(&pod, &["warmup", "memory", "gate", "cold"]),
-    )
-    .await;
-    let error = retry_request(&out);
-    assert!(error.contains("(0 of 4); on 4 only"), "{error}");
-    assert!(
-        error.contains("node warmup:") && error.contains("node memory:"),
-        "{error}"
-    );
-    assert!(
-        error.contains("can lift the refusal (2 quoted): node warmup:"),
-        "{error}"
-    );
-    assert!(!error.contains("node gate:"), "{error}");
+    // Every lifting node is counted, before the reasons (the answer is cut to 512 bytes); the
+    // reasons of the first two by name are quoted, whatever order kube-scheduler sends them in, so
+    // a waiting pod's message (and its status) changes only when those reasons do.
+    let mut messages = Vec::new();
+    for order in [
+        ["warmup", "memory", "gate", "cold"],
+        ["cold", "gate", "memory", "warmup"],
+        ["memory", "warmup", "cold", "gate"],
+    ] {
+        let (_, out) = post(&r, "/filter", &args_names(&pod, &order)).await;
+        let error = retry_request(&out);
+        assert!(error.contains("(0 of 4); on 4 only"), "{error}");
+        assert!(
+            error.contains("can lift the refusal (2 quoted): node cold:"),
+            "{error}"
+        );
+        assert!(error.contains("node gate:"), "{error}");
+        assert!(
+            !error.contains("node warmup:") && !error.contains("node memory:"),
+            "{error}"
+        );
+        messages.push(error.to_string());
+    }
+    assert!(messages.windows(2).all(|w| w[0] == w[1]), "{messages:#?}");
     // A node that passes makes it an ordinary answer.
     let (_, out) = post(&r, "/filter", &args_names(&pod, &["warmup", "fits"])).await;
     assert_eq!(out["Error"], "", "{out:#}");

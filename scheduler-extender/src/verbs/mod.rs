@@ -216,9 +216,7 @@ impl Extender {
                             }
                             if lifts_unseen {
                                 judged.lifting_unseen += 1;
-                                if judged.lifting_shown.len() < RETRY_REASONS_SHOWN {
-                                    judged.lifting_shown.push(Arc::clone(&reason));
-                                }
+                                judged.quote_lifting(judged.names[i], &reason);
                             }
                             let entry = (Cow::Borrowed(judged.names[i]), reason);
                             if u {
@@ -364,14 +362,26 @@ struct Judged<'a> {
     unresolvable: Vec<(Cow<'a, str>, Arc<str>)>,
     /// Failing candidates that only telemetry or the clock can free (`NodeRejection::lifts_unseen`).
     lifting_unseen: usize,
-    /// The first [`RETRY_REASONS_SHOWN`] of their reasons (a busy cluster's filter passes some
-    /// node, and then none of them is read).
-    lifting_shown: Vec<Arc<str>>,
+    /// The reasons of the [`RETRY_REASONS_SHOWN`] of them first by name (a busy cluster's filter
+    /// passes some node, and then none of them is read).
+    lifting_shown: Vec<(&'a str, Arc<str>)>,
     /// Whether the pod asks for carma GPUs (else every candidate passes unscored).
     needs_gpus: bool,
 }
 
 impl<'a> Judged<'a> {
+    /// Keep `reason` among the quoted ones if `node` is among the first by name. kube-scheduler
+    /// sends its candidates from a rotating start and writes the pod's condition again whenever the
+    /// message changes, so quoting the first nodes in send order rewrote the status of every
+    /// waiting pod on each retry; by name the message changes only when their reasons do.
+    fn quote_lifting(&mut self, node: &'a str, reason: &Arc<str>) {
+        let at = self.lifting_shown.partition_point(|(n, _)| *n < node);
+        if at < RETRY_REASONS_SHOWN {
+            self.lifting_shown.insert(at, (node, Arc::clone(reason)));
+            self.lifting_shown.truncate(RETRY_REASONS_SHOWN);
+        }
+    }
+
     /// The text of a retry request, when no candidate passes and one of them may take the pod
     /// after a change kube-scheduler does not watch (GPU telemetry, a warm-up lock running out).
     /// Answered as failed nodes, such a pod would wait among kube-scheduler's unschedulable pods
@@ -381,7 +391,7 @@ impl<'a> Judged<'a> {
             return None;
         }
         // The counts come before the quoted reasons: the answer is cut to 512 bytes.
-        let shown: Vec<&str> = self.lifting_shown.iter().map(|r| r.as_ref()).collect();
+        let shown: Vec<&str> = self.lifting_shown.iter().map(|(_, r)| r.as_ref()).collect();
         Some(format!(
             "{RETRY_PREFIX} no node takes pod {} yet (0 of {}); on {} only GPU telemetry or time, \
              which kube-scheduler does not watch, can lift the refusal ({} quoted): {}",

@@ -108,25 +108,34 @@ func (b *bench) countFiller(ctx context.Context) (int, error) {
 // clientLimits reads clientConnection.qps and burst from a kube-scheduler's /configz (its effective
 // configuration, defaults applied).
 func (b *bench) clientLimits(ctx context.Context, schedURL string) (qps float64, burst int64, err error) {
+	raw, err := b.configz(ctx, schedURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseConfigz(raw)
+}
+
+// configz is a kube-scheduler's /configz.
+func (b *bench) configz(ctx context.Context, schedURL string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, schedURL+"/configz", nil)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	resp, err := b.metricsC.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("GET %s/configz: HTTP %d: %.200s", schedURL, resp.StatusCode, raw)
+		return nil, fmt.Errorf("GET %s/configz: HTTP %d: %.200s", schedURL, resp.StatusCode, raw)
 	}
-	return parseConfigz(raw)
+	return raw, nil
 }
 
 func parseConfigz(raw []byte) (qps float64, burst int64, err error) {

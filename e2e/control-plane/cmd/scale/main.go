@@ -97,6 +97,8 @@ type config struct {
 	etcdPidFile      string
 	kcmPidFile       string
 	plantDRA         bool
+	backlog          int
+	backlogWindow    time.Duration
 	fillerPerNode    int
 	fillerNote       string
 	repeats          int
@@ -163,6 +165,8 @@ func main() {
 	flag.StringVar(&c.apiserverPidFile, "apiserver-pid", "apiserver", "pid file of kube-apiserver")
 	flag.StringVar(&c.etcdPidFile, "etcd-pid", "etcd", "pid file of etcd")
 	flag.BoolVar(&c.plantDRA, "plant-dra-overcommit", false, "planted fault: a claim past the allocator over-commits a device in the first dra-carma run (the run must fail)")
+	flag.IntVar(&c.backlog, "backlog", 0, "after the phases: fill every GPU, let this many more carma pods wait, and measure what their retries cost (0: not run)")
+	flag.DurationVar(&c.backlogWindow, "backlog-window", 60*time.Second, "how long the backlog's waiting pods are watched")
 	flag.StringVar(&c.kcmPidFile, "kcm-pid", "controller-manager", "pid file of kube-controller-manager (the DRA phases' resourceclaim controller)")
 	flag.IntVar(&c.fillerPerNode, "filler-per-node", 10, "other (non-GPU) pods bound to every hollow node before the batches, as in a shared cluster")
 	flag.StringVar(&c.fillerNote, "filler-note", "", "a note printed beside the filler count (e.g. why it is smaller than the default)")
@@ -282,6 +286,11 @@ func main() {
 			}
 		}
 	}
+	var backlog backlogResult
+	if c.backlog > 0 {
+		backlog = b.runBacklog(ctx)
+		failed = failed || backlog.failed
+	}
 	nodes, gpus := b.clusterShape(ctx)
 	if filler, err = b.countFiller(ctx); err != nil {
 		fmt.Printf("  other pods could not be counted: %v\n", err)
@@ -308,6 +317,9 @@ func main() {
 		for _, l := range s.details(nodes, c.repeats) {
 			fmt.Println(l)
 		}
+	}
+	if backlog.ran {
+		fmt.Println(backlog.line())
 	}
 	if anyDRA {
 		for _, l := range draLines(nodes, gpus, dras, draLatencyRate) {
