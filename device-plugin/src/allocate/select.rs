@@ -203,9 +203,9 @@ fn explain_no_match(pods: &[PodInfo], node: &str, n: usize, skip: &HashSet<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use carma_api::Assignment;
     use carma_api::names::SCHEDULER_NAME;
-    use carma_api::{Assignment, EstimateAnnotation};
-    use carma_gpu::fixtures::ids;
+    use carma_gpu::fixtures::{ids, shared_assignment};
     use chrono::{DateTime, Utc};
 
     fn at(s: &str) -> DateTime<Utc> {
@@ -225,16 +225,10 @@ mod tests {
             gpu_containers: vec![gpus.len() as u32],
             gpu_init_containers: 0,
             assignment: Ok(Some(Assignment {
-                gpus: gpus.iter().map(|s| s.to_string()).collect(),
+                gpus: ids(gpus),
                 assigned_at: at(assigned_at),
-                estimate: EstimateAnnotation {
-                    mib: 6000,
-                    source: "override".into(),
-                    class: None,
-                    samples: None,
-                },
-                exclusive: false,
                 allocated,
+                ..shared_assignment()
             })),
             task: None,
             simulated: false,

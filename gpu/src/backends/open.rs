@@ -9,7 +9,7 @@ use super::dcgm::DcgmBackend;
 use super::nvml::NvmlBackend;
 use super::simulated::SimulatedBackend;
 use super::{BackendError, GpuBackend};
-use crate::config::{BackendKind, BackendSettings};
+use crate::config::{BackendKind, BackendSettings, ConfigError};
 
 /// A backend, and the same backend as simulated one when it is.
 pub type Backends = (Arc<dyn GpuBackend>, Option<Arc<SimulatedBackend>>);
@@ -20,9 +20,10 @@ pub fn open_backend(settings: &BackendSettings, node: &str) -> Result<Backends, 
     match settings.kind {
         BackendKind::Nvml => Ok((Arc::new(NvmlBackend::new("/proc")?), None)),
         BackendKind::Dcgm => {
-            let endpoint = settings.dcgm_endpoint.as_deref().ok_or_else(|| {
-                BackendError::Config("--backend dcgm needs --dcgm-endpoint".into())
-            })?;
+            let endpoint = settings
+                .dcgm_endpoint
+                .as_deref()
+                .ok_or_else(|| BackendError::Config(ConfigError::NoDcgmEndpoint.to_string()))?;
             let nvml = match NvmlBackend::new("/proc") {
                 Ok(n) => Some(n),
                 Err(e) => {
