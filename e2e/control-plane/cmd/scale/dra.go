@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -88,6 +90,45 @@ func (b *bench) setupDRA(ctx context.Context) error {
 		}
 	}
 	return b.publishSlices(ctx, 0)
+}
+
+// draInventory is what the API server lists of the DRA setup: ResourceSlices by driver and claim
+// templates in the benchmark's namespace.
+func (b *bench) draInventory(ctx context.Context) (string, error) {
+	sl, err := b.kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	tl, err := b.kube.ResourceV1().ResourceClaimTemplates(benchNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	by := map[string]int{}
+	for _, s := range sl.Items {
+		by[s.Spec.Driver]++
+	}
+	return fmt.Sprintf("%d ResourceSlices of %s and %d of %s, %d claim templates",
+		by[draCarmaDriver], draCarmaDriver, by[draWholeDriver], draWholeDriver, len(tl.Items)), nil
+}
+
+// countTainted lists carma's devices and those carrying the gate's taint.
+func (b *bench) countTainted(ctx context.Context) (tainted, devices int, err error) {
+	l, err := b.kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, s := range l.Items {
+		if s.Spec.Driver != draCarmaDriver {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			devices++
+			if slices.ContainsFunc(d.Taints, func(t resourcev1.DeviceTaint) bool { return t.Key == draGateTaint }) {
+				tainted++
+			}
+		}
+	}
+	return tainted, devices, nil
 }
 
 // draTemplate: mib > 0 is the operator's template booking mib on one carma GPU; 0 is one whole
@@ -221,7 +262,7 @@ func (b *bench) draPod(batch string, i int, carma bool) *v1.Pod {
 
 // checkClaims runs the claims over-commit checker over every slice and every claim.
 func (b *bench) checkClaims(ctx context.Context) ([]string, error) {
-	slices, err := b.kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	sl, err := b.kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -229,11 +270,7 @@ func (b *bench) checkClaims(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, f := range overcommit.ClaimFindings(slices.Items, claims.Items) {
-		out = append(out, f.String())
-	}
-	return out, nil
+	return findingStrings(overcommit.ClaimFindings(sl.Items, claims.Items)), nil
 }
 
 // plantOvercommit is the checker's planted fault (--plant-dra-overcommit): a claim whose status
@@ -295,6 +332,9 @@ type draResult struct {
 	findings  []string
 	checks    int
 	attempts  map[string]float64
+	extCalls  float64 // the extender's calls over the phase (carma's kube-scheduler only)
+	tainted   int     // carma devices the API server listed with the gate's taint (dra-tainted)
+	devices   int
 	points    map[string]hist // kube-scheduler's extension points over the phase
 	algo      hist
 	seconds   float64
@@ -312,7 +352,8 @@ func (b *bench) runDRAPhase(ctx context.Context, m draMode, rep int, latencyRate
 	}
 	fmt.Printf("\n=== phase %s: %s (run %d of %d)\n", m.name, m.title, rep, b.cfg.repeats)
 	if m.tainted {
-		if err := b.publishSlices(ctx, 10); err != nil {
+		var err error
+		if err = b.publishSlices(ctx, 10); err != nil {
 			fmt.Printf("  FAIL tainting a tenth of carma's devices: %v\n", err)
 			r.failed = true
 			return r
@@ -322,7 +363,11 @@ func (b *bench) runDRAPhase(ctx context.Context, m draMode, rep int, latencyRate
 				fmt.Printf("  FAIL lifting the taints: %v\n", err)
 			}
 		}()
-		fmt.Println("  a tenth of carma's devices tainted NoSchedule by the utilization gate")
+		if r.tainted, r.devices, err = b.countTainted(ctx); err != nil {
+			fmt.Printf("  FAIL counting the tainted devices: %v\n", err)
+			r.failed = true
+		}
+		fmt.Printf("  the API server lists %d of %d carma devices tainted %s:NoSchedule\n", r.tainted, r.devices, draGateTaint)
 	}
 	if err := b.ctlRun("start-" + verb); err != nil {
 		fmt.Printf("  FAIL starting the scheduler: %v\n", err)
@@ -348,6 +393,24 @@ func (b *bench) runDRAPhase(ctx context.Context, m draMode, rep int, latencyRate
 		procs["kube-controller-manager"] = pid
 	}
 	before, errB := scrape(ctx, b.metricsC, schedURL+"/metrics")
+	// The extender is configured for carma.io/gpu only; a pod holding just a claim should never
+	// reach it. Counted rather than assumed.
+	extCalls := func() (float64, error) {
+		x, err := scrape(ctx, http.DefaultClient, b.cfg.extenderURL+"/metrics")
+		if err != nil {
+			return 0, err
+		}
+		n := 0.0
+		for _, v := range []string{"filter", "choose", "prioritize", "bind"} {
+			n += x.histogram("carma_extender_request_duration_seconds", map[string]string{"verb": v}).count
+		}
+		return n, nil
+	}
+	var ext0 float64
+	var extErr error
+	if m.carma {
+		ext0, extErr = extCalls()
+	}
 	check := func() {
 		f, err := b.checkClaims(ctx)
 		if err != nil {
@@ -406,6 +469,15 @@ func (b *bench) runDRAPhase(ctx context.Context, m draMode, rep int, latencyRate
 		fmt.Printf("  FAIL kube-scheduler /metrics: %v %v\n", errB, errA)
 		r.failed = true
 	}
+	if m.carma {
+		ext1, err := extCalls()
+		if extErr == nil && err == nil {
+			r.extCalls = ext1 - ext0
+		} else {
+			fmt.Printf("  FAIL extender /metrics: %v %v\n", extErr, err)
+			r.failed = true
+		}
+	}
 	r.seconds = time.Since(t0).Seconds()
 	r.machine = mw.finish()
 	if r.sat.bound < r.sat.want || (r.half.ran && r.half.bound < r.half.want) || len(r.findings) > 0 || r.checks == 0 {
@@ -441,14 +513,18 @@ func (r draResult) detail() string {
 	if r.algo.count > 0 {
 		algo = ms(r.algo.sum / r.algo.count)
 	}
+	ext := "not called by this kube-scheduler"
+	if r.mode.carma {
+		ext = fmt.Sprintf("%.0f calls", r.extCalls)
+	}
 	return fmt.Sprintf("client QPS %g, burst %d; CPU s per 1,000 pods, saturated: %s; schedule attempts: %s; "+
-		"per pod, mean: scheduling algorithm %s, %s; %d over-commit checks; machine: %s",
-		r.qps, r.burst, strings.Join(cpu, ", "), strings.Join(att, ", "), algo, strings.Join(pts, ", "), r.checks, r.machine)
+		"per pod, mean: scheduling algorithm %s, %s; extender: %s; %d over-commit checks; machine: %s",
+		r.qps, r.burst, strings.Join(cpu, ", "), strings.Join(att, ", "), algo, strings.Join(pts, ", "), ext, r.checks, r.machine)
 }
 
 // draLines is the summary of the DRA phases (medians over the runs):
 // scale-dra <N>x<G>: kube-scheduler alone <a> pods/s (whole GPUs), with carma's slices <b> pods/s (<r> %), p99 at <R> pods/s <x> ms / <y> ms, 0 over-committed GPUs
-// and a second line for the tainted phase when it ran.
+// and a second line for the tainted phase when it ran (its counts as the API server listed them).
 func draLines(nodes, gpus string, rs []draResult, latencyRate float64) []string {
 	by := map[string][]draResult{}
 	for _, r := range rs {
@@ -517,8 +593,9 @@ func draLines(nodes, gpus string, rs []draResult, latencyRate float64) []string 
 			t, _ := tput("dra-tainted")
 			cost = fmt.Sprintf("%.0f %% of untainted", 100*t/c)
 		}
-		out = append(out, fmt.Sprintf("scale-dra %sx%s, a tenth of carma's GPUs tainted: %s (%s), p99 %s",
-			nodes, gpus, fig("dra-tainted"), cost, p99("dra-tainted")))
+		r0 := by["dra-tainted"][0]
+		out = append(out, fmt.Sprintf("scale-dra %sx%s, %d of %d of carma's GPUs tainted: %s (%s), p99 %s",
+			nodes, gpus, r0.tainted, r0.devices, fig("dra-tainted"), cost, p99("dra-tainted")))
 	}
 	return append(out, repeats...)
 }

@@ -256,8 +256,12 @@ func main() {
 		if err := b.setupDRA(ctx); err != nil {
 			fatal("DRA setup: %v", err)
 		}
-		fmt.Printf("  DRA: DeviceClasses %s and %s, %d claim templates, 2 ResourceSlices on each of %d nodes (%.1f s)\n",
-			draCarmaClass, draWholeClass, len(draBookings)+1, c.nodes, time.Since(t).Seconds())
+		inv, err := b.draInventory(ctx)
+		if err != nil {
+			fatal("DRA setup: %v", err)
+		}
+		fmt.Printf("  DRA: DeviceClasses %s and %s; the API server lists %s (%.1f s)\n",
+			draCarmaClass, draWholeClass, inv, time.Since(t).Seconds())
 	}
 	var plains, carmas []phaseResult
 	var dras []draResult
@@ -654,11 +658,16 @@ func (b *bench) checkCarma(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, f := range overcommit.Findings(pods.Items, gpus, b.cfg.carmaScheduler, replicas) {
+	return findingStrings(overcommit.Findings(pods.Items, gpus, b.cfg.carmaScheduler, replicas)), nil
+}
+
+// findingStrings is each finding as the run prints it.
+func findingStrings(fs []overcommit.Finding) []string {
+	out := make([]string, 0, len(fs))
+	for _, f := range fs {
 		out = append(out, f.String())
 	}
-	return out, nil
+	return out
 }
 
 // checkPlain: no node holds more nvidia.com/gpu than it has (bound, live pods).
