@@ -4,7 +4,8 @@
 #   2. dashboards match their generator                                              tools/gen-dashboards.py --check
 #   3. helm lint (default and non-default values, strict)
 #   4. helm template with default values and with ci/checks/values-nondefault.yaml (at 1.30 without the
-#      DRA driver, which needs 1.34+, and at 1.35 with it); the values schema rejects bad values
+#      DRA driver, which needs 1.34+, and at 1.35 with it); the values schema rejects bad values;
+#      admissionPolicy.gpuClaims=dra renders the extender's DRA-claims webhook, and nothing else does
 #   5. deploy/rendered/carma.yaml is the current default render                      tools/render-chart.sh --check
 #   6. the values table in charts/carma/README.md is current                         tools/values-table.py --check
 #   7. when the carma binary exists (CARMA_BIN, default target/debug/carma): every carma container's
@@ -94,10 +95,102 @@ elif grep -qF "operator.gpuClaims=dra needs dra.enabled=true" <<<"$out"; then
   echo "PASS: operator.gpuClaims=dra without dra.enabled is refused with its reason"
 else echo "FAIL: operator.gpuClaims=dra without dra.enabled failed without naming why: $out"; failures+=("operator-dra message"); fi
 
-# No wildcard verbs, resources or API groups in any RBAC rule; every container sets resources.
 PY="$(tools/install-ci-venv.sh | tail -n1)/bin/python"
+
+# Bare pods on DRA (admissionPolicy.gpuClaims=dra): the extender's mutating webhook, its listener, Service
+# port, flags and RBAC rule, with each TLS source's caBundle; none of it in the default render.
+step "admissionPolicy.gpuClaims=dra: the extender's DRA-claims webhook"
+DRA_WEBHOOK=(--set admissionPolicy.gpuClaims=dra --set dra.enabled=true --set dra.featureGatesEnabled=true --set extender.tls.enabled=true)
+if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 "${DRA_WEBHOOK[@]}" > "$tmp/webhook-helm.yaml" 2>"$tmp/err" &&
+   "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 "${DRA_WEBHOOK[@]}" --set extender.tls.source=existing \
+     --set admissionPolicy.webhook.caBundle=Q0EgUEVN > "$tmp/webhook-existing.yaml" 2>>"$tmp/err" &&
+   "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 -f "$NONDEFAULT" --set admissionPolicy.gpuClaims=dra \
+     > "$tmp/webhook-nondefault.yaml" 2>>"$tmp/err"; then
+  run "gpuClaims=dra: webhook (helm CA, existing caBundle, cert-manager injection), Service port, flags, RBAC, NetworkPolicy; default render has none" \
+    "$PY" - "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/nondefault-dra.yaml" "$tmp/webhook-helm.yaml" \
+      "$tmp/webhook-existing.yaml" "$tmp/webhook-nondefault.yaml" <<'PY'
+import sys, yaml
+default, nondefault, nondefault_dra, helm_ca, existing, nondefault_webhook = sys.argv[1:]
+docs = lambda path: [d for d in yaml.safe_load_all(open(path)) if d]
+bad = []
+for path in (default, nondefault, nondefault_dra):
+    text = open(path).read()
+    for needle in ("kind: MutatingWebhookConfiguration", "--admission-listen", "name: admission\n", "targetPort: admission"):
+        if needle in text:
+            bad.append(f"{path} (gpuClaims=devicePlugin) contains {needle.strip()!r}")
+
+def check(path, *, port, device_class, failure, timeout, ca=None, inject=None):
+    d = docs(path)
+    one = lambda kind, suffix: [x for x in d if x["kind"] == kind and x["metadata"]["name"].endswith(suffix)]
+    whs = one("MutatingWebhookConfiguration", "-dra-claims-for-gpu-pods")
+    if len(whs) != 1 or len(whs[0]["webhooks"]) != 1:
+        bad.append(f"{path}: want one MutatingWebhookConfiguration *-dra-claims-for-gpu-pods with one webhook")
+        return
+    mwc = whs[0]
+    w = mwc["webhooks"][0]
+    (svc,) = one("Service", "-scheduler-extender")
+    want = {"name": "dra-claims.carma.io", "admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun",
+            "reinvocationPolicy": "Never", "failurePolicy": failure, "timeoutSeconds": timeout,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                                        "values": ["kube-system", "carma-system"]}]}}
+    for k, v in want.items():
+        if w.get(k) != v:
+            bad.append(f"{path}: webhook {k} = {w.get(k)!r}, want {v!r}")
+    service = {"namespace": "carma-system", "name": svc["metadata"]["name"], "path": "/mutate-pods", "port": port}
+    if w["clientConfig"].get("service") != service:
+        bad.append(f"{path}: clientConfig.service {w['clientConfig'].get('service')} != {service}")
+    if w["clientConfig"].get("caBundle") != ca:
+        bad.append(f"{path}: caBundle {str(w['clientConfig'].get('caBundle'))[:40]!r}, want {str(ca)[:40]!r}")
+    got_inject = (mwc["metadata"].get("annotations") or {}).get("cert-manager.io/inject-ca-from")
+    if got_inject != inject:
+        bad.append(f"{path}: cert-manager.io/inject-ca-from {got_inject!r}, want {inject!r}")
+    if inject and not [c for c in d if c["kind"] == "Certificate" and f"carma-system/{c['metadata']['name']}" == inject]:
+        bad.append(f"{path}: inject-ca-from names {inject}, which is no Certificate of the render")
+    # The same CEL as the scheduler-name policy (one copy, carma.celRequestsCarmaGpu), and only unbound pods.
+    vap = one("ValidatingAdmissionPolicy", "-gpu-pods-use-carma-scheduler")[0]
+    conds = {c["name"]: c["expression"] for c in w.get("matchConditions", [])}
+    if conds.get("requests-carma-gpu") != {c["name"]: c["expression"] for c in vap["spec"]["matchConditions"]}["requests-carma-gpu"]:
+        bad.append(f"{path}: matchConditions requests-carma-gpu differs from the ValidatingAdmissionPolicy's")
+    if conds.get("not-bound-at-creation") != "!has(object.spec.nodeName) || object.spec.nodeName == ''":
+        bad.append(f"{path}: no not-bound-at-creation matchCondition: {conds}")
+    if {"name": "admission", "port": port, "targetPort": "admission", "protocol": "TCP"} not in svc["spec"]["ports"]:
+        bad.append(f"{path}: Service ports {svc['spec']['ports']} lack admission {port} -> admission")
+    (dep,) = one("Deployment", "-scheduler-extender")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    for arg in (f"--admission-listen=0.0.0.0:{port}", f"--dra-device-class={device_class}", "--tls-cert=/etc/carma/tls/tls.crt"):
+        if arg not in c["args"]:
+            bad.append(f"{path}: extender args lack {arg}: {c['args']}")
+    if {"name": "admission", "containerPort": port, "protocol": "TCP"} not in c["ports"]:
+        bad.append(f"{path}: extender container ports {c['ports']} lack admission {port}")
+    (role,) = one("ClusterRole", "-scheduler-extender")
+    rule = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": ["get", "create"]}
+    if rule not in role["rules"]:
+        bad.append(f"{path}: the extender's ClusterRole lacks {rule}")
+    (np,) = one("NetworkPolicy", "-scheduler-extender")
+    if {"ports": [{"protocol": "TCP", "port": port}]} not in np["spec"]["ingress"]:
+        bad.append(f"{path}: the NetworkPolicy does not open port {port} to the API server: {np['spec']['ingress']}")
+    print(f"  ok    {path.rsplit('/', 1)[-1]}: {mwc['metadata']['name']} -> {service['name']}:{port}{service['path']}, "
+          f"failurePolicy {failure}, caBundle {'from ' + inject if inject else str(ca)[:16] + '...'}")
+
+ca = next(x for x in docs(helm_ca) if x["kind"] == "Secret" and x["metadata"]["name"] == "carma-extender-ca")["data"]["tls.crt"]
+check(helm_ca, port=8890, device_class="carma-gpu", failure="Fail", timeout=5, ca=ca)
+check(existing, port=8890, device_class="carma-gpu", failure="Fail", timeout=5, ca="Q0EgUEVN")
+check(nondefault_webhook, port=9890, device_class="gpu.carma.io", failure="Ignore", timeout=10,
+      inject="carma-system/carma-extender-serving")
+print("\n".join(bad) if bad else "the webhook, its listener and RBAC appear with gpuClaims=dra only")
+sys.exit(1 if bad else 0)
+PY
+  mkdir -p "$tmp/no-crds"
+  if "$PY" ci/checks/lib/validate_manifests.py --kube-version 1.35.0 --crd-schemas "$tmp/no-crds" "$tmp/webhook-helm.yaml" \
+      "$tmp/webhook-existing.yaml" "$tmp/webhook-nondefault.yaml" > "$tmp/validate.log" 2>&1; then
+    echo "PASS: gpuClaims=dra renders validate against the Kubernetes 1.35 schemas (strict): $(tail -n1 "$tmp/validate.log")"
+  else grep -E "FAIL|validated" "$tmp/validate.log"; echo "FAIL: gpuClaims=dra renders do not validate"; failures+=("gpuClaims=dra schemas"); fi
+else failures+=("helm template gpuClaims=dra"); echo "FAIL: helm template admissionPolicy.gpuClaims=dra: $(head -c 300 "$tmp/err")"; fi
+
+# No wildcard verbs, resources or API groups in any RBAC rule; every container sets resources.
 run "no RBAC wildcards, resources on every container, non-root where required (default + non-default)" \
-  "$PY" - "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/nondefault-dra.yaml" <<'PY'
+  "$PY" - "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/nondefault-dra.yaml" "$tmp/webhook-nondefault.yaml" <<'PY'
 import sys, yaml
 bad = []
 for path in sys.argv[1:]:
@@ -212,6 +305,15 @@ CARMA_BIN="${CARMA_BIN:-target/debug/carma}"
 if [[ -x "$CARMA_BIN" ]]; then
   run "chart arguments parse with $CARMA_BIN" "$PY" ci/checks/lib/check_chart_args.py "$CARMA_BIN" \
     "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/nondefault-dra.yaml" "$tmp/kind.yaml"
+  # The webhook's flags (admissionPolicy.gpuClaims=dra): a binary older than them is named, not failed, outside CI.
+  if "$CARMA_BIN" scheduler-extender --help 2>/dev/null | grep -q -- "--admission-listen"; then
+    run "gpuClaims=dra arguments parse with $CARMA_BIN" "$PY" ci/checks/lib/check_chart_args.py "$CARMA_BIN" \
+      "$tmp/webhook-helm.yaml" "$tmp/webhook-nondefault.yaml"
+  elif [[ "${CI:-}" == true ]]; then
+    echo "FAIL: $CARMA_BIN scheduler-extender has no --admission-listen (admissionPolicy.gpuClaims=dra)"; failures+=("chart arguments: --admission-listen")
+  else
+    echo "SKIP: $CARMA_BIN predates --admission-listen (rebuild: cargo build -p carma); the gpuClaims=dra arguments were not parsed"
+  fi
 elif [[ "${CI:-}" == true ]]; then
   echo "FAIL: $CARMA_BIN not built, so the chart's arguments were not checked (CI=true refuses the skip)"; failures+=("chart arguments: no carma binary")
 else
@@ -265,6 +367,24 @@ if "$HELM" template carma "$CHART" --kube-version 1.36.0 --set dra.enabled=true 
 else echo "FAIL: dra.enabled did not render on 1.36, or on 1.35 with dra.featureGatesEnabled: $(head -c 300 "$tmp/err")"; failures+=("dra on 1.36 / with gates"); fi
 
 expect_reject "an unknown admissionPolicy.otherScheduler" "at '/admissionPolicy/otherScheduler'" --set admissionPolicy.otherScheduler=ignore
+expect_reject "an unknown admissionPolicy.gpuClaims" "at '/admissionPolicy/gpuClaims'" --set admissionPolicy.gpuClaims=claims
+expect_reject "an unknown webhook failurePolicy" "at '/admissionPolicy/webhook/failurePolicy'" --set admissionPolicy.webhook.failurePolicy=Retry
+expect_reject "a webhook timeout above 30 s" "at '/admissionPolicy/webhook/timeoutSeconds'" --set admissionPolicy.webhook.timeoutSeconds=31
+expect_reject "a caBundle that is not base64" "at '/admissionPolicy/webhook/caBundle'" --set "admissionPolicy.webhook.caBundle=-----BEGIN CERTIFICATE-----"
+# What gpuClaims=dra needs, each refused with the fix.
+DRA_ON=(--set dra.enabled=true --set dra.featureGatesEnabled=true)
+expect_reject "gpuClaims=dra without dra.enabled" "admissionPolicy.gpuClaims=dra needs dra.enabled=true" \
+  --set admissionPolicy.gpuClaims=dra --set extender.tls.enabled=true
+expect_reject "gpuClaims=dra without the extender" "admissionPolicy.gpuClaims=dra needs extender.enabled=true" \
+  --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" --set extender.enabled=false --set scheduler.enabled=false --set extender.tls.enabled=true
+expect_reject "gpuClaims=dra without extender TLS" "the API server calls admission webhooks over HTTPS only: set extender.tls.enabled=true" \
+  --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}"
+expect_reject "gpuClaims=dra with existing certificates and no caBundle" "needs admissionPolicy.webhook.caBundle" \
+  --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" --set extender.tls.enabled=true --set extender.tls.source=existing
+expect_reject "gpuClaims=dra without the admission policies" "admissionPolicy.gpuClaims=dra needs admissionPolicy.enabled=true" \
+  --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" --set extender.tls.enabled=true --set admissionPolicy.enabled=false
+expect_reject "the webhook port equal to the metrics port" "admissionPolicy.webhook.port must differ" \
+  --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" --set extender.tls.enabled=true --set admissionPolicy.webhook.port=8889
 
 step "GPU pods of other schedulers: steered on 1.36 (MutatingAdmissionPolicy v1), refused before it or when asked"
 # has_map <args...>: whether the render holds the steering policy and its binding, and the policy sets

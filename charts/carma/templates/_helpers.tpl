@@ -162,6 +162,16 @@ admissionPolicy.otherScheduler=steer on a cluster that serves MutatingAdmissionP
 {{- $served := or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
 {{- if and $p.enabled (eq $p.otherScheduler "steer") $served }}true{{ end }}
 {{- end }}
+{{/* CEL, per container `c` of a pod: the container requests (or limits) carma.io/gpu. The admission
+policies and the DRA-claims webhook match pods with it over containers and init containers. */}}
+{{- define "carma.celRequestsCarmaGpu" -}}
+(has(c.resources) && ((has(c.resources.limits) && 'carma.io/gpu' in c.resources.limits) || (has(c.resources.requests) && 'carma.io/gpu' in c.resources.requests)))
+{{- end }}
+{{/* Whether the extender serves the DRA-claims webhook (admissionPolicy.gpuClaims=dra; the
+refusals of what it needs are in templates/admission-webhook.yaml). */}}
+{{- define "carma.draClaimsWebhook" -}}
+{{- if eq .Values.admissionPolicy.gpuClaims "dra" }}true{{ end }}
+{{- end }}
 {{/* Port of the extender's /metrics: the separate plain listener with TLS, else the main port. */}}
 {{- define "carma.extenderMetricsPort" -}}
 {{- ternary .Values.extender.metricsPort .Values.extender.port .Values.extender.tls.enabled }}
