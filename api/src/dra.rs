@@ -7,6 +7,8 @@
 //! kube-controller-manager makes each pod its own claim from it, owned by the pod. A bigger booking
 //! (a recovery after an out-of-memory crash) is a new pod with another template, never an edit.
 
+pub mod template;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PodResourceClaim, PodSpec, ResourceClaim as ContainerClaim};
@@ -17,7 +19,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::names::LABEL_MANAGED_BY;
+use crate::names::{LABEL_MANAGED_BY, RESOURCE_GPU};
 
 /// The DRA driver name: the `driver` of carma's ResourceSlices and allocation results.
 pub const DRIVER_NAME: &str = "gpu.carma.io";
@@ -131,19 +133,32 @@ pub fn claim_template(
     }
 }
 
-/// Make `spec` take its GPUs from a claim made from `template`: the pod-level claim entry, and the
-/// claim on the first container (the training container). Any `carma.io/gpu` extended resource is
-/// the caller's to remove; a pod asking for both would be placed twice.
-pub fn use_claim_template(spec: &mut PodSpec, template: &str) {
-    let claims = spec.resource_claims.get_or_insert_with(Vec::new);
-    claims.retain(|c| c.name != CLAIM_NAME);
-    claims.push(PodResourceClaim {
-        name: CLAIM_NAME.to_string(),
-        resource_claim_template_name: Some(template.to_string()),
-        resource_claim_name: None,
-    });
-    if let Some(container) = spec.containers.first_mut() {
-        let resources = container.resources.get_or_insert_with(Default::default);
+/// Make `spec` take its GPUs from a claim made from `template` instead of the `carma.io/gpu`
+/// extended resource: every container and init container that asks for `carma.io/gpu` loses that
+/// request and references the claim instead, and the pod gets the claim entry. Containers that
+/// asked separately now share the claim's GPUs (a claim is one set of devices for the pod). Returns
+/// how many containers moved; with none, `spec` is left unchanged.
+pub fn move_gpus_to_claim(spec: &mut PodSpec, template: &str) -> usize {
+    let mut moved = 0;
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        let Some(resources) = container.resources.as_mut() else {
+            continue;
+        };
+        let mut asked = false;
+        for list in [resources.limits.as_mut(), resources.requests.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            asked |= list.remove(RESOURCE_GPU).is_some();
+        }
+        if !asked {
+            continue;
+        }
+        moved += 1;
         let claims = resources.claims.get_or_insert_with(Vec::new);
         claims.retain(|c| c.name != CLAIM_NAME);
         claims.push(ContainerClaim {
@@ -151,6 +166,16 @@ pub fn use_claim_template(spec: &mut PodSpec, template: &str) {
             request: None,
         });
     }
+    if moved > 0 {
+        let claims = spec.resource_claims.get_or_insert_with(Vec::new);
+        claims.retain(|c| c.name != CLAIM_NAME);
+        claims.push(PodResourceClaim {
+            name: CLAIM_NAME.to_string(),
+            resource_claim_template_name: Some(template.to_string()),
+            resource_claim_name: None,
+        });
+    }
+    moved
 }
 
 #[cfg(test)]
@@ -198,22 +223,71 @@ mod tests {
         assert_eq!(keys, WHOLE_GPU_TOLERATED);
     }
 
+    fn gpu_container(name: &str, gpus: &str) -> Container {
+        serde_json::from_value(serde_json::json!({"name": name, "resources": {
+            "limits": {"carma.io/gpu": gpus, "memory": "1Gi"}, "requests": {"carma.io/gpu": gpus}}}))
+        .unwrap()
+    }
+
     #[test]
-    fn a_pod_takes_one_claim_entry_however_often_it_is_applied() {
+    fn every_container_that_asked_for_gpus_takes_the_claim_instead() {
         let mut spec = PodSpec {
-            containers: vec![Container::default(), Container::default()],
+            containers: vec![
+                Container {
+                    name: "sidecar".into(),
+                    ..Container::default()
+                },
+                gpu_container("train", "2"),
+            ],
+            init_containers: Some(vec![gpu_container("warm-up", "1")]),
             ..PodSpec::default()
         };
-        use_claim_template(&mut spec, "carma-g1-m100");
-        use_claim_template(&mut spec, "carma-g1-m200");
+        assert_eq!(move_gpus_to_claim(&mut spec, "carma-g1-m100"), 2);
+        // Applied again (a re-invoked webhook): one entry each, the newest template.
+        spec.containers[1] = gpu_container("train", "2");
+        assert_eq!(move_gpus_to_claim(&mut spec, "carma-g1-m200"), 1);
         let claims = spec.resource_claims.as_ref().unwrap();
         assert_eq!(claims.len(), 1);
         assert_eq!(
             claims[0].resource_claim_template_name.as_deref(),
             Some("carma-g1-m200")
         );
-        let c0 = spec.containers[0].resources.as_ref().unwrap();
-        assert_eq!(c0.claims.as_ref().unwrap().len(), 1);
-        assert!(spec.containers[1].resources.is_none());
+        assert!(spec.containers[0].resources.is_none());
+        for c in [
+            &spec.containers[1],
+            &spec.init_containers.as_ref().unwrap()[0],
+        ] {
+            let r = c.resources.as_ref().unwrap();
+            assert_eq!(r.claims.as_ref().unwrap().len(), 1, "{}", c.name);
+            assert!(!r.limits.as_ref().unwrap().contains_key(RESOURCE_GPU));
+            assert!(!r.requests.as_ref().unwrap().contains_key(RESOURCE_GPU));
+        }
+        // Other resources stay.
+        assert!(
+            spec.containers[1]
+                .resources
+                .as_ref()
+                .unwrap()
+                .limits
+                .as_ref()
+                .unwrap()
+                .contains_key("memory")
+        );
+    }
+
+    #[test]
+    fn a_pod_without_gpus_is_left_alone() {
+        let mut spec = PodSpec {
+            containers: vec![Container::default()],
+            ..PodSpec::default()
+        };
+        assert_eq!(move_gpus_to_claim(&mut spec, "x"), 0);
+        assert_eq!(
+            spec,
+            PodSpec {
+                containers: vec![Container::default()],
+                ..PodSpec::default()
+            }
+        );
     }
 }

@@ -49,6 +49,20 @@ pub fn truncate_chars(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// `s` cut to at most `max` bytes on a character boundary, without a trailing `-` or `.`, so that
+/// it still ends a DNS name.
+pub fn trim_to_dns_end(s: &str, max: usize) -> &str {
+    truncate_at_char_boundary(s, max).trim_end_matches(['-', '.'])
+}
+
+/// FNV-1a (64 bit): a small hash that is stable across builds and platforms, for names that must
+/// not change with the compiler.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +107,20 @@ mod tests {
         assert_eq!(truncate_chars("héllo", 1), "…");
         assert_eq!(truncate_chars("héllo", 0), "…");
         assert_eq!(truncate_chars("", 0), "");
+    }
+
+    #[test]
+    fn a_trimmed_name_ends_a_dns_name() {
+        assert_eq!(trim_to_dns_end("abc-def", 4), "abc");
+        assert_eq!(trim_to_dns_end("ab.-cd", 4), "ab");
+        assert_eq!(trim_to_dns_end("aé", 2), "a");
+        assert_eq!(trim_to_dns_end("short", 63), "short");
+    }
+
+    #[test]
+    fn the_hash_is_fnv1a() {
+        // the published FNV-1a 64-bit test vectors
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 }

@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use thiserror::Error;
 
-use carma_api::dra::{GpuBooking, claim_template, use_claim_template};
+use carma_api::dra::{GpuBooking, claim_template, move_gpus_to_claim};
 use carma_api::names::*;
 use carma_api::{EstimateAnnotation, TrainingTask};
 use carma_core::quantity::parse_mib;
@@ -231,12 +231,13 @@ pub fn build_attempt_pod(
 
 /// The pod of an attempt on DRA GPUs and the claim template it references.
 ///
-/// It is [`build_attempt_pod`]'s pod with the `carma.io/gpu` resource replaced by a claim that
+/// It is [`build_attempt_pod`]'s pod with the `carma.io/gpu` resource replaced by a claim
+/// ([`move_gpus_to_claim`]) that
 /// books, on each of `spec.gpus` GPUs, the `carma.io/gpu-memory` the pod ends up with (the
 /// request's, else the template's). Without one, or for an exclusive attempt, the claim takes whole
 /// GPUs and the pod is marked exclusive, so that recovery knows no larger booking exists. The
 /// template is named after its content and owned (not controlled) by the task
-/// ([`crate::claim_template`]).
+/// ([`carma_api::dra::template`]).
 /// `estimate` is the operator's own sizing of the attempt, written as `carma.io/estimate` (no
 /// extender sees these pods); without it an attempt that books memory says where the figure came
 /// from: `override` for the first attempt, `recovery` for later ones.
@@ -278,25 +279,11 @@ pub fn build_dra_attempt(
     }
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let spec = pod.spec.as_mut().ok_or(InvalidSpec::NoPodSpec)?;
-    for c in spec
-        .containers
-        .iter_mut()
-        .chain(spec.init_containers.iter_mut().flatten())
-    {
-        if let Some(r) = c.resources.as_mut() {
-            for list in [r.limits.as_mut(), r.requests.as_mut()]
-                .into_iter()
-                .flatten()
-            {
-                list.remove(RESOURCE_GPU);
-            }
-        }
-    }
     let mut template = claim_template(&namespace, device_class, task.spec.gpus, booking);
     let owner = task.owner_ref(&()).ok_or(InvalidSpec::Metadata("uid"))?;
-    crate::claim_template::finish(&mut template, owner)
+    carma_api::dra::template::finish(&mut template, owner)
         .map_err(|e| InvalidSpec::ClaimTemplate(e.to_string()))?;
-    use_claim_template(spec, template.metadata.name.as_deref().unwrap_or_default());
+    move_gpus_to_claim(spec, template.metadata.name.as_deref().unwrap_or_default());
     Ok((pod, template))
 }
 

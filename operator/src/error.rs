@@ -27,7 +27,7 @@ pub enum Error {
         /// Its name.
         name: String,
         /// Why not.
-        why: crate::claim_template::Unusable,
+        why: carma_api::dra::template::Unusable,
     },
     /// Encoding a patch or annotation failed.
     #[error("serialization: {0}")]

@@ -17,7 +17,6 @@
 //! * [`mod@classify`] — how a finished attempt ended: the pod read into `carma_core::exit`'s rule
 //!   (success, GPU OOM, failure, host-memory kill), plus what only a pod shows (eviction);
 //! * [`attempt`] — the attempt pod built from `spec.template`;
-//! * [`claim_template`] — DRA claim templates: content-derived names, owners, reuse;
 //! * [`waiting`] — why an attempt pod that has not started waits (no node fits, an image that
 //!   cannot be pulled);
 //! * [`observe`] — what is read off a pod and its node's `GpuNode`;
@@ -39,7 +38,6 @@
 //! `update` on `trainingtasks/finalizers` to set `blockOwnerDeletion`.
 
 pub mod attempt;
-pub mod claim_template;
 pub mod classify;
 pub mod controller;
 pub mod error;

@@ -23,13 +23,13 @@ use carma_core::text::truncate_with_marker;
 use carma_core::{QueueOrder, RecoveryConfig};
 
 use crate::attempt::{GpuClaims, MANAGER, is_owned_by, task_label_value};
-use crate::claim_template::{self, Unusable};
 use crate::classify::{OomPatterns, PodProgress, classify};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::observe::{ObservedAttempt, attempt_index, observe, pod_node};
 use crate::plan::{self, Plan, PlanInput, PlannedEvent};
 use crate::status;
+use carma_api::dra::template::{self as claim_template, Unusable};
 
 /// Tunables of the reconciler.
 #[derive(Debug, Clone)]

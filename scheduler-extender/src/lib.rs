@@ -20,6 +20,7 @@
 //! * [`history`] — reservations learned from `MemoryHistory` records.
 //! * [`recovery_queue`] — recovery attempts waiting for GPUs (recovery first).
 //! * [`watched_pod`] — the pods of the pod watch, decoded to the fields the extender reads.
+//! * [`admission`] — bare pods on the DRA path: `carma.io/gpu` replaced by a sized claim.
 //! * [`backend`] — the I/O side: [`kube_backend`] (watchers, Binding,
 //!   Events) or [`snapshot`] (a static `List`, binds recorded instead of written).
 //! * [`metrics`] — Prometheus metrics.
@@ -27,6 +28,7 @@
 //! * `synthetic` (feature `test-fixtures`; kept in `fixtures/`, outside `src/`) — generated
 //!   clusters and pods for tests, benchmarks and examples.
 
+pub mod admission;
 pub mod backend;
 pub mod clip;
 pub mod cluster;
@@ -87,8 +89,20 @@ pub struct Options {
     /// ([`server::BODY_LIMIT`] by default).
     pub max_body_bytes: usize,
     /// How long a connection may wait for a request before it is closed
-    /// ([`server::IDLE_TIMEOUT`] by default), on both listeners.
+    /// ([`server::IDLE_TIMEOUT`] by default), on every listener.
     pub idle_timeout: std::time::Duration,
+    /// Serve the bare-pod admission webhook ([`admission`]).
+    pub admission: Option<AdmissionOptions>,
+}
+
+/// The admission webhook's listener and the claims it makes.
+#[derive(Debug, Clone)]
+pub struct AdmissionOptions {
+    /// Address of the HTTPS listener serving only `/mutate-pods`, with `Options::tls`'s serving
+    /// certificate and no client certificate asked for (the API server presents none).
+    pub listen: SocketAddr,
+    /// The DeviceClass the claims name.
+    pub device_class: String,
 }
 
 /// Why the extender could not start or stopped.
@@ -115,6 +129,9 @@ pub enum RunError {
     /// Serving failed.
     #[error(transparent)]
     Serve(#[from] server::ServeError),
+    /// The admission webhook was asked for where it cannot be served.
+    #[error("--admission-listen: {0}")]
+    Admission(&'static str),
 }
 
 impl RunError {
@@ -123,6 +140,7 @@ impl RunError {
         matches!(
             self,
             RunError::Snapshot(_)
+                | RunError::Admission(_)
                 | RunError::Serve(server::ServeError::Tls { .. })
                 | RunError::Serve(server::ServeError::ClientCa { .. })
         )
@@ -154,6 +172,19 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let mut watchers = Vec::new();
+    let mut claims = None;
+    if opts.admission.is_some() {
+        if opts.cluster_snapshot.is_some() {
+            return Err(RunError::Admission(
+                "admission makes claim templates in a cluster; it cannot serve a --cluster-snapshot",
+            ));
+        }
+        if opts.tls.is_none() {
+            return Err(RunError::Admission(
+                "the API server calls admission webhooks over HTTPS only: give --tls-cert and --tls-key",
+            ));
+        }
+    }
     let ext = match &opts.cluster_snapshot {
         Some(path) => {
             let snapshot = Snapshot::load(path)?;
@@ -174,6 +205,12 @@ pub async fn run(
                 Arc::new(kube_backend::KubeBackend::new(client.clone())),
                 opts.placement.clone(),
             ));
+            claims = opts.admission.as_ref().map(|a| {
+                Arc::new(admission::BarePodClaims::new(
+                    a.device_class.clone(),
+                    Arc::new(admission::KubeTemplates::new(client.clone())),
+                ))
+            });
             watchers = kube_backend::spawn_watchers(client, Arc::clone(&ext));
             ext
         }
@@ -189,9 +226,21 @@ pub async fn run(
         ),
         None => None,
     };
+    let admission_listener = match &opts.admission {
+        Some(a) => {
+            Some(
+                std::net::TcpListener::bind(a.listen).map_err(|source| RunError::Listen {
+                    addr: a.listen,
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
     tracing::info!(
         listen = %opts.listen,
         metrics_listen = ?opts.metrics_listen,
+        admission_listen = ?opts.admission.as_ref().map(|a| a.listen),
         https = opts.tls.is_some(),
         client_certificates = opts.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         policy = %opts.policy,
@@ -207,6 +256,21 @@ pub async fn run(
             shutdown.clone(),
         ))
     });
+    // The API server presents no client certificate: the admission listener serves the same
+    // certificate without asking for one.
+    let admission_server = admission_listener.zip(claims).map(|(l, claims)| {
+        let tls = opts.tls.clone().map(|t| TlsSettings {
+            client_ca: None,
+            ..t
+        });
+        tokio::spawn(serve_with_timeout(
+            l,
+            server::admission_router(Arc::clone(&ext), claims),
+            tls,
+            opts.idle_timeout,
+            shutdown.clone(),
+        ))
+    });
     let result = serve_with_timeout(
         listener,
         router_with_limit(ext, opts.max_body_bytes),
@@ -218,13 +282,16 @@ pub async fn run(
     for w in watchers {
         w.abort();
     }
-    if let Some(m) = metrics_server {
-        // The shared shutdown has fired (or the main server failed): the metrics
-        // listener stops with it.
+    // The shared shutdown has fired (or the main server failed): the other listeners stop with it.
+    for (server, what) in [
+        (metrics_server, "the metrics listener failed"),
+        (admission_server, "the admission listener failed"),
+    ] {
+        let Some(server) = server else { continue };
         if result.is_err() {
-            m.abort();
-        } else if let Ok(Err(e)) = m.await {
-            tracing::warn!(error = %e, "the metrics listener failed");
+            server.abort();
+        } else if let Ok(Err(e)) = server.await {
+            tracing::warn!(error = %e, "{what}");
         }
     }
     result?;

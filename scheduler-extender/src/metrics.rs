@@ -2,7 +2,7 @@
 //!
 //! | name | type | labels |
 //! |---|---|---|
-//! | `carma_extender_requests_total` | counter | `verb`, `outcome` (`success`, `error`, `bad-request`) |
+//! | `carma_extender_requests_total` | counter | `verb`, `outcome` (`success`, `error`, `bad-request`; for `mutate-pods`: `claimed`, `unchanged`, `refused`, `bad-request`) |
 //! | `carma_extender_request_duration_seconds` | histogram | `verb` |
 //! | `carma_extender_rejections_total` | counter | `reason` (`NodeRejection::code()`, or `invalid-annotation`) |
 //! | `carma_extender_reservations_total` | counter | `source` (`override`, `traced`, `gpumemnet-mlp`, `analytic-upper-bound`, `history`, `whole-gpu`, …) |

@@ -28,6 +28,27 @@ pub struct SchedulerExtenderArgs {
     #[arg(long, env = "CARMA_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Also serve the bare-pod admission webhook (`POST /mutate-pods`) over HTTPS on this
+    /// address, with the `--tls-cert` certificate and no client certificate asked for (the API
+    /// server presents none). A pod created with `carma.io/gpu` then takes its GPUs from a DRA
+    /// claim sized as the extender would size it, from a ResourceClaimTemplate made when missing.
+    #[arg(
+        long,
+        env = "CARMA_ADMISSION_LISTEN",
+        value_name = "ADDR",
+        requires = "tls_cert"
+    )]
+    pub admission_listen: Option<SocketAddr>,
+
+    /// The DeviceClass that the admission webhook's claims name (the chart's dra.deviceClass.name).
+    #[arg(
+        long,
+        env = "CARMA_DRA_DEVICE_CLASS",
+        value_name = "NAME",
+        default_value = carma_api::dra::DEFAULT_DEVICE_CLASS
+    )]
+    pub dra_device_class: String,
+
     /// Serve a static cluster snapshot instead of the API server: a YAML or JSON
     /// List of Nodes, GpuNodes and Pods, e.g. the output of
     /// `kubectl get nodes,gpunodes,pods -A -o yaml`. Binds are recorded and
@@ -240,6 +261,12 @@ pub fn run(args: SchedulerExtenderArgs) -> anyhow::Result<ExitCode> {
         history: args.history.to_config(),
         max_body_bytes: args.max_request_bytes,
         idle_timeout: std::time::Duration::from_secs(args.idle_timeout_seconds),
+        admission: args
+            .admission_listen
+            .map(|listen| carma_scheduler_extender::AdmissionOptions {
+                listen,
+                device_class: args.dra_device_class,
+            }),
     };
     match super::runtime()?.block_on(carma_scheduler_extender::run(
         opts,

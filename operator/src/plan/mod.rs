@@ -101,7 +101,7 @@ pub enum Observation {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     /// Make sure this claim template exists, owned among others by the task, before the pod that
-    /// references it is created (an existing one is checked and shared, [`crate::claim_template`]).
+    /// references it is created (an existing one is checked and shared, [`carma_api::dra::template`]).
     pub ensure_claim_template: Option<Box<ResourceClaimTemplate>>,
     /// Create this attempt pod (409 AlreadyExists means adopt it).
     pub create_pod: Option<Box<Pod>>,

@@ -1,10 +1,12 @@
 //! The HTTP server: [`router`] (routes, request bodies, metrics per verb), TLS, and serving until
 //! shutdown.
 //!
+//! * `admission` — the admission listener's `/mutate-pods`.
 //! * `body` — reading a request body within its size and time limits.
 //! * `routes` — the routes and their handlers.
 //! * `tls` — HTTPS files, checked and reloaded while serving.
 
+mod admission;
 mod body;
 mod routes;
 mod tls;
@@ -19,6 +21,7 @@ use axum::Router;
 use axum_server::tls_rustls::RustlsConfig;
 use thiserror::Error;
 
+pub use admission::{ADMISSION_VERB, admission_router};
 pub use body::{BIND_BODY_LIMIT, BODY_LIMIT, BODY_READ_TIMEOUT};
 pub use routes::{
     BIND_CONCURRENCY, PLACEMENT_CONCURRENCY, metrics_router, router, router_with_limit,

@@ -1,8 +1,8 @@
-//! The ResourceClaimTemplates of DRA attempts: their names, their owners, and whether one that
-//! exists already is the one the operator wants.
+//! The names, owners and reuse of carma's ResourceClaimTemplates, made by the operator for
+//! TrainingTask attempts and by the extender's admission webhook for bare pods.
 //!
 //! **Names.** A template is named `<readable>-<hash>`: the readable part is
-//! [`carma_api::dra::claim_template_name`] (`<class>-g<N>-m<MiB>` or `<class>-g<N>-whole`), the
+//! [`super::claim_template_name`] (`<class>-g<N>-m<MiB>` or `<class>-g<N>-whole`), the
 //! hash is 10 hex digits of FNV-1a over the template's whole spec as JSON (device class, count,
 //! capacity, tolerations, the claim's metadata: everything the template says). So a release that
 //! changes any of it (say, the taints a whole GPU tolerates) names its templates anew instead of
@@ -31,9 +31,9 @@ use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceClaimTemplat
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
 
-use carma_api::names::LABEL_MANAGED_BY;
+use carma_core::text::{fnv1a, trim_to_dns_end as trim_to};
 
-use crate::naming::{fnv1a, trim_to};
+use crate::names::LABEL_MANAGED_BY;
 
 /// Longest template name: a DNS label, so the name also fits where a label is expected.
 pub const MAX_TEMPLATE_NAME: usize = 63;
@@ -52,14 +52,20 @@ pub fn template_name(
     Ok(format!("{head}-{hash:0width$x}", width = HASH_DIGITS))
 }
 
-/// Give `template` its content-derived name (its current name is taken as the readable part) and
-/// `owner` as a non-controller owner: several tasks may own one template, and none controls it.
+/// Give `template` its content-derived name; its current name is taken as the readable part.
+pub fn name_by_content(template: &mut ResourceClaimTemplate) -> Result<(), serde_json::Error> {
+    let readable = template.metadata.name.clone().unwrap_or_default();
+    template.metadata.name = Some(template_name(&readable, &template.spec)?);
+    Ok(())
+}
+
+/// Give `template` its content-derived name ([`name_by_content`]) and `owner` as a
+/// non-controller owner: several tasks may own one template, and none controls it.
 pub fn finish(
     template: &mut ResourceClaimTemplate,
     mut owner: OwnerReference,
 ) -> Result<(), serde_json::Error> {
-    let readable = template.metadata.name.clone().unwrap_or_default();
-    template.metadata.name = Some(template_name(&readable, &template.spec)?);
+    name_by_content(template)?;
     owner.controller = None;
     owner.block_owner_deletion = None;
     template.metadata.owner_references = Some(vec![owner]);
@@ -83,9 +89,15 @@ impl Unusable {
     pub fn as_str(self) -> &'static str {
         match self {
             Unusable::NotCarmas => "it lacks carma's managed-by label",
-            Unusable::SpecDiffers => "its spec differs from the one the operator wants",
+            Unusable::SpecDiffers => "its spec differs from the one carma wants",
             Unusable::BeingDeleted => "it is being deleted",
         }
+    }
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -207,7 +219,7 @@ pub fn add_owner_patch(owner: &OwnerReference) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use carma_api::dra::{GpuBooking, claim_template};
+    use crate::dra::{GpuBooking, claim_template};
     use k8s_openapi::api::resource::v1::{DeviceToleration, ExactDeviceRequest};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
