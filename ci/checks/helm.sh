@@ -100,12 +100,12 @@ PY="$(tools/install-ci-venv.sh | tail -n1)/bin/python"
 # Bare pods on DRA (admissionPolicy.gpuClaims=dra): the extender's mutating webhook, its listener, Service
 # port, flags and RBAC rule, with each TLS source's caBundle; none of it in the default render.
 step "admissionPolicy.gpuClaims=dra: the extender's DRA-claims webhook"
-DRA_WEBHOOK=(--set admissionPolicy.gpuClaims=dra --set dra.enabled=true --set dra.featureGatesEnabled=true --set extender.tls.enabled=true)
+DRA_WEBHOOK=(--set admissionPolicy.gpuClaims=dra --set dra.enabled=true --set dra.featureGatesEnabled=true --set extender.tls.enabled=true --set operator.gpuClaims=dra)
 if "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 "${DRA_WEBHOOK[@]}" > "$tmp/webhook-helm.yaml" 2>"$tmp/err" &&
    "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 "${DRA_WEBHOOK[@]}" --set extender.tls.source=existing \
      --set admissionPolicy.webhook.caBundle=Q0EgUEVN > "$tmp/webhook-existing.yaml" 2>>"$tmp/err" &&
    "$HELM" template carma "$CHART" -n carma-system --kube-version 1.35.0 -f "$NONDEFAULT" --set admissionPolicy.gpuClaims=dra \
-     > "$tmp/webhook-nondefault.yaml" 2>>"$tmp/err"; then
+     --set operator.gpuClaims=dra > "$tmp/webhook-nondefault.yaml" 2>>"$tmp/err"; then
   run "gpuClaims=dra: webhook (helm CA, existing caBundle, cert-manager injection), Service port, flags, RBAC, NetworkPolicy; default render has none" \
     "$PY" - "$tmp/default.yaml" "$tmp/nondefault.yaml" "$tmp/nondefault-dra.yaml" "$tmp/webhook-helm.yaml" \
       "$tmp/webhook-existing.yaml" "$tmp/webhook-nondefault.yaml" <<'PY'
@@ -384,7 +384,19 @@ expect_reject "gpuClaims=dra with existing certificates and no caBundle" "needs 
 expect_reject "gpuClaims=dra without the admission policies" "admissionPolicy.gpuClaims=dra needs admissionPolicy.enabled=true" \
   --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" --set extender.tls.enabled=true --set admissionPolicy.enabled=false
 expect_reject "the webhook port equal to the metrics port" "admissionPolicy.webhook.port must differ" \
-  --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" --set extender.tls.enabled=true --set admissionPolicy.webhook.port=8889
+  --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" --set extender.tls.enabled=true --set operator.gpuClaims=dra --set admissionPolicy.webhook.port=8889
+expect_reject "gpuClaims=dra while the operator's attempts ask for carma.io/gpu" "admissionPolicy.gpuClaims=dra needs operator.gpuClaims=dra" \
+  --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" --set extender.tls.enabled=true
+# With gpuClaims=dra the webhook takes carma.io/gpu out of a pod, so nothing is steered to carma's
+# scheduler on 1.36 (a DRA cluster may run none), while the refusal of what is left stays.
+if out="$("$HELM" template carma "$CHART" --kube-version 1.36.0 --set admissionPolicy.gpuClaims=dra "${DRA_ON[@]}" \
+    --set extender.tls.enabled=true --set operator.gpuClaims=dra 2>&1)"; then
+  if grep -q "^kind: MutatingAdmissionPolicy$" <<<"$out"; then
+    echo "FAIL: gpuClaims=dra on 1.36 still renders the steering MutatingAdmissionPolicy"; failures+=("gpuClaims=dra steering")
+  elif grep -q "^kind: ValidatingAdmissionPolicy$" <<<"$out" && grep -q "^kind: MutatingWebhookConfiguration$" <<<"$out"; then
+    echo "PASS: gpuClaims=dra on 1.36: the webhook and the refusal, no steering"
+  else echo "FAIL: gpuClaims=dra on 1.36 lacks the webhook or the refusal"; failures+=("gpuClaims=dra 1.36 render"); fi
+else echo "FAIL: helm template gpuClaims=dra --kube-version 1.36.0: $(head -c 300 <<<"$out")"; failures+=("gpuClaims=dra 1.36"); fi
 
 step "GPU pods of other schedulers: steered on 1.36 (MutatingAdmissionPolicy v1), refused before it or when asked"
 # has_map <args...>: whether the render holds the steering policy and its binding, and the policy sets

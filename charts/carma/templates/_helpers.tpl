@@ -160,7 +160,8 @@ admissionPolicy.otherScheduler=steer on a cluster that serves MutatingAdmissionP
 {{- define "carma.steerOtherSchedulers" -}}
 {{- $p := .Values.admissionPolicy -}}
 {{- $served := or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
-{{- if and $p.enabled (eq $p.otherScheduler "steer") $served }}true{{ end }}
+{{- /* With gpuClaims=dra the webhook takes carma.io/gpu out of such pods: no scheduler name to fix. */ -}}
+{{- if and $p.enabled (eq $p.otherScheduler "steer") $served (ne $p.gpuClaims "dra") }}true{{ end }}
 {{- end }}
 {{/* CEL, per container `c` of a pod: the container requests (or limits) carma.io/gpu. The admission
 policies and the DRA-claims webhook match pods with it over containers and init containers. */}}
