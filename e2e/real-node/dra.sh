@@ -19,6 +19,9 @@
 #      Each prints from inside what carma's per-claim CDI spec gave it (lastmetre.sh's LM_PRINT), and
 #      lm_dra_check compares that with the claim's allocation: the device's UUID in its ResourceSlice
 #      and the memory it consumes (a `last-metre DRA:` line; two doctored records must be rejected).
+#   2b. Bare pods (bare.sh): a pod asking for carma.io/gpu gets a claim sized by the extender's admission
+#      webhook (admissionPolicy.gpuClaims=dra), runs on carma's slices; a dry run makes no template; a
+#      malformed annotation is refused at creation (a `dra-admission:` line).
 #   3. A pod whose claim asks for more memory than any GPU has stays Pending; counted as refused only when
 #      its PodScheduled condition says Unschedulable because of its claim.
 #   4. The simulated backend puts scripted load on GPUs with prepared claims, rising with their number
@@ -50,6 +53,9 @@
 # ResourceSlice below what its claims hold (the driver re-applies its slice within 30 s) before the last
 # snapshot: the over-commit check must then report it and the run fail.
 
+# shellcheck source=bare.sh
+source "$HERE/bare.sh"
+
 DRA_NS=carma-system
 DRA_DRIVER=gpu.carma.io
 DRA_GPUS=2x40GiB  # per node: 2 GPUs of 40 GiB
@@ -69,18 +75,30 @@ dra_snapshot() {
 dra_install() {
   local i name t0 n
   for i in $(seq "$NODES"); do k label node "$(node_name "$i")" carma.io/gpu-path=dra >/dev/null; done
-  log "dra: helm install carma charts/carma --set dra.enabled=true (simulated $DRA_GPUS per node)"
+  # The extender serves bare pods' claims (bare.sh; its TLS is on in the control plane's values), unless
+  # the admission policies are off for a planted fault: the webhook is one of them.
+  local webhook=(--set extender.enabled=false)
+  DRA_BARE_WEBHOOK=0
+  if [[ "${CARMA_RN_PLANT:-}" != dra-any-node ]]; then
+    webhook=(--set extender.enabled=true --set admissionPolicy.gpuClaims=dra); DRA_BARE_WEBHOOK=1
+  fi
+  log "dra: helm install carma charts/carma --set dra.enabled=true (simulated $DRA_GPUS per node) ${webhook[*]}"
   t0=$(date +%s)
   "$HELM" install carma "$ROOT/charts/carma" -n "$DRA_NS" --create-namespace -f "$ROOT/e2e/control-plane/values.yaml" \
     --set image.repository="${CARMA_IMAGE%:*}" --set image.tag="${CARMA_IMAGE##*:}" --set image.pullPolicy=Never \
     --set dra.enabled=true --set devicePlugin.simulatedGpus="$DRA_GPUS" --set enforcement.hookPath="${LM_HOOK:-/usr/bin/nvidia-cdi-hook}" \
     --set admissionPolicy.enabled="$([[ "${CARMA_RN_PLANT:-}" == dra-any-node ]] && echo false || echo true)" \
-    --set extender.enabled=false --set scheduler.enabled=false --set operator.enabled=true --set operator.gpuClaims=dra \
+    --set scheduler.enabled=false --set operator.enabled=true --set operator.gpuClaims=dra "${webhook[@]}" \
     >"$WORK/logs/helm-dra.log" 2>&1 || die "helm install (dra): $(tail -n 5 "$WORK/logs/helm-dra.log")"
   k -n "$DRA_NS" rollout status daemonset/carma-dra-driver --timeout 180s >/dev/null || {
     k -n "$DRA_NS" get pods -o wide >&2; k -n "$DRA_NS" describe daemonset carma-dra-driver >&2
     for p in $(k -n "$DRA_NS" get pods -o name); do echo "---- $p" >&2; k -n "$DRA_NS" logs "$p" --tail 20 >&2; done
     die "the DRA driver pods are not Ready"; }
+  if [[ $DRA_BARE_WEBHOOK == 1 ]]; then
+    k -n "$DRA_NS" rollout status deployment/carma-scheduler-extender --timeout 180s >/dev/null || {
+      k -n "$DRA_NS" get pods -o wide >&2; k -n "$DRA_NS" logs deployment/carma-scheduler-extender --tail 30 >&2 || true
+      die "the extender (admissionPolicy.gpuClaims=dra) is not Ready"; }
+  fi
   k -n "$DRA_NS" rollout status deployment/carma-operator --timeout 180s >/dev/null || {
     k -n "$DRA_NS" get pods -o wide >&2; die "the operator (operator.gpuClaims=dra) is not Ready"; }
   # One GPU path per node: the chart keeps the device plugin off the DRA nodes by itself, though
@@ -513,6 +531,7 @@ PY
 dra_run() {
   local t0; t0=$(date +%s)
   dra_install
+  dra_bare
   dra_share
   dra_refuse
   dra_taint
@@ -524,5 +543,7 @@ dra_run() {
   dra_versions
   dra_cleanup
   log "dra: done in $(( $(date +%s) - t0 )) s"
-  dra_summary
+  local bare=0
+  dra_bare_summary || bare=$?
+  dra_summary && return "$bare"
 }
