@@ -7,11 +7,11 @@ use std::sync::Arc;
 use carma_core::Policy;
 use carma_estimator::Estimator;
 use carma_scheduler_extender::admission::{
-    BarePodClaims, LABEL_MADE_BY, Outcome, TemplateError, TemplateStore,
+    AdmissionOutcome as Outcome, BarePodClaims, LABEL_MADE_BY, TemplateError, TemplateStore,
 };
 use carma_scheduler_extender::server::admission_router;
 use carma_scheduler_extender::synthetic::BENCH_PROFILE;
-use carma_scheduler_extender::{Decisions, Extender};
+use carma_scheduler_extender::{Decisions, Extender, metrics_router};
 use common::*;
 use futures::future::BoxFuture;
 use http::StatusCode;
@@ -83,8 +83,11 @@ async fn admit(store: Arc<Store>, review: &Value) -> (Value, Outcome) {
     let claims = BarePodClaims::new("carma-gpu", store);
     let review: AdmissionReview<Pod> = serde_json::from_value(review.clone()).unwrap();
     let request: AdmissionRequest<Pod> = review.try_into().unwrap();
-    let (answer, outcome) = claims.admit(&decisions(), &request).await;
-    (serde_json::to_value(answer).unwrap(), outcome)
+    let admitted = claims.admit(&decisions(), &request).await;
+    (
+        serde_json::to_value(admitted.response).unwrap(),
+        admitted.outcome,
+    )
 }
 
 /// The pod with the answer's JSON patch applied.
@@ -271,14 +274,18 @@ async fn a_dry_run_is_answered_without_making_a_template() {
     assert!(store.made.lock().is_empty());
 }
 
-fn router(store: Arc<Store>) -> axum::Router {
+fn router(store: Arc<Store>) -> (axum::Router, Arc<Extender>) {
     let (ext, _): (Arc<Extender>, _) = fixture_extender();
-    admission_router(ext, Arc::new(BarePodClaims::new("carma-gpu", store)))
+    let r = admission_router(
+        Arc::clone(&ext),
+        Arc::new(BarePodClaims::new("carma-gpu", store)),
+    );
+    (r, ext)
 }
 
 #[tokio::test]
 async fn the_route_answers_a_review_with_the_requests_uid() {
-    let r = router(Arc::new(Store::default()));
+    let (r, ext) = router(Arc::new(Store::default()));
     let pod = pod(json!({"carma.io/gpu-memory": "4Gi"}), Some("1"));
     let (status, body) = post(&r, "/mutate-pods", &review(&pod, "CREATE", false)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -286,11 +293,22 @@ async fn the_route_answers_a_review_with_the_requests_uid() {
     assert_eq!(body["kind"], "AdmissionReview");
     assert_eq!(body["response"]["uid"], "req-1");
     assert!(template_name(&patched(&pod, &body["response"])).starts_with("carma-gpu-g1-m4096-"));
+    // Counted as a request of its own verb, and as a reservation by where its size came from.
+    let (_, metrics) = get(&metrics_router(ext), "/metrics").await;
+    assert!(
+        metrics
+            .contains(r#"carma_extender_requests_total{verb="mutate-pods",outcome="claimed"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"carma_extender_reservations_total{source="override"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
 async fn malformed_reviews_get_400_and_other_paths_404() {
-    let r = router(Arc::new(Store::default()));
+    let (r, _) = router(Arc::new(Store::default()));
     let (status, body) = post_raw(&r, "/mutate-pods", b"{not json".to_vec()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(

@@ -41,7 +41,7 @@ pub const MADE_BY_ADMISSION: &str = "admission";
 
 /// What admission did with one pod, for the metrics and the logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum AdmissionOutcome {
     /// The pod now takes its GPUs from a claim.
     Claimed,
     /// Nothing to do: not a pod creation, no `carma.io/gpu`, or bound at creation.
@@ -50,15 +50,27 @@ pub enum Outcome {
     Refused,
 }
 
-impl Outcome {
+impl AdmissionOutcome {
     /// The metric label.
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Claimed => "claimed",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Refused => "refused",
+            AdmissionOutcome::Claimed => "claimed",
+            AdmissionOutcome::Unchanged => "unchanged",
+            AdmissionOutcome::Refused => "refused",
         }
     }
+}
+
+/// The answer to one admission request and what it did.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The answer for the API server.
+    pub response: AdmissionResponse,
+    /// What was done.
+    pub outcome: AdmissionOutcome,
+    /// Where the claim's size came from (`override`, an estimator source, `history`, `whole-gpu`),
+    /// for a pod given a claim.
+    pub source: Option<String>,
 }
 
 /// Gives bare pods that ask for `carma.io/gpu` a sized DRA claim instead.
@@ -79,25 +91,30 @@ impl BarePodClaims {
 
     /// The answer to one admission request, and what it did.
     #[tracing::instrument(skip_all, fields(pod = %pod_name(request), outcome))]
-    pub async fn admit(
-        &self,
-        decisions: &Decisions,
-        request: &AdmissionRequest<Pod>,
-    ) -> (AdmissionResponse, Outcome) {
+    pub async fn admit(&self, decisions: &Decisions, request: &AdmissionRequest<Pod>) -> Admitted {
         let allow = AdmissionResponse::from(request);
-        let (answer, outcome) = match self.plan(decisions, request) {
-            Ok(None) => (allow, Outcome::Unchanged),
-            Ok(Some(plan)) => match self.apply(request, plan).await {
-                Ok(answer) => (answer, Outcome::Claimed),
-                Err(reason) => (allow.deny(reason), Outcome::Refused),
-            },
-            Err(reason) => (allow.deny(reason), Outcome::Refused),
+        let mut source = None;
+        let (response, outcome) = match self.plan(decisions, request) {
+            Ok(None) => (allow, AdmissionOutcome::Unchanged),
+            Ok(Some(plan)) => {
+                source = Some(plan.decision.source.clone());
+                match self.apply(request, plan).await {
+                    Ok(answer) => (answer, AdmissionOutcome::Claimed),
+                    Err(reason) => (allow.deny(reason), AdmissionOutcome::Refused),
+                }
+            }
+            Err(reason) => (allow.deny(reason), AdmissionOutcome::Refused),
         };
         tracing::Span::current().record("outcome", outcome.as_str());
-        if outcome == Outcome::Refused {
-            tracing::info!(reason = %answer.result.message, "refused a pod at admission");
+        if outcome == AdmissionOutcome::Refused {
+            tracing::info!(reason = %response.result.message, "refused a pod at admission");
+            source = None;
         }
-        (answer, outcome)
+        Admitted {
+            response,
+            outcome,
+            source,
+        }
     }
 
     /// What to do with the pod: `None` leaves it unchanged.

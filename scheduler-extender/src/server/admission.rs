@@ -62,10 +62,13 @@ async fn answer(state: &Admission, body: Result<Body, WireRejection>) -> (Respon
             );
         }
     };
-    let (response, outcome) = state.claims.admit(state.ext.decisions(), &request).await;
+    let admitted = state.claims.admit(state.ext.decisions(), &request).await;
+    if let Some(source) = &admitted.source {
+        state.ext.metrics().reservation(source);
+    }
     (
-        Json(response.into_review()).into_response(),
-        outcome.as_str(),
+        Json(admitted.response.into_review()).into_response(),
+        admitted.outcome.as_str(),
     )
 }
 
