@@ -188,6 +188,10 @@ ip link add rn-nodes type bridge
 ip addr add "$API_IP/24" dev rn-nodes
 for i in $(seq "$NODES"); do ip addr add "$(node_ip "$i")/24" dev rn-nodes; done
 ip link set rn-nodes up
+# The namespace has no default route, which a real node has: without one, a connection the host itself
+# opens to a Service IP (kube-apiserver calling an admission webhook through its Service) fails to
+# route before kube-proxy's DNAT in OUTPUT can rewrite it. A route for the Service range stands in.
+ip route add 10.96.0.0/16 dev rn-nodes
 # Pods reach Service IPs through kube-proxy's iptables rules; a pod calling a Service whose endpoint is
 # on the same node bridge needs bridged packets to pass netfilter (per network namespace since Linux 5.3).
 echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
