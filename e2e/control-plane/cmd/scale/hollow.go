@@ -271,8 +271,13 @@ func (h *hollow) publish(ctx context.Context, node string) error {
 // run publishes, every sample interval, the nodes whose pods changed and those whose heartbeat is
 // due, and marks bound carma pods allocated, until ctx ends.
 func (h *hollow) run(ctx context.Context) {
+	// As many markers and publishers as nodes: on a cluster each node's device plugin marks and
+	// publishes its own pods, in parallel with every other node's, so no node waits behind another's.
+	h.mu.Lock()
+	writers := max(16, len(h.nodes))
+	h.mu.Unlock()
 	h.allocQ = make(chan *v1.Pod, 1<<16)
-	for w := 0; w < 16; w++ {
+	for w := 0; w < writers; w++ {
 		go h.allocator(ctx)
 	}
 	go func() {
@@ -296,7 +301,7 @@ func (h *hollow) run(ctx context.Context) {
 			sort.Strings(due)
 			// A failed publication marks its node dirty again (publish); the next tick retries it.
 			g := new(errgroup.Group)
-			g.SetLimit(16)
+			g.SetLimit(writers)
 			for _, n := range due {
 				g.Go(func() error { _ = h.publish(ctx, n); return nil })
 			}
