@@ -46,6 +46,11 @@ def check(records, templates, driver, memory):
     faults, seen = [], {}
     pods = {i["metadata"]["name"]: i for i in records if i["kind"] == "Pod"}
     claims = {i["metadata"]["name"]: i for i in records if i["kind"] == "ResourceClaim"}
+    # Every bare pod the API server lists, and those it shows with a claim from an admission template.
+    bare = [p for n, p in pods.items() if n.startswith("dra-bare")]
+    seen["bare"] = len(bare)
+    seen["claimed"] = sum(1 for p in bare if not gpu_requests(p) and (
+        (templates.get(template_of(p)) or {}).get("metadata", {}).get("labels", {}).get("carma.io/made-by") == "admission"))
     pod = pods.get("dra-bare")
     if not pod:
         return ["the bare pod is not among the pods the API server listed"], seen
@@ -138,9 +143,10 @@ def main():
         print(f"  dra-admission fault: {f}")
     est = seen.get("estimate") or {}
     message = re.sub(r"\s+", " ", bad.split("denied the request:", 1)[-1]).strip()[:120]
-    print(f"dra-admission: {0 if faults else 1} of 1 bare pods given a claim of the size carma decided "
-          f"({est.get('mib')} MiB, {est.get('source')}) from ResourceClaimTemplate {seen.get('template')} made by "
-          f"admission, allocated {[f'{c // 2**20}Mi' for c in seen.get('consumed', []) if c]} on {seen.get('device')}; "
+    print(f"dra-admission: {seen.get('claimed', 0)} of {seen.get('bare', 0)} bare pods given a claim from a template "
+          f"made by admission; its size the one carma decided "
+          f"({est.get('mib')} MiB, {est.get('source')}), ResourceClaimTemplate {seen.get('template')}, "
+          f"allocated {[f'{c // 2**20}Mi' for c in seen.get('consumed', []) if c]} on {seen.get('device')}; "
           f"server-side dry run {dry_note}; {refused} refused at creation ({message!r}); "
           f"{caught} of 1 doctored records rejected")
     sys.exit(1 if faults else 0)

@@ -322,6 +322,13 @@ async fn malformed_reviews_get_400_and_other_paths_404() {
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["Error"]
+            .as_str()
+            .unwrap()
+            .contains("without a request"),
+        "{body}"
+    );
     let (status, _) = post(&r, "/filter", &json!({})).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::post;
 use carma_http::health::no_route;
@@ -52,14 +52,10 @@ async fn answer(state: &Admission, body: Result<Body, WireRejection>) -> (Respon
     let request: AdmissionRequest<Pod> = match review.try_into() {
         Ok(r) => r,
         Err(_) => {
-            return (
-                (
-                    StatusCode::BAD_REQUEST,
-                    "malformed /mutate-pods request: an AdmissionReview without a request",
-                )
-                    .into_response(),
-                "bad-request",
+            let rejection = WireRejection::bad_request(
+                "malformed /mutate-pods request: an AdmissionReview without a request",
             );
+            return (rejection.into_response(), "bad-request");
         }
     };
     let admitted = state.claims.admit(state.ext.decisions(), &request).await;

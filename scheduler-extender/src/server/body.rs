@@ -40,6 +40,16 @@ pub(super) struct WireRejection {
     message: String,
 }
 
+impl WireRejection {
+    /// HTTP 400 with `message`, for a body that decodes but says nothing usable.
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+}
+
 impl IntoResponse for WireRejection {
     fn into_response(self) -> Response {
         let mut r = (
