@@ -32,6 +32,9 @@
 #                                   # on ResourceSlices; adds kube-controller-manager and a scale-dra line)
 #                                   [--backlog N [--backlog-window 60s]]   # after the phases: every GPU
 #                                   # filled, N more carma pods wait; what their retries cost
+#                                   [--publish-cost N]   # before the phases: N GpuNode status
+#                                   # writes by merge patch and by update, kube-apiserver's CPU per write
+#                                   # (--phases none: that alone)
 #                                   [--plant-dra-overcommit]   # planted fault: a claim written past the
 #                                   # allocator over-commits a device; the run must fail
 #                                   [--set chart.value=x ...]   # more chart values for the carma phase
@@ -103,7 +106,7 @@ if [[ "${1:-}" == ctl ]]; then shift; ctl "$@"; exit; fi
 # ---- arguments ---------------------------------------------------------------------------------------
 
 NODES=100; GPUS=8; PODS=200; LATENCY_PODS=0; LATENCY_RATE=0; CHURN=0; PHASES=plain,carma; STALL=90s; CHART_SETS=()
-CLIENT_QPS=1000; CLIENT_BURST=""; FILLER=10; FILLER_NOTE=""; REPEATS=1; QUIET=60s; PLANT_DRA=false; BACKLOG=0; BACKLOG_WINDOW=60s
+CLIENT_QPS=1000; CLIENT_BURST=""; FILLER=10; FILLER_NOTE=""; REPEATS=1; QUIET=60s; PLANT_DRA=false; BACKLOG=0; BACKLOG_WINDOW=60s; PUBLISH_COST=0
 command_line="bash e2e/control-plane/scale.sh $*"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -124,6 +127,7 @@ while [[ $# -gt 0 ]]; do
     --quiet) QUIET="$2"; shift 2 ;;
     --plant-dra-overcommit) PLANT_DRA=true; shift ;;
     --backlog) BACKLOG="$2"; shift 2 ;;
+    --publish-cost) PUBLISH_COST="$2"; shift 2 ;;
     --backlog-window) BACKLOG_WINDOW="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
@@ -160,7 +164,10 @@ EOF
 
 cp_certs
 cp_start_etcd
-cp_start_apiserver
+# CARMA_SCALE_APISERVER_FLAGS: more kube-apiserver flags, split on spaces (e.g. --profiling=true, to take
+# a CPU profile of it with `kubectl get --raw '/debug/pprof/profile?seconds=20'` during a phase).
+read -r -a apiserver_flags <<<"${CARMA_SCALE_APISERVER_FLAGS:-}"
+cp_start_apiserver "${apiserver_flags[@]}"
 # The chart as run.sh deploys it (values.yaml: TLS, the scheduler name), with the chart's own warm-up
 # (run.sh shortens it; the hollow nodes show a pod's memory at their next sample anyway).
 cp_apply_chart --set placement.warmupSeconds=30 "${CHART_SETS[@]}"
@@ -228,7 +235,7 @@ rc=0
   --examples "$ROOT/deploy/examples" --nodes "$NODES" --gpus-per-node "$GPUS" --replicas "$replicas" \
   --pods "$PODS" --latency-pods "$LATENCY_PODS" --latency-rate "$LATENCY_RATE" --churn "$CHURN" --phases "$PHASES" --stall "$STALL" \
   --filler-per-node "$FILLER" --filler-note "$FILLER_NOTE" --repeats "$REPEATS" --quiet "$QUIET" --plant-dra-overcommit="$PLANT_DRA" \
-  --backlog "$BACKLOG" --backlog-window "$BACKLOG_WINDOW" \
+  --backlog "$BACKLOG" --backlog-window "$BACKLOG_WINDOW" --publish-cost "$PUBLISH_COST" \
   --carma-scheduler "$(awk '/schedulerName:/{print $2; exit}' "$HERE/values.yaml")" \
   --plain-scheduler-url "https://127.0.0.1:$PLAIN_PORT" --carma-scheduler-url "https://127.0.0.1:$SCHED_PORT" \
   --extender-metrics-url "http://127.0.0.1:$EXT_METRICS_PORT" || rc=$?

@@ -93,6 +93,7 @@ type hollow struct {
 
 	allocQ      chan *v1.Pod
 	published   atomic.Int64
+	publishing  atomic.Int64 // publications written now
 	publishErrs atomic.Int64
 	lastPubErr  atomic.Value // string: the last publication's error
 	marked      atomic.Int64
@@ -242,6 +243,8 @@ func (h *hollow) status(hn *hnode) map[string]any {
 // publish writes node's GpuNode status (a JSON merge patch of the status subresource, as the device
 // plugin writes it).
 func (h *hollow) publish(ctx context.Context, node string) error {
+	h.publishing.Add(1)
+	defer h.publishing.Add(-1)
 	h.mu.Lock()
 	hn := h.nodes[node]
 	st := h.status(hn)
@@ -268,46 +271,74 @@ func (h *hollow) publish(ctx context.Context, node string) error {
 	return nil
 }
 
-// run publishes, every sample interval, the nodes whose pods changed and those whose heartbeat is
-// due, and marks bound carma pods allocated, until ctx ends.
+// run marks bound carma pods allocated and publishes each node's GpuNode status on that node's own
+// sample clock, until ctx ends.
 func (h *hollow) run(ctx context.Context) {
-	// As many markers and publishers as nodes: on a cluster each node's device plugin marks and
-	// publishes its own pods, in parallel with every other node's, so no node waits behind another's.
+	// As many markers as nodes, and a sampler per node: on a cluster each node's device plugin marks
+	// and publishes its own pods, in parallel with every other node's, so no node waits behind
+	// another's. Each device plugin samples every second from the moment it started, so the nodes'
+	// samples fall at different points of the second: one clock shared by all nodes would send every
+	// node's publication in the same instant, a burst of writes once a second that a cluster does not
+	// see and that every other request would queue behind.
 	h.mu.Lock()
 	writers := max(16, len(h.nodes))
+	names := make([]string, 0, len(h.nodes))
+	for name := range h.nodes {
+		names = append(names, name)
+	}
 	h.mu.Unlock()
 	h.allocQ = make(chan *v1.Pod, 1<<16)
 	for w := 0; w < writers; w++ {
 		go h.allocator(ctx)
 	}
-	go func() {
-		t := time.NewTicker(sampleInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			now := time.Now()
-			var due []string
-			h.mu.Lock()
-			for name, hn := range h.nodes {
-				if hn.dirty || now.Sub(hn.lastPub) >= hn.beat {
-					due = append(due, name)
-				}
-			}
-			h.mu.Unlock()
-			sort.Strings(due)
-			// A failed publication marks its node dirty again (publish); the next tick retries it.
-			g := new(errgroup.Group)
-			g.SetLimit(writers)
-			for _, n := range due {
-				g.Go(func() error { _ = h.publish(ctx, n); return nil })
-			}
-			_ = g.Wait()
+	for _, name := range names {
+		go h.sampler(ctx, name, time.Duration(rand.Int64N(int64(sampleInterval))))
+	}
+}
+
+// sampler is one node's device plugin sampling: first after phase, then every sample interval, it
+// publishes the node's status when its pods changed or its heartbeat is due. A failed publication
+// marks the node dirty again (publish), so the next sample retries it.
+func (h *hollow) sampler(ctx context.Context, name string, phase time.Duration) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(phase):
+	}
+	t := time.NewTicker(sampleInterval)
+	defer t.Stop()
+	for {
+		h.mu.Lock()
+		due := h.nodes[name].due(time.Now())
+		h.mu.Unlock()
+		if due {
+			_ = h.publish(ctx, name)
 		}
-	}()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// unpublished counts the nodes whose pods changed since their last publication and the publications
+// still being written.
+func (h *hollow) unpublished() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := int(h.publishing.Load())
+	for _, hn := range h.nodes {
+		if hn.dirty {
+			n++
+		}
+	}
+	return n
+}
+
+// due: the node's pods changed since its last publication, or its heartbeat is due.
+func (hn *hnode) due(now time.Time) bool {
+	return hn.dirty || now.Sub(hn.lastPub) >= hn.beat
 }
 
 func (h *hollow) allocator(ctx context.Context) {

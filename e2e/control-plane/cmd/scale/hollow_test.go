@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -49,5 +51,23 @@ func TestHollowNodeListsAndMarksABoundPod(t *testing.T) {
 	h.gonePod("u1")
 	if g1 := h.status(hn)["gpus"].([]any)[1].(map[string]any); len(g1["pods"].([]any)) != 0 || !hn.dirty {
 		t.Fatalf("after deletion: %v", g1)
+	}
+}
+
+// A node's sampler publishes when its pods changed or its heartbeat came, and not otherwise.
+func TestAHollowNodeIsDueWhenItsPodsChangedOrItsHeartbeatCame(t *testing.T) {
+	now := time.Now()
+	hn := &hnode{lastPub: now.Add(-2 * time.Second), beat: time.Minute}
+	if hn.due(now) {
+		t.Fatal("due with no change and the heartbeat a minute off")
+	}
+	hn.dirty = true
+	if !hn.due(now) {
+		t.Fatal("not due after its pods changed")
+	}
+	hn.dirty = false
+	hn.lastPub = now.Add(-time.Minute)
+	if !hn.due(now) {
+		t.Fatal("not due at its heartbeat")
 	}
 }

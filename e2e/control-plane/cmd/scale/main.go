@@ -82,6 +82,7 @@ type config struct {
 	latencyRate      float64
 	churn            int
 	phases           string
+	publishCost      int
 	carmaScheduler   string
 	plainURL         string
 	carmaURL         string
@@ -165,6 +166,7 @@ func main() {
 	flag.StringVar(&c.apiserverPidFile, "apiserver-pid", "apiserver", "pid file of kube-apiserver")
 	flag.StringVar(&c.etcdPidFile, "etcd-pid", "etcd", "pid file of etcd")
 	flag.BoolVar(&c.plantDRA, "plant-dra-overcommit", false, "planted fault: a claim past the allocator over-commits a device in the first dra-carma run (the run must fail)")
+	flag.IntVar(&c.publishCost, "publish-cost", 0, "before the phases: write this many GpuNode status publications by merge patch and by update, and print kube-apiserver's CPU per write (0: not run)")
 	flag.IntVar(&c.backlog, "backlog", 0, "after the phases: fill every GPU, let this many more carma pods wait, and measure what their retries cost (0: not run)")
 	flag.DurationVar(&c.backlogWindow, "backlog-window", 60*time.Second, "how long the backlog's waiting pods are watched")
 	flag.StringVar(&c.kcmPidFile, "kcm-pid", "controller-manager", "pid file of kube-controller-manager (the DRA phases' resourceclaim controller)")
@@ -226,6 +228,9 @@ func main() {
 		fatal("hollow nodes: %v", err)
 	}
 	fmt.Printf("  %d nodes in %.1f s\n", c.nodes, time.Since(t0).Seconds())
+	if c.publishCost > 0 {
+		b.publishCost(ctx, c.publishCost)
+	}
 	b.h.run(ctx)
 	b.startInformer(ctx)
 	t1 := time.Now()
@@ -246,6 +251,7 @@ func main() {
 	for _, m := range draModes {
 		anyDRA = anyDRA || want[m.name]
 	}
+	delete(want, "none")
 	for p := range want {
 		if p != "plain" && p != "carma" && !slices.ContainsFunc(draModes, func(m draMode) bool { return m.name == p }) {
 			fatal("--phases: unknown phase %q (plain, carma, dra-carma, dra-whole, dra-tainted)", p)
@@ -637,11 +643,28 @@ func (b *bench) deleteBatch(ctx context.Context, batch string) {
 		}
 		b.mu.Unlock()
 		if left == 0 {
+			b.awaitPublications(ctx, batch)
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	fmt.Printf("    %s: pods still listed 3 min after their deletion\n", batch)
+}
+
+// awaitPublications waits until the hollow device plugins have published the deletion of the batch's
+// carma pods (at each node's next sample): those GpuNode writes are the aftermath of the batch just
+// measured, and the next batch must not start among them. kube-scheduler alone leaves no such writes
+// (the hollow nodes publish carma pods only), so without the wait only carma's next batch would share
+// the API server with up to one write per node in its first second.
+func (b *bench) awaitPublications(ctx context.Context, batch string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for b.h.unpublished() > 0 {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			fmt.Printf("    %s: %d nodes had not published the deletion 30 s after it\n", batch, b.h.unpublished())
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // ---- over-commit ---------------------------------------------------------------------------------------
