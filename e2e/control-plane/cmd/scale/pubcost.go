@@ -14,15 +14,29 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// pubWriters write the publications of --publish-cost, each on nodes of its own.
+const pubWriters = 16
+
+// leanDropped are the per-GPU fields the "lean" experiment leaves out: what is left (index, UUID,
+// total and free memory, SM activity, pods) is what the extender needs to place a pod.
+var leanDropped = []string{"model", "smOccupancy", "dramActivity", "activitySource", "gateRule",
+	"sharingAllowed", "powerWatts", "healthy", "processes"}
+
 // publishCost (--publish-cost N): before any phase and before the hollow device plugins start,
-// writes N GpuNode status publications with each way a device plugin can write them and prints what
-// each write cost kube-apiserver and etcd in CPU (from /proc) and how long it took. The device
-// plugin's publication after a pod's memory shows is the largest API server cost per carma pod
-// (docs/scale.md, "What a carma pod costs the API server"), so this is its benchmark.
+// writes N GpuNode status publications in each of three ways and prints what a write cost
+// kube-apiserver and etcd in CPU (from /proc) and how long it took. The device plugin's publication
+// is the largest API server cost per carma pod (docs/scale.md, "What a carma pod costs
+// kube-apiserver"), so this is its benchmark:
+//
+//   - merge-patch: the status as the device plugin writes it (a JSON merge patch of the status
+//     subresource);
+//   - update: the same status by update (PUT) with the resourceVersion of the node's last write;
+//   - lean: an experiment, not a way the device plugin writes: the merge patch with the fields of
+//     leanDropped left out of every GPU (after one untimed write per node that drops them from the
+//     stored object), to show what a smaller status would save.
 //
 // Every write changes the status (GPU 0's free memory steps by one MiB), as a publication that lists
-// a new pod does; an unchanged object would not reach etcd. 16 writers, each with nodes of its own,
-// so that no two write one GpuNode at once.
+// a new pod does; an unchanged object would not reach etcd.
 func (b *bench) publishCost(ctx context.Context, n int) {
 	procs := b.cpuProcs(0, 0)
 	names := make([]string, 0, len(b.h.nodes))
@@ -30,73 +44,99 @@ func (b *bench) publishCost(ctx context.Context, n int) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	const writers = 16
-	fmt.Printf("GpuNode status publications, %d by each verb over %d GpuNodes (%d writers, one per node at a time):\n",
-		n, len(names), writers)
-	for _, verb := range []string{"merge-patch", "update"} {
-		rv := map[string]string{} // node → resourceVersion of its last write (update only)
-		var mu sync.Mutex
-		var lat []float64
-		c0, t0 := procs.now(), time.Now()
-		g := new(errgroup.Group)
-		for w := 0; w < writers; w++ {
-			g.Go(func() error {
-				for i := w; i < n; i += writers {
-					node := names[(i/writers*writers+w)%len(names)]
-					b.h.mu.Lock()
-					st := b.h.status(b.h.nodes[node])
-					b.h.mu.Unlock()
-					gpu0 := st["gpus"].([]any)[0].(map[string]any)
-					gpu0["memoryFreeMiB"] = gpu0["memoryFreeMiB"].(int64) - int64(i%1024) - 1
-					t := time.Now()
-					var err error
-					switch verb {
-					case "merge-patch":
-						raw, _ := json.Marshal(map[string]any{"status": st})
-						_, err = b.pubDyn.Resource(gnGVR).Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{}, "status")
-					case "update":
-						mu.Lock()
-						v := rv[node]
-						mu.Unlock()
-						if v == "" {
-							cur, gerr := b.pubDyn.Resource(gnGVR).Get(ctx, node, metav1.GetOptions{})
-							if gerr != nil {
-								return gerr
-							}
-							v = cur.GetResourceVersion()
-						}
-						obj := &unstructured.Unstructured{Object: map[string]any{
-							"apiVersion": "carma.io/v1alpha1", "kind": "GpuNode",
-							"metadata": map[string]any{"name": node, "resourceVersion": v},
-							"status":   st,
-						}}
-						var out *unstructured.Unstructured
-						out, err = b.pubDyn.Resource(gnGVR).UpdateStatus(ctx, obj, metav1.UpdateOptions{})
-						if err == nil {
-							mu.Lock()
-							rv[node] = out.GetResourceVersion()
-							mu.Unlock()
-						}
-					}
-					if err != nil {
-						return fmt.Errorf("%s %s: %w", verb, node, err)
-					}
-					mu.Lock()
-					lat = append(lat, float64(time.Since(t).Microseconds())/1000)
-					mu.Unlock()
-				}
-				return nil
-			})
+	fmt.Printf("GpuNode status publications, %d of each kind over %d GpuNodes (%d writers, each with nodes of its own):\n",
+		n, len(names), pubWriters)
+	for _, kind := range []string{"merge-patch", "update", "lean"} {
+		if kind == "lean" {
+			if _, err := b.publishAll(ctx, kind, names, len(names)); err != nil {
+				fmt.Printf("  %s: %v\n", kind, err)
+				continue
+			}
 		}
-		if err := g.Wait(); err != nil {
-			fmt.Printf("  %s: %v\n", verb, err)
+		c0, t0 := procs.now(), time.Now()
+		lat, err := b.publishAll(ctx, kind, names, n)
+		if err != nil {
+			fmt.Printf("  %s: %v\n", kind, err)
 			continue
 		}
 		c1, span := procs.now(), time.Since(t0)
-		sort.Float64s(lat)
 		per := func(p string) float64 { return (c1[p] - c0[p]) / float64(n) * 1000 }
 		fmt.Printf("  %s: kube-apiserver %.2f ms CPU per write, etcd %.2f, this program %.2f; %d writes in %.1f s (%.0f/s), each p50 %.1f ms, p99 %.1f ms\n",
-			verb, per("kube-apiserver"), per("etcd"), per("benchmark"), n, span.Seconds(), float64(n)/span.Seconds(),
+			kind, per("kube-apiserver"), per("etcd"), per("benchmark"), n, span.Seconds(), float64(n)/span.Seconds(),
 			percentile(lat, 0.5), percentile(lat, 0.99))
 	}
+}
+
+// publishAll writes n publications of the given kind, the nodes in turn, and returns each write's
+// time (ms, sorted).
+func (b *bench) publishAll(ctx context.Context, kind string, names []string, n int) ([]float64, error) {
+	var mu sync.Mutex
+	var lat []float64
+	g := new(errgroup.Group)
+	for w := 0; w < pubWriters && w < len(names); w++ {
+		g.Go(func() error {
+			var mine []string
+			for j := w; j < len(names); j += pubWriters {
+				mine = append(mine, names[j])
+			}
+			rv := map[string]string{} // node → resourceVersion of its last write (update only)
+			for k, i := 0, w; i < n; k, i = k+1, i+pubWriters {
+				node := mine[k%len(mine)]
+				t := time.Now()
+				if err := b.publishOnce(ctx, kind, node, i, rv); err != nil {
+					return fmt.Errorf("%s %s: %w", kind, node, err)
+				}
+				mu.Lock()
+				lat = append(lat, float64(time.Since(t).Microseconds())/1000)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	sort.Float64s(lat)
+	return lat, err
+}
+
+// publishOnce writes node's status once; i makes it differ from the last one.
+func (b *bench) publishOnce(ctx context.Context, kind, node string, i int, rv map[string]string) error {
+	b.h.mu.Lock()
+	st := b.h.status(b.h.nodes[node])
+	b.h.mu.Unlock()
+	gpus := st["gpus"].([]any)
+	gpu0 := gpus[0].(map[string]any)
+	gpu0["memoryFreeMiB"] = gpu0["memoryFreeMiB"].(int64) - int64(i%1024) - 1
+	if kind == "lean" {
+		for _, g := range gpus {
+			for _, k := range leanDropped {
+				delete(g.(map[string]any), k)
+			}
+		}
+	}
+	res := b.pubDyn.Resource(gnGVR)
+	if kind != "update" {
+		raw, err := json.Marshal(map[string]any{"status": st})
+		if err != nil {
+			return err
+		}
+		_, err = res.Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{}, "status")
+		return err
+	}
+	if rv[node] == "" {
+		cur, err := res.Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		rv[node] = cur.GetResourceVersion()
+	}
+	out, err := res.UpdateStatus(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "carma.io/v1alpha1", "kind": "GpuNode",
+		"metadata": map[string]any{"name": node, "resourceVersion": rv[node]},
+		"status":   st,
+	}}, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	rv[node] = out.GetResourceVersion()
+	return nil
 }
