@@ -17,8 +17,9 @@ import (
 // pubWriters write the publications of --publish-cost, each on nodes of its own.
 const pubWriters = 16
 
-// leanDropped are the per-GPU fields the "lean" experiment leaves out: what is left (index, UUID,
-// total and free memory, SM activity, pods) is what the extender needs to place a pod.
+// leanDropped are the per-GPU fields the "lean" experiment leaves out. Placement reads several of
+// them (occupancy, DRAM activity, gate rule, healthy, processes), so no real status could drop them
+// all: the experiment bounds what a smaller status could save.
 var leanDropped = []string{"model", "smOccupancy", "dramActivity", "activitySource", "gateRule",
 	"sharingAllowed", "powerWatts", "healthy", "processes"}
 
@@ -33,7 +34,7 @@ var leanDropped = []string{"model", "smOccupancy", "dramActivity", "activitySour
 //   - update: the same status by update (PUT) with the resourceVersion of the node's last write;
 //   - lean: an experiment, not a way the device plugin writes: the merge patch with the fields of
 //     leanDropped left out of every GPU (after one untimed write per node that drops them from the
-//     stored object), to show what a smaller status would save.
+//     stored object): a bound on what a smaller status could save.
 //
 // Every write changes the status (GPU 0's free memory steps by one MiB), as a publication that lists
 // a new pod does; an unchanged object would not reach etcd.
