@@ -71,6 +71,16 @@ type hnode struct {
 	lastPub time.Time
 	beat    time.Duration // the current heartbeat interval (jittered)
 	dirty   bool
+	// changedAt: when the oldest change not yet published happened (zero when none is pending).
+	changedAt time.Time
+}
+
+// changed records a change of the node's pods at now. Callers hold h.mu.
+func (hn *hnode) changed(now time.Time) {
+	if !hn.dirty || hn.changedAt.IsZero() {
+		hn.changedAt = now
+	}
+	hn.dirty = true
 }
 
 // nextBeat is a heartbeat interval: base shortened by up to a tenth, at random (the device plugin's
@@ -93,13 +103,13 @@ type hollow struct {
 
 	allocQ      chan *v1.Pod
 	published   atomic.Int64
-	publishing  atomic.Int64 // publications written now
+	seen        publicationWatch // when a watch of GpuNodes saw each change published
+	publishing  atomic.Int64     // publications written now
 	publishErrs atomic.Int64
 	lastPubErr  atomic.Value // string: the last publication's error
 	marked      atomic.Int64
 	markErrs    atomic.Int64
-	markDelayMu sync.Mutex
-	markDelay   []float64 // ms from the watch showing the pod bound to the mark's answer
+	markDelay   delayLog // ms from the watch showing the pod bound to the mark's answer
 }
 
 func nodeName(i int) string { return fmt.Sprintf("hollow-%05d", i) }
@@ -248,6 +258,8 @@ func (h *hollow) publish(ctx context.Context, node string) error {
 	h.mu.Lock()
 	hn := h.nodes[node]
 	st := h.status(hn)
+	change := hn.changedAt
+	hn.changedAt = time.Time{}
 	hn.dirty = false
 	if !hn.lastPub.IsZero() {
 		hn.beat = nextBeat(h.heartbeat)
@@ -258,16 +270,22 @@ func (h *hollow) publish(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	_, err = h.b.pubDyn.Resource(gnGVR).Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{}, "status")
+	out, err := h.b.pubDyn.Resource(gnGVR).Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{}, "status")
 	if err != nil {
 		h.publishErrs.Add(1)
 		h.lastPubErr.Store(err.Error())
 		h.mu.Lock()
+		if !change.IsZero() {
+			hn.changed(change)
+		}
 		hn.dirty = true
 		h.mu.Unlock()
 		return err
 	}
 	h.published.Add(1)
+	if !change.IsZero() {
+		h.seen.expect(node, out.GetResourceVersion(), change)
+	}
 	return nil
 }
 
@@ -362,9 +380,7 @@ func (h *hollow) allocator(ctx context.Context) {
 				continue
 			}
 			h.marked.Add(1)
-			h.markDelayMu.Lock()
-			h.markDelay = append(h.markDelay, float64(time.Since(seen).Microseconds())/1000)
-			h.markDelayMu.Unlock()
+			h.markDelay.add(float64(time.Since(seen).Microseconds()) / 1000)
 		}
 	}
 }
@@ -400,7 +416,7 @@ func (h *hollow) sawPod(p *v1.Pod, boundSeen time.Time) {
 			}
 		}
 		h.pods[uid] = hn.name
-		hn.dirty = true
+		hn.changed(time.Now())
 	}
 	if p.Annotations[annAllocated] != "true" && !h.marks[uid] {
 		h.marks[uid] = true
@@ -431,15 +447,8 @@ func (h *hollow) gonePod(uid string) {
 	for i := range hn.pods {
 		delete(hn.pods[i], uid)
 	}
-	hn.dirty = true
+	hn.changed(time.Now())
 }
 
 // markDelays returns the allocated marks' delays so far (ms), sorted, and resets them.
-func (h *hollow) markDelays() []float64 {
-	h.markDelayMu.Lock()
-	defer h.markDelayMu.Unlock()
-	out := h.markDelay
-	h.markDelay = nil
-	sort.Float64s(out)
-	return out
-}
+func (h *hollow) markDelays() []float64 { return h.markDelay.take() }

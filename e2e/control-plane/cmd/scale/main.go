@@ -125,10 +125,12 @@ type bench struct {
 	watchKube kubernetes.Interface
 	markKube  kubernetes.Interface
 	pubDyn    dynamic.Interface
-	own       *counter
-	metricsC  *http.Client
-	h         *hollow
-	profiles  []string
+	// gnWatchDyn: the GpuNode watch that times each published change (publicationWatch).
+	gnWatchDyn dynamic.Interface
+	own        *counter
+	metricsC   *http.Client
+	h          *hollow
+	profiles   []string
 
 	mu   sync.Mutex
 	pods map[string]*podTimes // by name
@@ -204,6 +206,7 @@ func main() {
 	b.watchKube = kubernetes.NewForConfigOrDie(ownConnection(cfg))
 	b.markKube = kubernetes.NewForConfigOrDie(ownConnection(cfg))
 	b.pubDyn = dynamic.NewForConfigOrDie(ownConnection(cfg))
+	b.gnWatchDyn = dynamic.NewForConfigOrDie(ownConnection(cfg))
 	// kube-scheduler's /metrics: the admin's client certificate (delegated authentication and
 	// authorization through the API server), its self-signed serving certificate not verified.
 	metricsCfg.TLSClientConfig.Insecure = true
@@ -231,6 +234,7 @@ func main() {
 	if c.publishCost > 0 {
 		b.publishCost(ctx, c.publishCost)
 	}
+	b.watchPublications(ctx)
 	b.h.run(ctx)
 	b.startInformer(ctx)
 	t1 := time.Now()
@@ -757,11 +761,13 @@ type phaseResult struct {
 	extRejections map[string]float64
 	ext, sched    procFigures
 	marks         []float64
-	marked        int64
-	markErrs      int64
-	published     int64
-	seconds       float64
-	machine       string
+	// ms from a change of a node's pods to a GpuNode watch seeing it published, in each batch
+	pubSat, pubHalf []float64
+	marked          int64
+	markErrs        int64
+	published       int64
+	seconds         float64
+	machine         string
 }
 
 type churnRound struct {
@@ -884,6 +890,7 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 	}
 	schedSampler := sampleRSS(max(schedPID, 1), time.Second)
 	_ = b.h.markDelays()
+	_ = b.h.seen.take()
 	marked0, markErrs0, pub0 := b.h.marked.Load(), b.h.markErrs.Load(), b.h.published.Load()
 	before, err := b.snap(ctx, schedURL, carma)
 	if err != nil {
@@ -923,7 +930,10 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 	fmt.Printf("  saturated: %d of %d pods bound, %.1f pods/s (first creation → last bind %.1f s; creating them took %.0f %% of it)\n",
 		r.sat.bound, r.sat.want, r.sat.throughput(), r.sat.last.Sub(r.sat.first).Seconds(), r.sat.creationShare())
 	check()
+	b.awaitPublications(ctx, name+"-sat")
+	r.pubSat = b.h.seen.take()
 	b.deleteBatch(ctx, name+"-sat")
+	_ = b.h.seen.take() // the deletions' publications: not a batch's
 	half := *latencyRate
 	if half <= 0 {
 		half = r.sat.throughput() / 2
@@ -936,7 +946,10 @@ func (b *bench) runPhase(ctx context.Context, carma bool, rep int, latencyRate *
 		fmt.Printf("  latency batch (%.1f pods/s offered): %d of %d bound, creation → bind p50 %.0f ms, p99 %.0f ms\n",
 			half, r.half.bound, r.half.want, percentile(r.half.lat, 0.5), percentile(r.half.lat, 0.99))
 		check()
+		b.awaitPublications(ctx, name+"-half")
+		r.pubHalf = b.h.seen.take()
 		b.deleteBatch(ctx, name+"-half")
+		_ = b.h.seen.take()
 	}
 	r.pods = r.sat.bound + r.half.bound
 	if carma && rep == b.cfg.repeats {
@@ -1154,6 +1167,8 @@ func (r phaseResult) report(title string, carma bool) {
 		}
 		fmt.Printf("  hollow kubelets: %d pods marked %s (%d failed), bind seen → mark answered p50 %.0f ms, p99 %.0f ms; %d GpuNode publications\n",
 			r.marked, annAllocated, r.markErrs, percentile(r.marks, 0.5), percentile(r.marks, 0.99), r.published)
+		fmt.Printf("  a change of a node's pods → a GpuNode watch saw it published: saturated batch %s; latency batch %s\n",
+			delaySummary(r.pubSat), delaySummary(r.pubHalf))
 	}
 	fmt.Printf("  over-commit: %d findings in %d checks (%d checks failed)\n", len(r.findings), r.checks, r.checkErrs)
 }
