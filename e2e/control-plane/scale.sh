@@ -15,7 +15,7 @@
 #   bound to every node first), and prints, every figure read from the cluster or the processes:
 #   scale <N>x<G>: kube-scheduler alone <a> pods/s, with carma <b> pods/s (<r> %), clients unthrottled (QPS <q>), p99 at <R> pods/s <x> ms alone / <y> ms with carma, extender RSS <m> MiB with <f> other pods, 0 over-committed GPUs
 #   then the rate-limiter waits, CPU seconds per 1,000 pods, carma's API writes at rest and under
-#   load, and with --repeats the min / median / max.
+#   load, how soon a changed GpuNode reached a watcher, and with --repeats the min / median / max.
 #
 # Usage: e2e/control-plane/scale.sh --nodes N --gpus-per-node G --pods P [--latency-pods L]
 #                                   [--latency-rate R]   # offer R pods/s to every latency batch

@@ -17,10 +17,19 @@ import (
 // where a device plugin would see its memory come or go) to this program's GpuNode watch delivering
 // the publication that carries it. That is the wait for the node's next sample (up to 1 s), the write,
 // and the watch.
+//
+// The watch can deliver a write before the writer has its answer, so either side may come first:
+// an event no write awaits yet is kept (the node's latest) until the write's answer names it.
 type publicationWatch struct {
 	mu      sync.Mutex
-	pending map[string]pendingPublication // node → its last publication that carried a change
+	pending map[string]pendingPublication // node → its last write that carried a change, not yet seen
+	early   map[string]seenEvent          // node → its latest event no write awaited yet
 	delays  delayLog
+}
+
+type seenEvent struct {
+	resourceVersion string
+	at              time.Time
 }
 
 // delayLog collects delays (ms) from several goroutines.
@@ -54,6 +63,11 @@ type pendingPublication struct {
 func (w *publicationWatch) expect(node, resourceVersion string, change time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if e, ok := w.early[node]; ok && e.resourceVersion == resourceVersion {
+		delete(w.early, node)
+		w.delays.add(float64(e.at.Sub(change).Microseconds()) / 1000)
+		return
+	}
 	if w.pending == nil {
 		w.pending = map[string]pendingPublication{}
 	}
@@ -66,6 +80,10 @@ func (w *publicationWatch) saw(node, resourceVersion string, now time.Time) {
 	defer w.mu.Unlock()
 	p, ok := w.pending[node]
 	if !ok || p.resourceVersion != resourceVersion {
+		if w.early == nil {
+			w.early = map[string]seenEvent{}
+		}
+		w.early[node] = seenEvent{resourceVersion, now}
 		return
 	}
 	delete(w.pending, node)
