@@ -14,8 +14,8 @@
 #      each node's ResourceSlice of gpu.carma.io without taints (the activity windows filled) and for the
 #      kubelet's "Registered DRA plugin" (its DRA plugin manager, logged at -v 3 for that file).
 #   2. DRA_SHARERS pods, each with a claim of DRA_SHARE memory from a ResourceClaimTemplate (the chart
-#      README's example), pinned to the first node: the default kube-scheduler's allocator puts them on one
-#      GPU (first fit); the kubelet prepares the claims (NodePrepareResources) and the pods run.
+#      README's example, with a CEL selector for the device of index 0), pinned to the first node, so
+#      all on one GPU; the kubelet prepares the claims (NodePrepareResources) and the pods run.
 #      Each prints from inside what carma's per-claim CDI spec gave it (lastmetre.sh's LM_PRINT), and
 #      lm_dra_check compares that with the claim's allocation: the device's UUID in its ResourceSlice
 #      and the memory it consumes (a `last-metre DRA:` line; two doctored records must be rejected).
@@ -131,8 +131,11 @@ print(len(nodes))' "$DRA_DRIVER")
   dra_snapshot installed
 }
 
-# dra_template <name> <memory>: a ResourceClaimTemplate as in the chart README.
+# dra_template <name> <memory> [CEL selector]: a ResourceClaimTemplate as in the chart README, with the
+# selector when one is given.
 dra_template() {
+  local selectors=""
+  [[ -z "${3:-}" ]] || selectors="selectors: [{cel: {expression: '$3'}}]"
   cat <<EOF
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -148,6 +151,7 @@ spec:
           count: 1
           capacity:
             requests: {memory: $2}
+          $selectors
 ---
 EOF
 }
@@ -181,7 +185,10 @@ EOF
 dra_share() {
   local i node1; node1="$(node_name 1)"
   log "dra: $DRA_SHARERS pods with a $DRA_SHARE claim each on $node1"
-  { dra_template dra-share "$DRA_SHARE"; dra_template dra-big "$DRA_BIG"; dra_template dra-small "$DRA_SMALL"
+  # The sharers name their GPU: once the first claims are prepared their load can close gpu-0's gate
+  # (or refill its window) before the last sharer is allocated, and that one then goes to another GPU,
+  # as it should, leaving no GPU loaded enough to test the gate with (a CI run split them 4 + 1).
+  { dra_template dra-share "$DRA_SHARE" 'device.attributes["gpu.carma.io"].index == 0'; dra_template dra-big "$DRA_BIG"; dra_template dra-small "$DRA_SMALL"
     for i in $(seq "$DRA_SHARERS"); do dra_pod "dra-share-$i" dra-share "$node1"; done; } | k apply -f - >/dev/null
   for i in $(seq "$DRA_SHARERS"); do
     k wait --for jsonpath='{.status.phase}'=Running --timeout 120s "pod/dra-share-$i" >/dev/null || {
