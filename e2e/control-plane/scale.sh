@@ -33,7 +33,8 @@
 #                                   [--backlog N [--backlog-window 60s]]   # after the phases: every GPU
 #                                   # filled, N more carma pods wait; what their retries cost
 #                                   [--publish-cost N]   # before the phases: N GpuNode status
-#                                   # writes by merge patch and by update, kube-apiserver's CPU per write
+#                                   # writes by merge patch, by update and lean (an experiment: fewer
+#                                   # fields), kube-apiserver's CPU per write
 #                                   # (--phases none: that alone)
 #                                   [--plant-dra-overcommit]   # planted fault: a claim written past the
 #                                   # allocator over-commits a device; the run must fail

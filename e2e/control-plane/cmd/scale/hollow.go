@@ -75,10 +75,11 @@ type hnode struct {
 	changedAt time.Time
 }
 
-// changed records a change of the node's pods at now. Callers hold h.mu.
-func (hn *hnode) changed(now time.Time) {
-	if !hn.dirty || hn.changedAt.IsZero() {
-		hn.changedAt = now
+// changed records a change of the node's pods made at at, keeping the oldest unpublished one (a
+// failed publication gives its change back after newer ones may have come). Callers hold h.mu.
+func (hn *hnode) changed(at time.Time) {
+	if hn.changedAt.IsZero() || at.Before(hn.changedAt) {
+		hn.changedAt = at
 	}
 	hn.dirty = true
 }
@@ -266,11 +267,7 @@ func (h *hollow) publish(ctx context.Context, node string) error {
 	}
 	hn.lastPub = time.Now()
 	h.mu.Unlock()
-	raw, err := json.Marshal(map[string]any{"status": st})
-	if err != nil {
-		return err
-	}
-	out, err := h.b.pubDyn.Resource(gnGVR).Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{}, "status")
+	out, err := h.b.patchStatus(ctx, node, st)
 	if err != nil {
 		h.publishErrs.Add(1)
 		h.lastPubErr.Store(err.Error())
@@ -287,6 +284,16 @@ func (h *hollow) publish(ctx context.Context, node string) error {
 		h.seen.expect(node, out.GetResourceVersion(), change)
 	}
 	return nil
+}
+
+// patchStatus writes status st of node's GpuNode as the device plugin does: a JSON merge patch of
+// the status subresource, on the publications' own connection.
+func (b *bench) patchStatus(ctx context.Context, node string, st map[string]any) (*unstructured.Unstructured, error) {
+	raw, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		return nil, err
+	}
+	return b.pubDyn.Resource(gnGVR).Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{}, "status")
 }
 
 // run marks bound carma pods allocated and publishes each node's GpuNode status on that node's own

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // pubWriters write the publications of --publish-cost, each on nodes of its own.
@@ -114,15 +112,11 @@ func (b *bench) publishOnce(ctx context.Context, kind, node string, i int, rv ma
 			}
 		}
 	}
-	res := b.pubDyn.Resource(gnGVR)
 	if kind != "update" {
-		raw, err := json.Marshal(map[string]any{"status": st})
-		if err != nil {
-			return err
-		}
-		_, err = res.Patch(ctx, node, types.MergePatchType, raw, metav1.PatchOptions{}, "status")
+		_, err := b.patchStatus(ctx, node, st)
 		return err
 	}
+	res := b.pubDyn.Resource(gnGVR)
 	if rv[node] == "" {
 		cur, err := res.Get(ctx, node, metav1.GetOptions{})
 		if err != nil {

@@ -48,4 +48,12 @@ func TestAHollowNodeKeepsItsOldestUnpublishedChange(t *testing.T) {
 	if !hn.dirty || !hn.changedAt.Equal(t0) {
 		t.Fatalf("changedAt %v dirty %v, want %v true", hn.changedAt, hn.dirty, t0)
 	}
+	// A publication took the change and failed; a newer change came meanwhile; the failed one's
+	// change is given back and is the oldest.
+	hn.changedAt, hn.dirty = time.Time{}, false
+	hn.changed(t0.Add(2 * time.Second))
+	hn.changed(t0)
+	if !hn.changedAt.Equal(t0) {
+		t.Fatalf("changedAt %v after a failed publication gave back %v", hn.changedAt, t0)
+	}
 }
